@@ -1,0 +1,94 @@
+//! The command line: one module per subcommand, clap derive, errors mapped to [`crate::exit_code`].
+
+mod sim;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit_code;
+use crate::telemetry::{self, LogFormat};
+
+/// herald: Kubernetes custom-resource changes as CloudEvents, delivered to Kafka, NATS and webhooks.
+#[derive(Debug, Parser)]
+#[command(name = "herald", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "HERALD_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the Kubernetes API simulator (plain HTTP) until interrupted.
+    Sim(sim::SimArgs),
+}
+
+/// A failure of a subcommand, carrying the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The simulator could not start.
+    #[error("cannot start the simulator")]
+    SimStartFailed(#[source] crate::sim::SimError),
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime")]
+    RuntimeFailed(#[source] std::io::Error),
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::SimStartFailed(crate::sim::SimError::BindFailed { .. }) => {
+                exit_code::BIND_FAILED
+            }
+            CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) => exit_code::UNEXPECTED,
+        }
+    }
+}
+
+/// Parses the command line, runs the command, prints any error chain once and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::RuntimeFailed)
+        .and_then(|rt| rt.block_on(run(cli.command)));
+    match result {
+        Ok(()) => ExitCode::from(exit_code::OK as u8),
+        Err(error) => {
+            eprintln!("error: {}", chain(&error));
+            ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Sim(args) => sim::run(args).await,
+    }
+}
+
+/// An error and its sources, `error: a\n  caused by: b`, each cause once.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        out.push_str("\n  caused by: ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

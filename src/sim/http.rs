@@ -1,0 +1,624 @@
+//! The HTTP face of the simulator: path and query parsing as the API server does them, and the dispatch
+//! of each request to discovery, list, watch or a write.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::SimConfig;
+use super::discovery;
+use super::list::{self, ListQuery, ReadAt};
+use super::ops::{self, DeleteOptions, Deleted, Part, PatchKind, Target};
+use super::resource::{GroupResource, ResourceDef};
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::{ApiError, ApiResult, Cause};
+use super::store::Store;
+use super::watch::{self, Start, WatchRequest};
+
+/// The request body limit of the real server (3 MiB); larger bodies get 413.
+pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<Store>,
+    pub(crate) config: SimConfig,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) addr: SocketAddr,
+    /// Cancelled (and replaced) to drop every open watch at once; a child of `shutdown`.
+    pub(crate) watches: std::sync::Mutex<CancellationToken>,
+}
+
+impl Shared {
+    /// The token the next watch ends on.
+    pub(crate) fn watch_token(&self) -> CancellationToken {
+        self.watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Ends every open watch (their clients see a normal stream end and re-watch).
+    pub(crate) fn drop_watches(&self) {
+        let mut current = self
+            .watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        current.cancel();
+        *current = self.shutdown.child_token();
+    }
+}
+
+/// The router: one fallback handler, because API paths are data (they appear with CRDs).
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+/// A JSON body with the `Content-Type` client-go picks its decoder by.
+pub(crate) fn json_body(v: &Value) -> Response {
+    json_response(StatusCode::OK, v)
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut r = (code, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => return ApiError::too_large(MAX_BODY).into_response(),
+    };
+    let query = Query::parse(parts.uri.query().unwrap_or(""));
+    match dispatch(
+        &shared,
+        &parts.method,
+        parts.uri.path(),
+        &parts.headers,
+        &query,
+        body,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Decoded query parameters (`+` is a space, as kube-rs encodes with form_urlencoded).
+#[derive(Debug, Default)]
+pub(crate) struct Query(Vec<(String, String)>);
+
+impl Query {
+    pub(crate) fn parse(q: &str) -> Self {
+        Self(form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A boolean as Go's `strconv.ParseBool` reads it; absent is `false`.
+    pub(crate) fn bool(&self, key: &str) -> ApiResult<bool> {
+        match self.get(key) {
+            None => Ok(false),
+            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+            Some("0" | "f" | "F" | "FALSE" | "false" | "False" | "") => Ok(false),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "invalid boolean value for {key}: {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A request for a resource, as parsed from its path.
+#[derive(Debug, PartialEq)]
+struct ResourcePath {
+    group: String,
+    version: String,
+    watch_prefix: bool,
+    namespace: Option<String>,
+    resource: String,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+/// Subresources of a namespace, which follow its name directly (`/api/v1/namespaces/x/status`).
+const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
+
+fn parse_resource_path(group: &str, version: &str, rest: &[&str]) -> Option<ResourcePath> {
+    let mut rest = rest;
+    let mut watch_prefix = false;
+    if rest.first() == Some(&"watch") {
+        watch_prefix = true;
+        rest = &rest[1..];
+    }
+    let mut namespace = None;
+    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+        if rest.len() == 2 || NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
+            // The namespace object itself.
+        } else {
+            namespace = Some(rest[1].to_string());
+            rest = &rest[2..];
+        }
+    }
+    if rest.is_empty() || rest.len() > 3 || rest.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    Some(ResourcePath {
+        group: group.to_string(),
+        version: version.to_string(),
+        watch_prefix,
+        namespace,
+        resource: rest[0].to_string(),
+        name: rest.get(1).map(|s| (*s).to_string()),
+        sub: rest.get(2).map(|s| (*s).to_string()),
+    })
+}
+
+async fn dispatch(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    query: &Query,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let get_only = |r: ApiResult<Response>| {
+        if method == Method::GET {
+            r
+        } else {
+            Err(ApiError::method_not_allowed(method.as_str()))
+        }
+    };
+    match segments.as_slice() {
+        ["version"] => get_only(Ok(json_body(&discovery::version()))),
+        ["healthz" | "livez" | "readyz"] => get_only(Ok((StatusCode::OK, "ok").into_response())),
+        ["api"] => get_only(Ok(match discovery::aggregated_version(accept) {
+            Some(v) => {
+                aggregated_response(&discovery::aggregated(&shared.store.read(), true, v), v)
+            }
+            None => json_body(&discovery::core_versions(&shared.addr.to_string())),
+        })),
+        ["apis"] => get_only(Ok(match discovery::aggregated_version(accept) {
+            Some(v) => {
+                aggregated_response(&discovery::aggregated(&shared.store.read(), false, v), v)
+            }
+            None => json_body(&discovery::group_list(&shared.store.read())),
+        })),
+        ["api", "v1"] => get_only(
+            discovery::resource_list(&shared.store.read(), "", "v1")
+                .map(|v| json_body(&v))
+                .ok_or_else(ApiError::path_not_found),
+        ),
+        ["apis", group] => get_only(
+            discovery::group(&shared.store.read(), group)
+                .map(|v| json_body(&v))
+                .ok_or_else(ApiError::path_not_found),
+        ),
+        ["apis", group, version] => get_only(
+            discovery::resource_list(&shared.store.read(), group, version)
+                .map(|v| json_body(&v))
+                .ok_or_else(ApiError::path_not_found),
+        ),
+        ["openapi", "v3"] => get_only(Ok(json_body(&discovery::openapi_root(
+            &shared.store.read(),
+        )))),
+        ["openapi", "v3", "api", version] => get_only(Ok(json_body(
+            &discovery::openapi_group_version(&shared.store.read(), "", version),
+        ))),
+        ["openapi", "v3", "apis", group, version] => get_only(Ok(json_body(
+            &discovery::openapi_group_version(&shared.store.read(), group, version),
+        ))),
+        ["api", "v1", rest @ ..] => match parse_resource_path("", "v1", rest) {
+            Some(p) => resource(shared, method, headers, query, body, p).await,
+            None => Err(ApiError::path_not_found()),
+        },
+        ["apis", group, version, rest @ ..] => match parse_resource_path(group, version, rest) {
+            Some(p) => resource(shared, method, headers, query, body, p).await,
+            None => Err(ApiError::path_not_found()),
+        },
+        _ => Err(ApiError::path_not_found()),
+    }
+}
+
+fn aggregated_response(v: &Value, version: &str) -> Response {
+    let mut r = json_body(v);
+    if let Ok(ct) = HeaderValue::from_str(&discovery::aggregated_content_type(version)) {
+        r.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+fn dry_run(query: &Query) -> ApiResult<bool> {
+    match query.get("dryRun") {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
+        ))),
+    }
+}
+
+fn check_field_validation(query: &Query) -> ApiResult<()> {
+    match query.get("fieldValidation") {
+        None | Some("" | "Strict" | "Warn" | "Ignore") => Ok(()),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
+        ))),
+    }
+}
+
+fn selectors(
+    def: &ResourceDef,
+    query: &Query,
+    path_name: Option<&str>,
+) -> ApiResult<(LabelSelector, FieldSelector)> {
+    let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(name) = path_name {
+        // The deprecated /watch/.../{name} form means a name field selector.
+        let clash = fields
+            .requirements()
+            .iter()
+            .any(|r| r.field == "metadata.name" && (r.negated || r.value != name));
+        if clash {
+            return Err(ApiError::bad_request(
+                "fieldSelector metadata.name doesn't match requested name",
+            ));
+        }
+        let combined = match query.get("fieldSelector").filter(|s| !s.is_empty()) {
+            Some(s) => format!("{s},metadata.name={name}"),
+            None => format!("metadata.name={name}"),
+        };
+        fields =
+            FieldSelector::parse(&combined).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
+    list::check_fields(def, &fields)?;
+    Ok((labels, fields))
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+async fn resource(
+    shared: &Arc<Shared>,
+    method: &Method,
+    headers: &HeaderMap,
+    query: &Query,
+    body: Bytes,
+    p: ResourcePath,
+) -> ApiResult<Response> {
+    let gr = GroupResource::new(p.group.clone(), p.resource.clone());
+    let def = {
+        let state = shared.store.read();
+        let def = state.def(&gr)?;
+        if def.served_version(&p.version).is_none() {
+            return Err(ApiError::path_not_found());
+        }
+        def.clone()
+    };
+    // Scope rules: cluster-scoped resources under a namespace path, and single namespaced objects without
+    // one, fall through to the default handler's 404.
+    if (!def.namespaced && p.namespace.is_some())
+        || (def.namespaced && p.namespace.is_none() && p.name.is_some())
+    {
+        return Err(ApiError::path_not_found());
+    }
+    let target = Target {
+        gr: gr.clone(),
+        version: p.version.clone(),
+        namespace: p.namespace.clone(),
+    };
+    let part = match p.sub.as_deref() {
+        None => Part::Main,
+        Some("status") => Part::Status,
+        Some(_) => return Err(ApiError::path_not_found()),
+    };
+
+    if p.watch_prefix {
+        if method != Method::GET || p.sub.is_some() {
+            return Err(ApiError::method_not_allowed(method.as_str()));
+        }
+        return start_watch(shared, def, &target, query, p.name.as_deref());
+    }
+
+    let store = &shared.store;
+    match (method.clone(), p.name.as_deref()) {
+        (Method::GET, None) => {
+            if query.bool("watch")? {
+                start_watch(shared, def, &target, query, None)
+            } else {
+                list(shared, &def, &target, query).await
+            }
+        }
+        (Method::GET, Some(name)) => {
+            let state = store.read();
+            if part == Part::Status && !has_status(&def, &target.version) {
+                return Err(ApiError::path_not_found());
+            }
+            Ok(json_body(&state.get_object(&target, name)?))
+        }
+        (Method::POST, None) => {
+            check_field_validation(query)?;
+            let obj = ops::decode_object(&body, "the request body")?;
+            let dry = dry_run(query)?;
+            let created = store.write(|s| s.create(&target, obj, dry))?;
+            Ok(json_response(StatusCode::CREATED, &created))
+        }
+        (Method::PUT, Some(name)) => {
+            check_field_validation(query)?;
+            let obj = ops::decode_object(&body, "the request body")?;
+            let dry = dry_run(query)?;
+            let updated = store.write(|s| s.update(&target, name, part, obj, dry))?;
+            Ok(json_body(&updated))
+        }
+        (Method::PATCH, Some(name)) => {
+            check_field_validation(query)?;
+            let kind = match content_type(headers).as_str() {
+                "application/merge-patch+json" => PatchKind::Merge,
+                "application/json-patch+json" => PatchKind::Json,
+                other => return Err(ApiError::unsupported_media_type(other)),
+            };
+            let patch: Value = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let dry = dry_run(query)?;
+            let patched = store.write(|s| s.patch(&target, name, part, kind, &patch, dry))?;
+            Ok(json_body(&patched))
+        }
+        (Method::DELETE, Some(name)) if part == Part::Main => {
+            let opts = delete_options(query, &body)?;
+            match store.write(|s| s.delete(&target, name, &opts))? {
+                Deleted::Gone(status) => Ok(json_body(&status)),
+                Deleted::Pending(obj) => Ok(json_body(&obj)),
+            }
+        }
+        (Method::DELETE, None) => {
+            let (labels, fields) = selectors(&def, query, None)?;
+            let dry = dry_run(query)? || delete_options(query, &body)?.dry_run;
+            let list = store.write(|s| s.delete_collection(&target, &labels, &fields, dry))?;
+            Ok(json_body(&list))
+        }
+        (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
+    }
+}
+
+fn has_status(def: &ResourceDef, version: &str) -> bool {
+    def.served_version(version)
+        .is_some_and(|v| v.status_subresource)
+}
+
+fn delete_options(query: &Query, body: &[u8]) -> ApiResult<DeleteOptions> {
+    let mut opts = DeleteOptions {
+        dry_run: dry_run(query)?,
+        ..DeleteOptions::default()
+    };
+    if body.iter().any(|b| !b.is_ascii_whitespace()) {
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        opts.uid = s("/preconditions/uid");
+        opts.resource_version = s("/preconditions/resourceVersion");
+        if let Some(dr) = v.get("dryRun").and_then(Value::as_array) {
+            opts.dry_run |= dr.iter().any(|x| x == "All");
+        }
+    }
+    Ok(opts)
+}
+
+async fn list(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    target: &Target,
+    query: &Query,
+) -> ApiResult<Response> {
+    if query.get("sendInitialEvents").is_some() {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueForbidden",
+                "sendInitialEvents",
+                "Forbidden: sendInitialEvents is forbidden for list",
+            )],
+        ));
+    }
+    let (labels, fields) = selectors(def, query, None)?;
+    let limit = match query.get("limit").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(l) => {
+            let n: i64 = l
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?;
+            usize::try_from(n).ok().filter(|n| *n > 0)
+        }
+    };
+    let q = ListQuery {
+        labels,
+        fields,
+        limit,
+        continue_token: query
+            .get("continue")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string),
+        resource_version: query.get("resourceVersion").map(str::to_string),
+        resource_version_match: query.get("resourceVersionMatch").map(str::to_string),
+    };
+    let (at, after) = list::read_at(&q)?;
+    if let ReadAt::NotOlderThan(n) | ReadAt::Exact(n) = at {
+        // A revision ahead of the server: wait a little for it, as the watch cache does, then 504.
+        let mut revisions = shared.store.subscribe();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(3), revisions.wait_for(|rv| *rv >= n)).await;
+    }
+    let state = shared.store.read();
+    let body = state.list(
+        def,
+        &target.version,
+        target.namespace.as_deref(),
+        &q,
+        at,
+        after.as_ref(),
+    )?;
+    Ok(json_body(&body))
+}
+
+fn start_watch(
+    shared: &Arc<Shared>,
+    def: ResourceDef,
+    target: &Target,
+    query: &Query,
+    name: Option<&str>,
+) -> ApiResult<Response> {
+    let (labels, fields) = selectors(&def, query, name)?;
+    if query.get("sendInitialEvents").is_some() {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueForbidden",
+                "sendInitialEvents",
+                "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+            )],
+        ));
+    }
+    if query
+        .get("resourceVersionMatch")
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueForbidden",
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            )],
+        ));
+    }
+    let start = match query.get("resourceVersion").unwrap_or("") {
+        "" | "0" => Start::Current,
+        rv => Start::After(list::parse_rv(rv)?),
+    };
+    let timeout = match query.get("timeoutSeconds").filter(|s| !s.is_empty()) {
+        Some(t) => {
+            let secs: u64 = t
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}")))?;
+            Duration::from_secs(secs)
+        }
+        None => shared.config.default_watch_timeout(),
+    };
+    let req = WatchRequest {
+        def,
+        version: target.version.clone(),
+        namespace: target.namespace.clone(),
+        labels,
+        fields,
+        start,
+        bookmarks: query.bool("allowWatchBookmarks")?,
+        timeout,
+        bookmark_interval: shared.config.bookmark_interval,
+    };
+    let body: Body = watch::serve(shared.store.clone(), req, shared.watch_token());
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_resource_paths_like_the_request_info_factory() {
+        let p = |rest: &[&str]| parse_resource_path("example.com", "v1", rest);
+        let ns_obj = p(&["namespaces", "default", "widgets", "a", "status"]).unwrap();
+        assert_eq!(ns_obj.namespace.as_deref(), Some("default"));
+        assert_eq!(
+            (
+                ns_obj.resource.as_str(),
+                ns_obj.name.as_deref(),
+                ns_obj.sub.as_deref()
+            ),
+            ("widgets", Some("a"), Some("status"))
+        );
+        let namespace_itself = parse_resource_path("", "v1", &["namespaces", "default"]).unwrap();
+        assert_eq!(
+            (
+                namespace_itself.resource.as_str(),
+                namespace_itself.name.as_deref()
+            ),
+            ("namespaces", Some("default"))
+        );
+        let ns_status =
+            parse_resource_path("", "v1", &["namespaces", "default", "status"]).unwrap();
+        assert_eq!(ns_status.sub.as_deref(), Some("status"));
+        let watch = p(&["watch", "namespaces", "x", "widgets", "a"]).unwrap();
+        assert!(watch.watch_prefix);
+        assert_eq!(watch.name.as_deref(), Some("a"));
+        assert!(p(&["widgets", "a", "status", "extra"]).is_none());
+    }
+
+    #[test]
+    fn booleans_parse_like_go() {
+        let q = Query::parse("a=True&b=1&c=F&d=yes&e=t");
+        assert_eq!(q.bool("a"), Ok(true));
+        assert_eq!(q.bool("b"), Ok(true));
+        assert_eq!(q.bool("c"), Ok(false));
+        assert!(q.bool("d").is_err());
+        assert_eq!(q.bool("e"), Ok(true));
+        assert_eq!(q.bool("missing"), Ok(false));
+    }
+
+    #[test]
+    fn plus_decodes_as_space() {
+        let q = Query::parse("labelSelector=app+in+%28a%2Cb%29");
+        assert_eq!(q.get("labelSelector"), Some("app in (a,b)"));
+    }
+}

@@ -1,0 +1,287 @@
+//! `herald sim`: an in-memory Kubernetes API server for tests, demos and development.
+//!
+//! It speaks the list/watch protocol as WATCH-PROTOCOL.md describes it, faithfully enough that kube-rs
+//! and kubectl cannot tell it from a real API server for everything herald touches. Start it with
+//! [`Simulator::start`], then use [`Simulator::client`] or the kubeconfig at
+//! [`Simulator::kubeconfig_path`]. `docs/simulator.md` says what is faithful and what is not.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), herald::sim::SimError> {
+//! use herald::sim::{SimConfig, Simulator};
+//! let sim = Simulator::start(SimConfig::default()).await?;
+//! let client = sim.client()?;
+//! # let _ = client;
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod crd;
+mod discovery;
+mod http;
+mod list;
+mod meta;
+mod ops;
+mod patch;
+mod resource;
+mod selector;
+mod status;
+mod store;
+mod watch;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use resource::GroupResource;
+pub use status::ApiError;
+
+/// Settings of a simulator instance.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Address to listen on; port 0 picks a free one. Default `127.0.0.1:0`.
+    pub listen: SocketAddr,
+    /// How many changes the history keeps (etcd's compaction window). Watches and continue tokens
+    /// older than the window get 410. Default 100,000.
+    pub history_limit: usize,
+    /// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK. Default 60 s, as the real cacher.
+    pub bookmark_interval: Duration,
+    /// A watch without `timeoutSeconds` ends after a random time in [this, 2 × this]. Default 1800 s.
+    pub min_request_timeout: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            history_limit: 100_000,
+            bookmark_interval: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Sets the listen address.
+    #[must_use]
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Sets the number of changes kept in the history window.
+    #[must_use]
+    pub fn history_limit(mut self, n: usize) -> Self {
+        self.history_limit = n;
+        self
+    }
+
+    /// Sets the bookmark interval.
+    #[must_use]
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.bookmark_interval = d;
+        self
+    }
+
+    /// Sets the minimum default watch timeout.
+    #[must_use]
+    pub fn min_request_timeout(mut self, d: Duration) -> Self {
+        self.min_request_timeout = d;
+        self
+    }
+
+    fn default_watch_timeout(&self) -> Duration {
+        let min = self.min_request_timeout.as_millis().max(1);
+        let ms = rand::rng().random_range(min..=2 * min);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+}
+
+/// Errors starting or using the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    BindFailed {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kubeconfig could not be written.
+    #[error("cannot write the kubeconfig to {path}")]
+    KubeconfigWriteFailed {
+        /// Where it was to be written.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The simulator's own URL did not parse (a bug).
+    #[error("the simulator URL is not a valid URI")]
+    InvalidUrl(#[source] axum::http::uri::InvalidUri),
+    /// A kube client for the simulator could not be built.
+    #[error("cannot build a kube client for the simulator")]
+    ClientFailed(#[source] kube::Error),
+}
+
+/// A running simulator. Dropping it stops the server; [`Simulator::shutdown`] also waits for it.
+#[derive(Debug)]
+pub struct Simulator {
+    shared: Arc<http::Shared>,
+    kubeconfig: PathBuf,
+    _kubeconfig_dir: Option<tempfile::TempDir>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl Simulator {
+    /// Starts a simulator and writes a kubeconfig for it into a temporary directory.
+    pub async fn start(config: SimConfig) -> Result<Self, SimError> {
+        let dir = tempfile::tempdir().map_err(|source| SimError::KubeconfigWriteFailed {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        let path = dir.path().join("kubeconfig");
+        let mut sim = Self::start_with_kubeconfig(config, &path).await?;
+        sim._kubeconfig_dir = Some(dir);
+        Ok(sim)
+    }
+
+    /// Starts a simulator and writes its kubeconfig to `kubeconfig`.
+    pub async fn start_with_kubeconfig(
+        config: SimConfig,
+        kubeconfig: &Path,
+    ) -> Result<Self, SimError> {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| SimError::BindFailed {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| SimError::BindFailed {
+                addr: config.listen,
+                source,
+            })?;
+        let store = Arc::new(store::Store::new(config.history_limit));
+        let shutdown = CancellationToken::new();
+        let watches = std::sync::Mutex::new(shutdown.child_token());
+        let shared = Arc::new(http::Shared {
+            store,
+            config,
+            shutdown: shutdown.clone(),
+            addr,
+            watches,
+        });
+        seed(&shared.store);
+        write_kubeconfig(kubeconfig, addr).map_err(|source| SimError::KubeconfigWriteFailed {
+            path: kubeconfig.to_path_buf(),
+            source,
+        })?;
+        let app = http::router(shared.clone());
+        let server = tokio::spawn(async move {
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
+            if let Err(error) = serve.await {
+                tracing::error!(message = "Simulator server failed.", %error);
+            }
+        });
+        tracing::debug!(message = "Simulator listening.", %addr);
+        Ok(Self {
+            shared,
+            kubeconfig: kubeconfig.to_path_buf(),
+            _kubeconfig_dir: None,
+            server: Some(server),
+        })
+    }
+
+    /// The address the simulator listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    /// Path of a kubeconfig whose current context points at the simulator.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A kube client for the simulator (default namespace `default`).
+    pub fn client(&self) -> Result<kube::Client, SimError> {
+        let uri = self.url().parse().map_err(SimError::InvalidUrl)?;
+        kube::Client::try_from(kube::Config::new(uri)).map_err(SimError::ClientFailed)
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store.read().rv
+    }
+
+    /// Compacts the history now: every watch or list from an older revision gets 410 Expired.
+    pub fn compact(&self) {
+        self.shared.store.write(store::State::compact);
+    }
+
+    /// Ends every open watch now; clients see a normal end of stream and re-watch from their last revision.
+    pub fn drop_watches(&self) {
+        self.shared.drop_watches();
+    }
+
+    /// Stops the server, ends every open watch and waits for the server task.
+    pub async fn shutdown(mut self) {
+        self.shared.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+    }
+}
+
+/// The namespaces every cluster starts with.
+fn seed(store: &store::Store) {
+    let target = ops::Target {
+        gr: GroupResource::new("", "namespaces"),
+        version: "v1".into(),
+        namespace: None,
+    };
+    for ns in ["default", "kube-system"] {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        if let Err(error) = store.write(|s| s.create(&target, obj, false)) {
+            tracing::error!(message = "Cannot create a seed namespace.", namespace = ns, %error);
+        }
+    }
+}
+
+/// Writes a kubeconfig for `addr`. JSON is valid YAML, so every client reads it.
+fn write_kubeconfig(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    let cfg = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "herald-sim", "cluster": {"server": format!("http://{addr}")}}],
+        "users": [{"name": "herald-sim", "user": {}}],
+        "contexts": [{"name": "herald-sim", "context": {"cluster": "herald-sim", "user": "herald-sim", "namespace": "default"}}],
+        "current-context": "herald-sim",
+        "preferences": {},
+    });
+    let text = serde_json::to_string_pretty(&cfg).map_err(std::io::Error::other)?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text + "\n")
+}

@@ -1,0 +1,806 @@
+//! Write semantics of the API server: create, update, patch, delete and the rules around them
+//! (server-owned metadata, generation, the status subresource, finalizers, no-op writes, cascades).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::crd;
+use super::meta;
+use super::patch;
+use super::resource::{Behaviour, GroupResource, ObjectKey, ResourceDef};
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::{ApiError, ApiResult, Cause};
+use super::store::State;
+
+/// The collection a request addresses: resource, version from the URL, namespace from the URL.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) gr: GroupResource,
+    pub(crate) version: String,
+    /// The URL's namespace; `None` for cluster-scoped resources and cross-namespace collections.
+    pub(crate) namespace: Option<String>,
+}
+
+impl Target {
+    fn key(&self, name: &str) -> ObjectKey {
+        ObjectKey::new(self.namespace.as_deref().unwrap_or(""), name)
+    }
+}
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The main resource endpoint.
+    Main,
+    /// The `/status` subresource.
+    Status,
+}
+
+/// The patch formats custom resources accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatchKind {
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
+}
+
+/// `DeleteOptions` that change what the server does.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeleteOptions {
+    pub(crate) uid: Option<String>,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) dry_run: bool,
+}
+
+/// What a delete request did.
+#[derive(Debug)]
+pub(crate) enum Deleted {
+    /// The object is gone; the body is a success `Status` with details.
+    Gone(Value),
+    /// Finalizers keep the object; the body is the object with its deletionTimestamp.
+    Pending(Value),
+}
+
+/// Sets `apiVersion`/`kind` as the requested version presents them (CRD conversion strategy `None`).
+pub(crate) fn present(def: &ResourceDef, version: &str, obj: &Value) -> Value {
+    let mut out = obj.clone();
+    let map = meta::object_mut(&mut out);
+    map.insert("apiVersion".into(), Value::String(def.api_version(version)));
+    map.insert("kind".into(), Value::String(def.kind.clone()));
+    out
+}
+
+fn describe_body(obj: &Value) -> String {
+    let mut s = obj.to_string();
+    if s.len() > 256 {
+        let mut cut = 256;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+impl State {
+    /// The definition of `gr`, or the 404 for an unserved path.
+    pub(crate) fn def(&self, gr: &GroupResource) -> ApiResult<&ResourceDef> {
+        self.resources.get(gr).ok_or_else(ApiError::path_not_found)
+    }
+
+    /// Checks `apiVersion`/`kind` of a request body against the URL, filling a missing `apiVersion`.
+    fn check_type(def: &ResourceDef, version: &str, obj: &mut Value) -> ApiResult<()> {
+        let Some(map) = obj.as_object_mut() else {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        };
+        let expected = def.api_version(version);
+        let kind = map
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if kind.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "Object 'Kind' is missing in '{}'",
+                describe_body(obj)
+            )));
+        }
+        match map.get("apiVersion").and_then(Value::as_str) {
+            None | Some("") => {
+                map.insert("apiVersion".into(), Value::String(expected.clone()));
+            }
+            Some(av) if av != expected => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({av}) does not match the expected API version ({expected})"
+                )));
+            }
+            Some(_) => {}
+        }
+        if kind != def.kind {
+            let name = meta::name(obj).to_string();
+            return Err(ApiError::invalid(
+                &def.kind,
+                &def.gr.group,
+                &name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "kind",
+                    format!("Invalid value: \"{kind}\": must be {}", def.kind),
+                )],
+            ));
+        }
+        if map
+            .get("metadata")
+            .is_some_and(|m| !m.is_object() && !m.is_null())
+        {
+            return Err(ApiError::bad_request("metadata: must be an object"));
+        }
+        Ok(())
+    }
+
+    /// Checks the body's namespace against the URL and sets it (clears it for cluster-scoped resources).
+    fn place(def: &ResourceDef, target: &Target, obj: &mut Value) -> ApiResult<()> {
+        let m = meta::meta_mut(obj);
+        if def.namespaced {
+            let url_ns = target.namespace.clone().unwrap_or_default();
+            match m.get("namespace").and_then(Value::as_str) {
+                Some(ns) if !ns.is_empty() && ns != url_ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {
+                    m.insert("namespace".into(), Value::String(url_ns));
+                }
+            }
+        } else {
+            m.remove("namespace");
+        }
+        Ok(())
+    }
+
+    fn check_namespace_open(&self, def: &ResourceDef, target: &Target) -> ApiResult<()> {
+        let Some(ns) = target.namespace.as_deref().filter(|_| def.namespaced) else {
+            return Ok(());
+        };
+        let Some(nsobj) = self.get(&GroupResource::namespaces(), &ObjectKey::new("", ns)) else {
+            return Err(ApiError::not_found(&GroupResource::namespaces(), ns));
+        };
+        if meta::is_deleting(nsobj) {
+            return Err(ApiError::forbidden(
+                &def.gr,
+                "",
+                &format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// POST to a collection.
+    pub(crate) fn create(
+        &mut self,
+        target: &Target,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let def = self.def(&target.gr)?.clone();
+        Self::check_type(&def, &target.version, &mut obj)?;
+        Self::place(&def, target, &mut obj)?;
+        if def.terminating {
+            return Err(ApiError::method_not_allowed(
+                "create not allowed while custom resource definition is terminating",
+            ));
+        }
+
+        let m = meta::meta_mut(&mut obj);
+        if m.get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|rv| !rv.is_empty())
+        {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let mut name = m
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() {
+            let prefix = m.get("generateName").and_then(Value::as_str).unwrap_or("");
+            if prefix.is_empty() {
+                return Err(ApiError::invalid(
+                    &def.kind,
+                    &def.gr.group,
+                    "",
+                    vec![Cause::new(
+                        "FieldValueRequired",
+                        "metadata.name",
+                        "Required value: name or generateName is required",
+                    )],
+                ));
+            }
+            name = format!("{prefix}{}", meta::random_suffix());
+            m.insert("name".into(), Value::String(name.clone()));
+        }
+        let valid = if def.behaviour == Behaviour::Namespace {
+            meta::validate_label(&name)
+        } else {
+            meta::validate_subdomain(&name)
+        };
+        if let Err(e) = valid {
+            return Err(ApiError::invalid(
+                &def.kind,
+                &def.gr.group,
+                &name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.name",
+                    format!("Invalid value: \"{name}\": {e}"),
+                )],
+            ));
+        }
+        for server_owned in [
+            "uid",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+        ] {
+            m.remove(server_owned);
+        }
+        m.insert(
+            "uid".into(),
+            Value::String(uuid::Uuid::new_v4().to_string()),
+        );
+        m.insert("creationTimestamp".into(), Value::String(meta::now()));
+        if def.behaviour != Behaviour::Namespace {
+            m.insert("generation".into(), json!(1));
+        }
+
+        self.check_namespace_open(&def, target)?;
+        let key = target.key(&name);
+        if self.get(&def.gr, &key).is_some() {
+            return Err(ApiError::already_exists(&def.gr, &name));
+        }
+
+        match def.behaviour {
+            Behaviour::Custom => {
+                if def
+                    .served_version(&target.version)
+                    .is_some_and(|v| v.status_subresource)
+                {
+                    meta::object_mut(&mut obj).remove("status");
+                }
+            }
+            Behaviour::Crd => {
+                crd::validate_and_default(&mut obj, None)
+                    .map_err(|causes| ApiError::invalid(&def.kind, &def.gr.group, &name, causes))?;
+                let new_def = crd::resource_def(&obj);
+                if self.resources.contains_key(&new_def.gr) {
+                    return Err(ApiError::already_exists(&def.gr, &name));
+                }
+                let st = crd::status(&obj, false);
+                meta::object_mut(&mut obj).insert("status".into(), st);
+            }
+            Behaviour::Namespace => {
+                meta::object_mut(&mut obj).insert("status".into(), json!({"phase": "Active"}));
+            }
+        }
+        meta::normalize(&mut obj);
+        if dry_run {
+            return Ok(present(&def, &target.version, &obj));
+        }
+        let stored = self.put(&def.gr, key, obj);
+        if def.behaviour == Behaviour::Crd {
+            let new_def = crd::resource_def(&stored);
+            self.resources.insert(new_def.gr.clone(), new_def);
+        }
+        Ok(present(&def, &target.version, &stored))
+    }
+
+    /// GET of one object.
+    pub(crate) fn get_object(&self, target: &Target, name: &str) -> ApiResult<Value> {
+        let def = self.def(&target.gr)?;
+        let obj = self
+            .get(&def.gr, &target.key(name))
+            .ok_or_else(|| ApiError::not_found(&def.gr, name))?;
+        Ok(present(def, &target.version, obj))
+    }
+
+    /// PUT of a whole object or its status.
+    pub(crate) fn update(
+        &mut self,
+        target: &Target,
+        name: &str,
+        part: Part,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let def = self.def(&target.gr)?.clone();
+        Self::check_type(&def, &target.version, &mut obj)?;
+        let body_name = meta::name(&obj).to_string();
+        if body_name.is_empty() {
+            meta::meta_mut(&mut obj).insert("name".into(), Value::String(name.to_string()));
+        } else if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        Self::place(&def, target, &mut obj)?;
+        let key = target.key(name);
+        let old = self
+            .get(&def.gr, &key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&def.gr, name))?;
+        let rv = meta::resource_version(&obj);
+        if rv.is_empty() {
+            return Err(ApiError::invalid(
+                &def.kind,
+                &def.gr.group,
+                name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update",
+                )],
+            ));
+        }
+        if rv != meta::resource_version(&old) {
+            return Err(ApiError::conflict(&def.gr, name));
+        }
+        self.write_update(&def, target, key, &old, obj, part, dry_run)
+    }
+
+    /// PATCH of a whole object or its status.
+    pub(crate) fn patch(
+        &mut self,
+        target: &Target,
+        name: &str,
+        part: Part,
+        kind: PatchKind,
+        body: &Value,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let def = self.def(&target.gr)?.clone();
+        let key = target.key(name);
+        let old = self
+            .get(&def.gr, &key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&def.gr, name))?;
+        let current = present(&def, &target.version, &old);
+        let patched = match kind {
+            PatchKind::Merge => {
+                if !body.is_object() {
+                    return Err(ApiError::bad_request("merge patch must be a JSON object"));
+                }
+                let mut doc = current.clone();
+                patch::merge_patch(&mut doc, body);
+                doc
+            }
+            PatchKind::Json => patch::json_patch(&current, body).map_err(|e| {
+                if e.is_malformed() {
+                    ApiError::bad_request(e.to_string())
+                } else {
+                    ApiError::invalid(
+                        &def.kind,
+                        &def.gr.group,
+                        name,
+                        vec![Cause::new("FieldValueInvalid", "", e.to_string())],
+                    )
+                }
+            })?,
+        };
+        let mut patched = patched;
+        if !patched.is_object() {
+            return Err(ApiError::bad_request(
+                "the patched object must be a JSON object",
+            ));
+        }
+        Self::check_type(&def, &target.version, &mut patched)?;
+        let patched_name = meta::name(&patched).to_string();
+        if patched_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({patched_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        Self::place(&def, target, &mut patched)?;
+        // A resourceVersion the patch sets is a precondition; none means unconditional.
+        let rv = meta::resource_version(&patched).to_string();
+        if !rv.is_empty() && rv != meta::resource_version(&old) {
+            return Err(ApiError::conflict(&def.gr, name));
+        }
+        self.write_update(&def, target, key, &old, patched, part, dry_run)
+    }
+
+    /// The shared tail of PUT and PATCH: server-owned fields, generation, status rules, no-op detection,
+    /// and the finalizer-emptied deletion.
+    #[allow(clippy::too_many_arguments)]
+    fn write_update(
+        &mut self,
+        def: &ResourceDef,
+        target: &Target,
+        key: ObjectKey,
+        old: &Arc<Value>,
+        new: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let name = key.name.clone();
+        let has_status_sub = match def.behaviour {
+            Behaviour::Custom => def
+                .served_version(&target.version)
+                .is_some_and(|v| v.status_subresource),
+            Behaviour::Crd | Behaviour::Namespace => true,
+        };
+        if part == Part::Status && !has_status_sub {
+            return Err(ApiError::path_not_found());
+        }
+        let mut candidate = match part {
+            Part::Status => {
+                // The status endpoint takes only `status` from the request; everything else stays.
+                let mut c = (**old).clone();
+                let map = meta::object_mut(&mut c);
+                match new.get("status") {
+                    Some(s) => map.insert("status".into(), s.clone()),
+                    None => map.remove("status"),
+                };
+                c
+            }
+            Part::Main => {
+                let mut c = new;
+                let old_meta = meta::meta(old).cloned().unwrap_or_default();
+                let m = meta::meta_mut(&mut c);
+                for owned in [
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "generation",
+                    "managedFields",
+                    "selfLink",
+                ] {
+                    match old_meta.get(owned) {
+                        Some(v) => m.insert(owned.into(), v.clone()),
+                        None => m.remove(owned),
+                    };
+                }
+                let map = meta::object_mut(&mut c);
+                if has_status_sub {
+                    match old.get("status") {
+                        Some(s) => map.insert("status".into(), s.clone()),
+                        None => map.remove("status"),
+                    };
+                }
+                c
+            }
+        };
+        // Stored objects keep the apiVersion they were written with; compare in one version.
+        meta::object_mut(&mut candidate).insert(
+            "apiVersion".into(),
+            Value::String(def.api_version(&target.version)),
+        );
+        meta::meta_mut(&mut candidate).insert(
+            "resourceVersion".into(),
+            Value::String(meta::resource_version(old).to_string()),
+        );
+
+        if def.behaviour == Behaviour::Crd && part == Part::Main {
+            crd::validate_and_default(&mut candidate, Some(old))
+                .map_err(|causes| ApiError::invalid(&def.kind, &def.gr.group, &name, causes))?;
+            let st = crd::status(&candidate, meta::is_deleting(&candidate));
+            meta::object_mut(&mut candidate).insert("status".into(), st);
+        }
+
+        if meta::is_deleting(old) {
+            let before = meta::finalizers(old);
+            let added: Vec<String> = meta::finalizers(&candidate)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
+            if !added.is_empty() {
+                return Err(ApiError::invalid(
+                    &def.kind,
+                    &def.gr.group,
+                    &name,
+                    vec![Cause::new(
+                        "FieldValueForbidden",
+                        "metadata.finalizers",
+                        format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        ),
+                    )],
+                ));
+            }
+        }
+
+        meta::normalize(&mut candidate);
+        if def.behaviour != Behaviour::Namespace
+            && part == Part::Main
+            && changed_outside_metadata(old, &candidate)
+        {
+            let generation = meta::generation(old) + 1;
+            meta::meta_mut(&mut candidate).insert("generation".into(), json!(generation));
+        }
+
+        let stored_form = {
+            let mut o = (**old).clone();
+            meta::object_mut(&mut o).insert(
+                "apiVersion".into(),
+                Value::String(def.api_version(&target.version)),
+            );
+            o
+        };
+        if candidate == stored_form {
+            // Byte-identical result: etcd skips the write, so no new revision and no event.
+            return Ok(present(def, &target.version, old));
+        }
+        if dry_run {
+            return Ok(present(def, &target.version, &candidate));
+        }
+        if meta::is_deleting(&candidate) && meta::finalizers(&candidate).is_empty() {
+            // The emptied version is never stored: the object is deleted instead.
+            let last = self.remove_object(&def.gr, &key);
+            let rv = last
+                .as_deref()
+                .map(meta::resource_version)
+                .unwrap_or("")
+                .to_string();
+            meta::meta_mut(&mut candidate).insert("resourceVersion".into(), Value::String(rv));
+            return Ok(present(def, &target.version, &candidate));
+        }
+        let stored = self.put(&def.gr, key, candidate);
+        if def.behaviour == Behaviour::Crd {
+            let new_def = crd::resource_def(&stored);
+            self.resources.insert(new_def.gr.clone(), new_def);
+        }
+        Ok(present(def, &target.version, &stored))
+    }
+
+    /// DELETE of one object.
+    pub(crate) fn delete(
+        &mut self,
+        target: &Target,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Deleted> {
+        let def = self.def(&target.gr)?.clone();
+        let key = target.key(name);
+        let current = self
+            .get(&def.gr, &key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&def.gr, name))?;
+        if let Some(uid) = &opts.uid {
+            let actual = meta::meta_str(&current, "uid").unwrap_or("");
+            if uid != actual {
+                return Err(ApiError::conflict_with(
+                    &def.gr,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = &opts.resource_version {
+            let actual = meta::resource_version(&current);
+            if rv != actual {
+                return Err(ApiError::conflict_with(
+                    &def.gr,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if opts.dry_run {
+            return Ok(Deleted::Pending(present(&def, &target.version, &current)));
+        }
+        let outcome = self.delete_object(&def, &key);
+        Ok(match outcome {
+            Some(pending) => Deleted::Pending(present(&def, &target.version, &pending)),
+            None => Deleted::Gone(json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": def.gr.group, "kind": def.gr.resource,
+                            "uid": meta::meta_str(&current, "uid").unwrap_or("")}
+            })),
+        })
+    }
+
+    /// DELETE of a collection: deletes every matching object, answers with the list of them.
+    pub(crate) fn delete_collection(
+        &mut self,
+        target: &Target,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let def = self.def(&target.gr)?.clone();
+        let keys: Vec<ObjectKey> = self
+            .objects
+            .get(&def.gr)
+            .map(|objs| {
+                objs.iter()
+                    .filter(|(k, o)| {
+                        target
+                            .namespace
+                            .as_deref()
+                            .is_none_or(|ns| k.namespace == ns)
+                            && super::list::matches(&def, o, labels, fields)
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut items = Vec::new();
+        for key in keys {
+            if dry_run {
+                if let Some(o) = self.get(&def.gr, &key) {
+                    items.push(present(&def, &target.version, o));
+                }
+                continue;
+            }
+            let before = self.get(&def.gr, &key).cloned();
+            match self.delete_object(&def, &key) {
+                Some(pending) => items.push(present(&def, &target.version, &pending)),
+                None => {
+                    if let Some(b) = before {
+                        items.push(present(&def, &target.version, &b));
+                    }
+                }
+            }
+        }
+        Ok(json!({
+            "apiVersion": def.api_version(&target.version),
+            "kind": def.list_kind,
+            "metadata": {"resourceVersion": self.rv.to_string()},
+            "items": items,
+        }))
+    }
+
+    /// Deletes an object as the server's finalizer flow does: with finalizers it is only marked
+    /// (returned); without, it is removed (`None`). CRDs and namespaces first delete their contents.
+    fn delete_object(&mut self, def: &ResourceDef, key: &ObjectKey) -> Option<Value> {
+        let current = self.get(&def.gr, key).cloned()?;
+        let cascade = matches!(def.behaviour, Behaviour::Crd | Behaviour::Namespace);
+        if meta::finalizers(&current).is_empty() && !cascade {
+            self.remove_object(&def.gr, key);
+            return None;
+        }
+        let mut marked = (*current).clone();
+        if !meta::is_deleting(&marked) {
+            let generation = meta::generation(&marked);
+            let m = meta::meta_mut(&mut marked);
+            m.insert("deletionTimestamp".into(), Value::String(meta::now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            if def.behaviour != Behaviour::Namespace {
+                m.insert("generation".into(), json!(generation + 1));
+            }
+            match def.behaviour {
+                Behaviour::Crd => {
+                    let mut fins = meta::finalizers(&marked);
+                    fins.push("customresourcecleanup.apiextensions.k8s.io".into());
+                    meta::meta_mut(&mut marked).insert("finalizers".into(), json!(fins));
+                    let st = crd::status(&marked, true);
+                    meta::object_mut(&mut marked).insert("status".into(), st);
+                }
+                Behaviour::Namespace => {
+                    meta::object_mut(&mut marked)
+                        .insert("status".into(), json!({"phase": "Terminating"}));
+                }
+                Behaviour::Custom => {}
+            }
+            let stored = self.put(&def.gr, key.clone(), marked);
+            marked = (*stored).clone();
+        }
+        match def.behaviour {
+            Behaviour::Crd => {
+                let served = crd::resource_def(&marked).gr;
+                if let Some(d) = self.resources.get_mut(&served) {
+                    d.terminating = true;
+                }
+                let contents: Vec<ObjectKey> = self
+                    .objects
+                    .get(&served)
+                    .map(|o| o.keys().cloned().collect())
+                    .unwrap_or_default();
+                if let Some(served_def) = self.resources.get(&served).cloned() {
+                    for k in contents {
+                        self.delete_object(&served_def, &k);
+                    }
+                }
+                self.finish_terminations(&served, "");
+            }
+            Behaviour::Namespace => {
+                let ns = key.name.clone();
+                let namespaced: Vec<ResourceDef> = self
+                    .resources
+                    .values()
+                    .filter(|d| d.namespaced)
+                    .cloned()
+                    .collect();
+                for d in namespaced {
+                    let contents: Vec<ObjectKey> = self
+                        .objects
+                        .get(&d.gr)
+                        .map(|o| o.keys().filter(|k| k.namespace == ns).cloned().collect())
+                        .unwrap_or_default();
+                    for k in contents {
+                        self.delete_object(&d, &k);
+                    }
+                }
+                self.finish_terminations(&GroupResource::namespaces(), &ns);
+            }
+            Behaviour::Custom => {}
+        }
+        self.get(&def.gr, key).map(|o| (**o).clone())
+    }
+
+    /// Removes an object, then completes any CRD or namespace deletion that was waiting for it.
+    fn remove_object(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Arc<Value>> {
+        let last = self.remove(gr, key)?;
+        self.finish_terminations(gr, &key.namespace);
+        Some(last)
+    }
+
+    /// Removes a terminating CRD once its resource is empty, and a terminating namespace once it is.
+    fn finish_terminations(&mut self, gr: &GroupResource, namespace: &str) {
+        let crd_waiting = self
+            .resources
+            .get(gr)
+            .is_some_and(|d| d.terminating && d.behaviour == Behaviour::Custom);
+        if crd_waiting && self.objects.get(gr).is_none_or(BTreeMap::is_empty) {
+            self.resources.remove(gr);
+            self.objects.remove(gr);
+            self.remove(&GroupResource::crds(), &ObjectKey::new("", &gr.qualified()));
+        }
+        if namespace.is_empty() {
+            return;
+        }
+        let ns_key = ObjectKey::new("", namespace);
+        let deleting = self
+            .get(&GroupResource::namespaces(), &ns_key)
+            .is_some_and(|o| meta::is_deleting(o));
+        if deleting
+            && self
+                .objects
+                .values()
+                .all(|objs| objs.keys().all(|k| k.namespace != namespace))
+        {
+            self.remove(&GroupResource::namespaces(), &ns_key);
+        }
+    }
+}
+
+/// Whether anything outside `metadata` differs: what bumps `generation` for custom resources.
+fn changed_outside_metadata(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| -> Map<String, Value> {
+        let mut m = v.as_object().cloned().unwrap_or_default();
+        m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
+        m
+    };
+    strip(a) != strip(b)
+}
+
+/// Decodes a JSON request body into an object, with the server's 400 for anything else.
+pub(crate) fn decode_object(body: &[u8], what: &str) -> ApiResult<Value> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding {what}: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "error decoding {what}: the body must be a JSON object"
+        )));
+    }
+    Ok(v)
+}

@@ -1,0 +1,240 @@
+//! What the simulator serves: resource definitions (built-in and from CRDs) and object keys.
+
+use serde_json::{Value, json};
+
+/// A resource by group and plural (`widgets.example.com`; the core group is `""`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupResource {
+    /// API group, `""` for the core group.
+    pub group: String,
+    /// Plural resource name.
+    pub resource: String,
+}
+
+impl GroupResource {
+    /// A resource of `group` named `resource`.
+    pub fn new(group: impl Into<String>, resource: impl Into<String>) -> Self {
+        Self {
+            group: group.into(),
+            resource: resource.into(),
+        }
+    }
+
+    /// `widgets.example.com`, or `namespaces` for the core group (as in error messages).
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
+    pub(crate) fn namespaces() -> Self {
+        Self::new("", "namespaces")
+    }
+
+    pub(crate) fn crds() -> Self {
+        Self::new(CRD_GROUP, "customresourcedefinitions")
+    }
+}
+
+/// The group of CustomResourceDefinitions.
+pub(crate) const CRD_GROUP: &str = "apiextensions.k8s.io";
+
+/// Which server behaviour a resource gets on top of the generic object store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Behaviour {
+    /// `v1` Namespace: deleting one deletes its contents.
+    Namespace,
+    /// A CustomResourceDefinition: validated, given status, and serves its resource.
+    Crd,
+    /// A custom resource served from a CRD.
+    Custom,
+}
+
+/// One served version of a resource.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct VersionDef {
+    pub(crate) name: String,
+    pub(crate) served: bool,
+    pub(crate) storage: bool,
+    pub(crate) status_subresource: bool,
+    /// The version's `openAPIV3Schema`, served through OpenAPI for kubectl.
+    pub(crate) schema: Option<Value>,
+}
+
+/// A resource the simulator serves.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResourceDef {
+    pub(crate) gr: GroupResource,
+    pub(crate) kind: String,
+    pub(crate) list_kind: String,
+    pub(crate) singular: String,
+    pub(crate) namespaced: bool,
+    pub(crate) short_names: Vec<String>,
+    pub(crate) categories: Vec<String>,
+    pub(crate) versions: Vec<VersionDef>,
+    pub(crate) behaviour: Behaviour,
+    /// Set while a CRD is being deleted: creates are forbidden.
+    pub(crate) terminating: bool,
+}
+
+impl ResourceDef {
+    pub(crate) fn builtin_namespaces() -> Self {
+        Self {
+            gr: GroupResource::namespaces(),
+            kind: "Namespace".into(),
+            list_kind: "NamespaceList".into(),
+            singular: "namespace".into(),
+            namespaced: false,
+            short_names: vec!["ns".into()],
+            categories: vec![],
+            versions: vec![VersionDef {
+                name: "v1".into(),
+                served: true,
+                storage: true,
+                status_subresource: true,
+                schema: None,
+            }],
+            behaviour: Behaviour::Namespace,
+            terminating: false,
+        }
+    }
+
+    pub(crate) fn builtin_crds() -> Self {
+        Self {
+            gr: GroupResource::crds(),
+            kind: "CustomResourceDefinition".into(),
+            list_kind: "CustomResourceDefinitionList".into(),
+            singular: "customresourcedefinition".into(),
+            namespaced: false,
+            short_names: vec!["crd".into(), "crds".into()],
+            categories: vec!["api-extensions".into()],
+            versions: vec![VersionDef {
+                name: "v1".into(),
+                served: true,
+                storage: true,
+                status_subresource: true,
+                schema: None,
+            }],
+            behaviour: Behaviour::Crd,
+            terminating: false,
+        }
+    }
+
+    /// The served version named `v`.
+    pub(crate) fn served_version(&self, v: &str) -> Option<&VersionDef> {
+        self.versions.iter().find(|x| x.name == v && x.served)
+    }
+
+    /// `group/version`, or `version` for the core group.
+    pub(crate) fn api_version(&self, version: &str) -> String {
+        api_version(&self.gr.group, version)
+    }
+
+    /// Built-in lists leave `apiVersion`/`kind` out of their items; custom resource lists keep them.
+    pub(crate) fn items_carry_type(&self) -> bool {
+        self.behaviour == Behaviour::Custom
+    }
+
+    pub(crate) fn verbs(&self) -> Value {
+        json!([
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch"
+        ])
+    }
+}
+
+/// `group/version`, or `version` for the core group.
+pub(crate) fn api_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+/// Where an object lives: namespace (`""` when cluster-scoped) and name. Ordered as etcd keys are.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ObjectKey {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+}
+
+impl ObjectKey {
+    pub(crate) fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// Orders versions as Kubernetes does: GA before beta before alpha, higher numbers first, others last.
+pub(crate) fn version_priority(a: &str, b: &str) -> std::cmp::Ordering {
+    fn parse(v: &str) -> Option<(u64, u8, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let major: u64 = digits.parse().ok()?;
+        let tail = &rest[digits.len()..];
+        if tail.is_empty() {
+            return Some((major, 2, 0));
+        }
+        let (level, n) = if let Some(n) = tail.strip_prefix("beta") {
+            (1, n)
+        } else if let Some(n) = tail.strip_prefix("alpha") {
+            (0, n)
+        } else {
+            return None;
+        };
+        Some((major, level, n.parse().ok()?))
+    }
+    match (parse(a), parse(b)) {
+        // Higher stability, then higher major, then higher minor come first.
+        (Some((ma, la, na)), Some((mb, lb, nb))) => lb.cmp(&la).then(mb.cmp(&ma)).then(nb.cmp(&na)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_like_kubernetes() {
+        let mut v = vec![
+            "v1alpha1",
+            "foo",
+            "v2beta1",
+            "v1",
+            "v1beta2",
+            "v2",
+            "v11alpha2",
+            "v1beta1",
+            "bar",
+        ];
+        v.sort_by(|a, b| version_priority(a, b));
+        assert_eq!(
+            v,
+            [
+                "v2",
+                "v1",
+                "v2beta1",
+                "v1beta2",
+                "v1beta1",
+                "v11alpha2",
+                "v1alpha1",
+                "bar",
+                "foo"
+            ]
+        );
+    }
+}

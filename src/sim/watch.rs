@@ -1,0 +1,230 @@
+//! WATCH: a chunked stream of one-line JSON events served from the change history
+//! (WATCH-PROTOCOL.md §A6): synthetic ADDED for a fresh start, resume after a revision, 410 as an
+//! in-stream ERROR, selector transitions as ADDED/DELETED, bookmarks and the timeout.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::list::matches;
+use super::meta;
+use super::ops::present;
+use super::resource::{ObjectKey, ResourceDef};
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::ApiError;
+use super::store::{Change, ChangeType, Store};
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// resourceVersion unset or "0": synthetic ADDED for the current state, then changes.
+    Current,
+    /// After this revision, with no synthetic events.
+    After(u64),
+}
+
+/// A parsed watch request.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchRequest {
+    pub(crate) def: ResourceDef,
+    pub(crate) version: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) labels: LabelSelector,
+    pub(crate) fields: FieldSelector,
+    pub(crate) start: Start,
+    pub(crate) bookmarks: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) bookmark_interval: Duration,
+}
+
+/// How many changes one poll of the history takes before writing them out (bounds time under the lock).
+const BATCH: usize = 512;
+/// Lines buffered between the producer task and the connection: a reader that stops reading holds back
+/// only its own producer, which is dropped once the history it needs is compacted.
+const CHANNEL_DEPTH: usize = 256;
+
+type Tx = mpsc::Sender<Result<Bytes, Infallible>>;
+
+/// Starts the producer task of a watch and returns the response body it feeds.
+pub(crate) fn serve(store: Arc<Store>, req: WatchRequest, shutdown: CancellationToken) -> Body {
+    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    tokio::spawn(run(store, req, tx, shutdown));
+    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    // Serializing a `Value` into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, object);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
+impl WatchRequest {
+    fn in_scope(&self, key: &ObjectKey) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| key.namespace == ns)
+    }
+
+    fn matches(&self, obj: &Value) -> bool {
+        matches(&self.def, obj, &self.labels, &self.fields)
+    }
+
+    fn render(&self, obj: &Value) -> Value {
+        let wanted = self.def.api_version(&self.version);
+        if obj.get("apiVersion").and_then(Value::as_str) == Some(wanted.as_str())
+            && obj.get("kind").and_then(Value::as_str) == Some(self.def.kind.as_str())
+        {
+            obj.clone()
+        } else {
+            present(&self.def, &self.version, obj)
+        }
+    }
+
+    /// The event a change becomes for this watcher, if any: selector transitions become ADDED/DELETED.
+    fn event(&self, c: &Change) -> Option<Bytes> {
+        if c.gr != self.def.gr || !self.in_scope(&c.key) {
+            return None;
+        }
+        match c.kind {
+            ChangeType::Added => self
+                .matches(&c.object)
+                .then(|| line("ADDED", &self.render(&c.object))),
+            ChangeType::Deleted => {
+                let last = c.prev.as_deref().unwrap_or(&c.object);
+                self.matches(last)
+                    .then(|| line("DELETED", &self.render(&c.object)))
+            }
+            ChangeType::Modified => {
+                let was = c.prev.as_deref().is_some_and(|p| self.matches(p));
+                let is = self.matches(&c.object);
+                match (was, is) {
+                    (true, true) => Some(line("MODIFIED", &self.render(&c.object))),
+                    (false, true) => Some(line("ADDED", &self.render(&c.object))),
+                    (true, false) => {
+                        // The object left the selection: DELETED with its previous content at the new revision.
+                        let mut prev = c.prev.as_deref().cloned().unwrap_or(Value::Null);
+                        meta::meta_mut(&mut prev)
+                            .insert("resourceVersion".into(), Value::String(c.rv.to_string()));
+                        Some(line("DELETED", &self.render(&prev)))
+                    }
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+
+    fn bookmark(&self, rv: u64) -> Bytes {
+        line(
+            "BOOKMARK",
+            &json!({
+                "apiVersion": self.def.api_version(&self.version),
+                "kind": self.def.kind,
+                "metadata": {"resourceVersion": rv.to_string()},
+            }),
+        )
+    }
+}
+
+async fn run(store: Arc<Store>, req: WatchRequest, tx: Tx, shutdown: CancellationToken) {
+    let mut revisions = store.subscribe();
+    let begin = {
+        let state = store.read();
+        match req.start {
+            Start::Current => {
+                let objs: Vec<Arc<Value>> = state
+                    .objects
+                    .get(&req.def.gr)
+                    .map(|m| {
+                        m.iter()
+                            .filter(|(k, o)| req.in_scope(k) && req.matches(o))
+                            .map(|(_, o)| o.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok((objs, state.rv))
+            }
+            Start::After(n) if n < state.compacted => {
+                Err(ApiError::watch_expired(n, state.compacted))
+            }
+            Start::After(n) => Ok((Vec::new(), n)),
+        }
+    };
+    let (initial, mut pos) = match begin {
+        Ok(b) => b,
+        Err(expired) => {
+            // Once the resourceVersion parsed, errors are in-stream: 200, one ERROR event, end.
+            let _ = tx.send(Ok(line("ERROR", &expired.to_status()))).await;
+            return;
+        }
+    };
+    for obj in initial {
+        if tx.send(Ok(line("ADDED", &req.render(&obj)))).await.is_err() {
+            return;
+        }
+    }
+    let deadline = Instant::now() + req.timeout;
+    let mut next_bookmark = Instant::now() + req.bookmark_interval;
+    loop {
+        // Drain everything committed so far.
+        loop {
+            let batch = {
+                let state = store.read();
+                if !state.resources.contains_key(&req.def.gr)
+                    && state.changes_after(pos, 1).is_some_and(|c| c.is_empty())
+                {
+                    // The CRD is gone and its DELETED events are out: the real server ends such watches.
+                    return;
+                }
+                state.changes_after(pos, BATCH)
+            };
+            let Some(batch) = batch else {
+                // The history this watcher still needed is gone: drop it, as the server drops a watcher
+                // whose buffer filled. The client re-watches and learns about the gap from a 410.
+                return;
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for c in &batch {
+                pos = c.rv;
+                if let Some(ev) = req.event(c)
+                    && tx.send(Ok(ev)).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            changed = revisions.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                if req.bookmarks {
+                    let _ = tx.send(Ok(req.bookmark(pos))).await;
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(next_bookmark), if req.bookmarks => {
+                next_bookmark = Instant::now() + req.bookmark_interval;
+                if tx.send(Ok(req.bookmark(pos))).await.is_err() {
+                    return;
+                }
+            }
+            () = shutdown.cancelled() => return,
+            () = tx.closed() => return,
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! herald's end-to-end tests: one binary of `mod` files; every test starts the real things it talks to.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod support;
+
+mod cli;
+mod sim_crd;
+mod sim_kube;
+mod sim_kubectl;
+mod sim_list;
+mod sim_watch;
+mod sim_writes;
