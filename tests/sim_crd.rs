@@ -337,3 +337,50 @@ async fn deleting_a_crd_deletes_its_objects_and_watchers_see_it() {
     );
     assert_eq!(raw.get(widgets).await.status, 404);
 }
+
+#[tokio::test]
+async fn updating_a_crd_changes_what_is_served() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let path = format!("{CRDS}/widgets.example.com");
+    let current = raw.get(&path).await.body;
+    let mut next = current.clone();
+    next["spec"]["versions"] = json!([
+        {"name": "v1", "served": false, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}},
+        {"name": "v2", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}
+    ]);
+    let r = raw.put(&path, &next).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["metadata"]["generation"], 2);
+    assert_eq!(
+        raw.get("/apis/example.com/v2/namespaces/default/widgets")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        raw.get("/apis/example.com/v1/namespaces/default/widgets")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        raw.get("/apis/example.com").await.body["preferredVersion"]["version"],
+        "v2"
+    );
+
+    let mut rescoped = r.body.clone();
+    rescoped["spec"]["scope"] = json!("Cluster");
+    assert_eq!(
+        raw.put(&path, &rescoped).await.status,
+        422,
+        "scope is immutable"
+    );
+    // Re-applying the same CRD is a no-op: same revision.
+    let again = raw.put(&path, &r.body).await;
+    assert_eq!(
+        again.body["metadata"]["resourceVersion"],
+        r.body["metadata"]["resourceVersion"]
+    );
+}
