@@ -5,6 +5,7 @@ mod support;
 
 mod cli;
 mod sim_crd;
+mod sim_faults;
 mod sim_kube;
 mod sim_kubectl;
 mod sim_list;

@@ -280,3 +280,47 @@ async fn kube_runtime_finalizer_helper_adds_and_removes_its_finalizer() {
         other => panic!("expected 404 after cleanup, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn kube_runtime_streaming_list_watcher_reaches_init_done() {
+    let sim = sim().await;
+    let client = sim.client().unwrap();
+    install(&client).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &widgets_resource());
+    for n in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &widget(n))
+            .await
+            .unwrap();
+    }
+    let mut stream =
+        watcher::watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut initial = BTreeSet::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            Event::Init => {}
+            Event::InitApply(o) => {
+                initial.insert(o.metadata.name.unwrap());
+            }
+            Event::InitDone => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(initial.len(), 3);
+    api.create(&PostParams::default(), &widget("d"))
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Some(Event::Apply(o)) => assert_eq!(o.metadata.name.as_deref(), Some("d")),
+        other => panic!("expected Apply(d), got {other:?}"),
+    }
+}

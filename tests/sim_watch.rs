@@ -259,13 +259,16 @@ async fn watch_parameter_errors_come_before_the_stream() {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;
-    let sie = raw.get(&format!("{WIDGETS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")).await;
+    let no_match = raw
+        .get(&format!(
+            "{WIDGETS}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true"
+        ))
+        .await;
     assert_eq!(
-        sie.status, 422,
-        "no streaming lists yet: refused, never ignored"
+        (no_match.status, no_match.body["reason"].as_str()),
+        (422, Some("Invalid"))
     );
-    assert_eq!(sie.body["reason"], "Invalid");
-    assert_eq!(sie.body["details"]["kind"], "ListOptions");
+    assert_eq!(no_match.body["details"]["kind"], "ListOptions");
     assert_eq!(
         raw.get(&format!("{WIDGETS}?watch=1&resourceVersion=abc"))
             .await
@@ -273,13 +276,105 @@ async fn watch_parameter_errors_come_before_the_stream() {
         400
     );
     assert_eq!(raw.get(&format!("{WIDGETS}?watch=maybe")).await.status, 400);
-    assert_eq!(
-        raw.get(&format!(
+    let match_alone = raw
+        .get(&format!(
             "{WIDGETS}?watch=1&resourceVersionMatch=NotOlderThan&resourceVersion=0"
         ))
-        .await
-        .status,
-        422
+        .await;
+    assert_eq!(match_alone.status, 422);
+}
+
+#[tokio::test]
+async fn streaming_list_sends_initial_state_then_the_end_bookmark_then_changes() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    for n in ["a", "b"] {
+        raw.post(WIDGETS, &widget(n, json!({}), json!({}))).await;
+    }
+    let snapshot = sim.resource_version();
+    let mut w = raw
+        .watch(&format!("{WIDGETS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"))
+        .await;
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        lines.push(
+            serde_json::from_str::<Value>(&w.next_line(Duration::from_secs(5)).await.unwrap())
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        (lines[0]["type"].as_str(), lines[1]["type"].as_str()),
+        (Some("ADDED"), Some("ADDED"))
+    );
+    let end = &lines[2];
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(
+        end["object"]["metadata"]["resourceVersion"],
+        snapshot.to_string()
+    );
+    assert_eq!(
+        (
+            end["object"]["apiVersion"].as_str(),
+            end["object"]["kind"].as_str()
+        ),
+        (Some("example.com/v1"), Some("Widget"))
+    );
+    raw.post(WIDGETS, &widget("c", json!({}), json!({}))).await;
+    let (t, o) = w.next_event().await.unwrap();
+    assert_eq!(
+        (t.as_str(), o["metadata"]["name"].as_str()),
+        ("ADDED", Some("c"))
+    );
+
+    // Without allowWatchBookmarks the marker is not sent; sendInitialEvents=false starts at the revision.
+    let mut quiet = raw.watch(&format!("{WIDGETS}?watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&timeoutSeconds=1")).await;
+    assert!(
+        quiet.next_line(Duration::from_secs(5)).await.is_none(),
+        "no initial events, no marker"
+    );
+}
+
+#[tokio::test]
+async fn a_fresh_watch_with_bookmarks_ends_its_initial_events_with_the_marker() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    raw.post(WIDGETS, &widget("a", json!({}), json!({}))).await;
+    let mut w = raw
+        .watch(&format!("{WIDGETS}?watch=1&allowWatchBookmarks=true"))
+        .await;
+    let first: Value =
+        serde_json::from_str(&w.next_line(Duration::from_secs(5)).await.unwrap()).unwrap();
+    assert_eq!(first["type"], "ADDED");
+    let marker: Value =
+        serde_json::from_str(&w.next_line(Duration::from_secs(5)).await.unwrap()).unwrap();
+    assert_eq!(
+        marker["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+}
+
+#[tokio::test]
+async fn a_streaming_list_from_a_future_revision_is_an_in_stream_504() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let ahead = sim.resource_version() + 50;
+    let mut w = raw
+        .watch(&format!("{WIDGETS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion={ahead}"))
+        .await;
+    let ev: Value =
+        serde_json::from_str(&w.next_line(Duration::from_secs(10)).await.unwrap()).unwrap();
+    assert_eq!(ev["type"], "ERROR");
+    assert_eq!(ev["object"]["code"], 504);
+    assert_eq!(
+        ev["object"]["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
     );
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::CliError;
-use crate::sim::{SimConfig, Simulator};
+use crate::sim::{FailRule, LatencyRule, SimConfig, Simulator};
 
 /// Options of `herald sim`.
 #[derive(Debug, Args)]
@@ -28,16 +28,77 @@ pub struct SimArgs {
     /// Interval of BOOKMARK events on idle watches that allow them (e.g. `60s`, `500ms`).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "HERALD_SIM_BOOKMARK_INTERVAL")]
     pub bookmark_interval: Duration,
+    /// Drop a watch whose reader accepts nothing for this long (e.g. `5s`).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "HERALD_SIM_SLOW_READER_TIMEOUT")]
+    pub slow_reader_timeout: Duration,
+    /// Fail the next COUNT requests under PATH_PREFIX with STATUS: `STATUS:COUNT:PATH_PREFIX`, e.g.
+    /// `503:3:/apis/example.com` (429, 500, 503 and 504 get the real server's bodies). Repeatable.
+    #[arg(long, value_parser = parse_fail)]
+    pub fail: Vec<FailRule>,
+    /// Delay every request under PATH_PREFIX: `DURATION:PATH_PREFIX`, e.g. `200ms:/apis`. Repeatable.
+    #[arg(long, value_parser = parse_latency)]
+    pub latency: Vec<LatencyRule>,
+}
+
+fn parse_fail(s: &str) -> Result<FailRule, String> {
+    let mut parts = s.splitn(3, ':');
+    let (Some(status), Some(count), Some(prefix)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("expected STATUS:COUNT:PATH_PREFIX, got {s:?}"));
+    };
+    let status: u16 = status
+        .parse()
+        .map_err(|_| format!("invalid status {status:?} in {s:?}"))?;
+    let count: u32 = count
+        .parse()
+        .map_err(|_| format!("invalid count {count:?} in {s:?}"))?;
+    if !prefix.starts_with('/') {
+        return Err(format!(
+            "the path prefix must start with '/', got {prefix:?}"
+        ));
+    }
+    Ok(FailRule {
+        path_prefix: prefix.to_string(),
+        method: None,
+        watch: None,
+        status,
+        count,
+        retry_after_seconds: matches!(status, 429 | 503 | 504).then_some(1),
+    })
+}
+
+fn parse_latency(s: &str) -> Result<LatencyRule, String> {
+    let Some((delay, prefix)) = s.split_once(':') else {
+        return Err(format!("expected DURATION:PATH_PREFIX, got {s:?}"));
+    };
+    let delay =
+        humantime::parse_duration(delay).map_err(|e| format!("invalid duration {delay:?}: {e}"))?;
+    if !prefix.starts_with('/') {
+        return Err(format!(
+            "the path prefix must start with '/', got {prefix:?}"
+        ));
+    }
+    Ok(LatencyRule {
+        path_prefix: prefix.to_string(),
+        delay,
+    })
 }
 
 pub(super) async fn run(args: SimArgs) -> Result<(), CliError> {
     let config = SimConfig::default()
         .listen(args.listen)
         .history_limit(args.history)
-        .bookmark_interval(args.bookmark_interval);
+        .bookmark_interval(args.bookmark_interval)
+        .slow_reader_timeout(args.slow_reader_timeout);
     let sim = Simulator::start_with_kubeconfig(config, &args.kubeconfig_out)
         .await
         .map_err(CliError::SimStartFailed)?;
+    for rule in args.fail {
+        sim.fail(rule);
+    }
+    for rule in args.latency {
+        sim.add_latency(rule);
+    }
     tracing::info!(
         message = "Simulator ready.",
         url = %sim.url(),

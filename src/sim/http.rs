@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use axum::Router;
@@ -15,13 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::SimConfig;
 use super::discovery;
+use super::faults::Faults;
 use super::list::{self, ListQuery, ReadAt};
 use super::ops::{self, DeleteOptions, Deleted, Part, PatchKind, Target};
 use super::resource::{GroupResource, ResourceDef};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause};
 use super::store::Store;
-use super::watch::{self, Start, WatchRequest};
+use super::watch::{self, Start, WatchCtx, WatchRequest};
 
 /// The request body limit of the real server (3 MiB); larger bodies get 413.
 pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -35,26 +37,49 @@ pub(crate) struct Shared {
     pub(crate) addr: SocketAddr,
     /// Cancelled (and replaced) to drop every open watch at once; a child of `shutdown`.
     pub(crate) watches: std::sync::Mutex<CancellationToken>,
+    /// Injected faults.
+    pub(crate) faults: Faults,
+    /// Watches currently streaming.
+    pub(crate) open_watches: Arc<AtomicUsize>,
+    /// A pending restart for the serving loop (see [`super::Simulator::restart`]).
+    pub(crate) restart: std::sync::Mutex<Option<super::Restart>>,
+    /// Wakes the serving loop for a restart.
+    pub(crate) restart_requested: tokio::sync::Notify,
 }
 
 impl Shared {
-    /// The token the next watch ends on.
-    pub(crate) fn watch_token(&self) -> CancellationToken {
-        self.watches
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+    /// What the next watch needs from the server.
+    pub(crate) fn watch_ctx(&self) -> WatchCtx {
+        WatchCtx {
+            cancel: lock(&self.watches).clone(),
+            stall: self.faults.stall_receiver(),
+            open: self.open_watches.clone(),
+            slow_reader_timeout: self.config.slow_reader_timeout,
+        }
+    }
+
+    /// Asks the serving loop to restart.
+    pub(crate) fn request_restart(&self, restart: super::Restart) {
+        *lock(&self.restart) = Some(restart);
+        self.restart_requested.notify_one();
+    }
+
+    /// The pending restart, if any.
+    pub(crate) fn take_restart(&self) -> Option<super::Restart> {
+        lock(&self.restart).take()
     }
 
     /// Ends every open watch (their clients see a normal stream end and re-watch).
     pub(crate) fn drop_watches(&self) {
-        let mut current = self
-            .watches
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = lock(&self.watches);
         current.cancel();
         *current = self.shutdown.child_token();
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Holds a token only; nothing can be left half-written by a panic.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The router: one fallback handler, because API paths are data (they appear with CRDs).
@@ -84,6 +109,22 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         Err(_) => return ApiError::too_large(MAX_BODY).into_response(),
     };
     let query = Query::parse(parts.uri.query().unwrap_or(""));
+    let path = parts.uri.path();
+    if let Some(rest) = path.strip_prefix("/_herald/") {
+        return super::admin::handle(&shared, &parts.method, rest, &body).await;
+    }
+    if let Some(delay) = shared.faults.latency_for(path) {
+        tokio::time::sleep(delay).await;
+    }
+    let is_watch = query.bool("watch").unwrap_or(false) || path.contains("/watch/");
+    let current_rv = shared.store.read().rv;
+    if let Some(injected) =
+        shared
+            .faults
+            .take_failure(parts.method.as_str(), path, is_watch, current_rv)
+    {
+        return injected.into_response();
+    }
     match dispatch(
         &shared,
         &parts.method,
@@ -507,22 +548,24 @@ fn start_watch(
     name: Option<&str>,
 ) -> ApiResult<Response> {
     let (labels, fields) = selectors(&def, query, name)?;
-    if query.get("sendInitialEvents").is_some() {
+    let send_initial_events = match query.get("sendInitialEvents") {
+        None => None,
+        Some(_) => Some(query.bool("sendInitialEvents")?),
+    };
+    let rv_match = query.get("resourceVersionMatch").filter(|s| !s.is_empty());
+    if send_initial_events.is_some() && rv_match != Some("NotOlderThan") {
         return Err(ApiError::invalid(
             "ListOptions",
             "meta.k8s.io",
             "",
             vec![Cause::new(
                 "FieldValueForbidden",
-                "sendInitialEvents",
-                "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
             )],
         ));
     }
-    if query
-        .get("resourceVersionMatch")
-        .is_some_and(|s| !s.is_empty())
-    {
+    if send_initial_events.is_none() && rv_match.is_some() {
         return Err(ApiError::invalid(
             "ListOptions",
             "meta.k8s.io",
@@ -534,9 +577,22 @@ fn start_watch(
             )],
         ));
     }
-    let start = match query.get("resourceVersion").unwrap_or("") {
-        "" | "0" => Start::Current,
-        rv => Start::After(list::parse_rv(rv)?),
+    let rv = query.get("resourceVersion").unwrap_or("");
+    let parse = |rv: &str| list::parse_rv(rv);
+    let (start, initial_events_end) = match (send_initial_events, rv) {
+        (Some(true), "" | "0") => (Start::Initial { at_least: 0 }, true),
+        (Some(true), n) => (
+            Start::Initial {
+                at_least: parse(n)?,
+            },
+            true,
+        ),
+        (Some(false), "" | "0") => (Start::After(shared.store.read().rv), false),
+        (Some(false), n) => (Start::After(parse(n)?), false),
+        // The WatchList defaulting: a fresh watch behaves as a streaming list, so it ends its initial
+        // events with the marker bookmark when bookmarks are allowed.
+        (None, "" | "0") => (Start::Initial { at_least: 0 }, true),
+        (None, n) => (Start::After(parse(n)?), false),
     };
     let timeout = match query.get("timeoutSeconds").filter(|s| !s.is_empty()) {
         Some(t) => {
@@ -557,8 +613,9 @@ fn start_watch(
         bookmarks: query.bool("allowWatchBookmarks")?,
         timeout,
         bookmark_interval: shared.config.bookmark_interval,
+        initial_events_end,
     };
-    let body: Body = watch::serve(shared.store.clone(), req, shared.watch_token());
+    let body: Body = watch::serve(shared.store.clone(), req, shared.watch_ctx());
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

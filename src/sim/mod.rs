@@ -15,8 +15,10 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod crd;
 mod discovery;
+mod faults;
 mod http;
 mod list;
 mod meta;
@@ -38,6 +40,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use faults::{FailRule, LatencyRule};
 pub use resource::GroupResource;
 pub use status::ApiError;
 
@@ -53,6 +56,9 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// A watch without `timeoutSeconds` ends after a random time in [this, 2 × this]. Default 1800 s.
     pub min_request_timeout: Duration,
+    /// A watch whose reader accepts nothing for this long (its buffer stays full) is dropped, as the
+    /// real server drops unresponsive watchers. Default 5 s.
+    pub slow_reader_timeout: Duration,
 }
 
 impl Default for SimConfig {
@@ -62,6 +68,7 @@ impl Default for SimConfig {
             history_limit: 100_000,
             bookmark_interval: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
+            slow_reader_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -92,6 +99,13 @@ impl SimConfig {
     #[must_use]
     pub fn min_request_timeout(mut self, d: Duration) -> Self {
         self.min_request_timeout = d;
+        self
+    }
+
+    /// Sets how long a watch may go without its reader accepting data before it is dropped.
+    #[must_use]
+    pub fn slow_reader_timeout(mut self, d: Duration) -> Self {
+        self.slow_reader_timeout = d;
         self
     }
 
@@ -158,12 +172,10 @@ impl Simulator {
         config: SimConfig,
         kubeconfig: &Path,
     ) -> Result<Self, SimError> {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| SimError::BindFailed {
-                addr: config.listen,
-                source,
-            })?;
+        let listener = bind(config.listen).map_err(|source| SimError::BindFailed {
+            addr: config.listen,
+            source,
+        })?;
         let addr = listener
             .local_addr()
             .map_err(|source| SimError::BindFailed {
@@ -176,23 +188,20 @@ impl Simulator {
         let shared = Arc::new(http::Shared {
             store,
             config,
-            shutdown: shutdown.clone(),
+            shutdown,
             addr,
             watches,
+            faults: faults::Faults::default(),
+            open_watches: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            restart: std::sync::Mutex::new(None),
+            restart_requested: tokio::sync::Notify::new(),
         });
         seed(&shared.store);
         write_kubeconfig(kubeconfig, addr).map_err(|source| SimError::KubeconfigWriteFailed {
             path: kubeconfig.to_path_buf(),
             source,
         })?;
-        let app = http::router(shared.clone());
-        let server = tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
-            if let Err(error) = serve.await {
-                tracing::error!(message = "Simulator server failed.", %error);
-            }
-        });
+        let server = tokio::spawn(serve(shared.clone(), listener));
         tracing::debug!(message = "Simulator listening.", %addr);
         Ok(Self {
             shared,
@@ -233,6 +242,54 @@ impl Simulator {
         self.shared.store.write(store::State::compact);
     }
 
+    /// Fails the next matching requests (see [`FailRule`]).
+    pub fn fail(&self, rule: FailRule) {
+        self.shared.faults.add_fail(rule);
+    }
+
+    /// Delays every matching request.
+    pub fn add_latency(&self, rule: LatencyRule) {
+        self.shared.faults.add_latency(rule);
+    }
+
+    /// Stalls every watch (open and future): connections stay open and nothing is sent until
+    /// [`Simulator::resume_watches`] (or [`Simulator::clear_faults`]).
+    pub fn stall_watches(&self) {
+        self.shared.faults.stall_watches(true);
+    }
+
+    /// Ends a stall: held events flow again.
+    pub fn resume_watches(&self) {
+        self.shared.faults.stall_watches(false);
+    }
+
+    /// Removes every fail and latency rule and ends any stall.
+    pub fn clear_faults(&self) {
+        self.shared.faults.clear();
+    }
+
+    /// Watches currently streaming.
+    pub fn open_watches(&self) -> usize {
+        self.shared
+            .open_watches
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Restarts the server: every connection closes, the port refuses connections for `down_for`, then
+    /// serves again on the same address. With `keep_state` false, every object is gone (the namespaces
+    /// `default` and `kube-system` come back); `reset_revision` also restarts the revision counter, as an
+    /// etcd restored from nothing would (the one way to make resourceVersions go backwards).
+    pub async fn restart(&self, keep_state: bool, reset_revision: bool, down_for: Duration) {
+        let (done, finished) = tokio::sync::oneshot::channel();
+        self.shared.request_restart(Restart {
+            keep_state,
+            reset_revision,
+            down_for,
+            done: Some(done),
+        });
+        let _ = finished.await;
+    }
+
     /// Ends every open watch now; clients see a normal end of stream and re-watch from their last revision.
     pub fn drop_watches(&self) {
         self.shared.drop_watches();
@@ -250,6 +307,81 @@ impl Simulator {
 impl Drop for Simulator {
     fn drop(&mut self) {
         self.shared.shutdown.cancel();
+    }
+}
+
+/// A restart request for the serving loop.
+#[derive(Debug)]
+pub(crate) struct Restart {
+    pub(crate) keep_state: bool,
+    pub(crate) reset_revision: bool,
+    pub(crate) down_for: Duration,
+    pub(crate) done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Binds with `SO_REUSEADDR`, so a restart can take its own port back at once.
+fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Serves until shutdown, going down and up again on restart requests.
+async fn serve(shared: Arc<http::Shared>, listener: tokio::net::TcpListener) {
+    let mut listener = Some(listener);
+    while let Some(l) = listener.take() {
+        let app = http::router(shared.clone());
+        let stop = shared.clone();
+        let graceful = async move {
+            tokio::select! {
+                () = stop.shutdown.cancelled() => {}
+                () = stop.restart_requested.notified() => {
+                    // Watches end first: graceful shutdown waits for every open connection.
+                    stop.drop_watches();
+                }
+            }
+        };
+        if let Err(error) = axum::serve(l, app).with_graceful_shutdown(graceful).await {
+            tracing::error!(message = "Simulator server failed.", %error);
+        }
+        if shared.shutdown.is_cancelled() {
+            break;
+        }
+        let Some(restart) = shared.take_restart() else {
+            break;
+        };
+        if !restart.keep_state {
+            shared.store.write(|s| s.reset(restart.reset_revision));
+            seed(&shared.store);
+            // As after an etcd restore: everything before now is compacted, so every client relists.
+            shared.store.write(store::State::compact);
+        }
+        tokio::time::sleep(restart.down_for).await;
+        // The port was ours a moment ago; retry briefly in case the OS is slow to release it.
+        for attempt in 0..50 {
+            match bind(shared.addr) {
+                Ok(l) => {
+                    listener = Some(l);
+                    break;
+                }
+                Err(error) if attempt == 49 => {
+                    tracing::error!(message = "Simulator cannot rebind after restart.", addr = %shared.addr, %error);
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        tracing::info!(
+            message = "Simulator restarted.",
+            keep_state = restart.keep_state
+        );
+        if let Some(done) = restart.done {
+            let _ = done.send(());
+        }
     }
 }
 

@@ -75,6 +75,19 @@ impl ApiError {
         self
     }
 
+    /// An error with any code and reason (injected faults).
+    pub(crate) fn custom(code: u16, reason: &'static str, message: &str) -> Self {
+        Self::new(code, reason, message)
+    }
+
+    /// Adds `details.retryAfterSeconds` (and so a `Retry-After` header).
+    pub(crate) fn retry_after(mut self, secs: u64) -> Self {
+        let mut details = self.details.map_or_else(|| json!({}), |d| *d);
+        details["retryAfterSeconds"] = json!(secs);
+        self.details = Some(Box::new(details));
+        self
+    }
+
     /// 404 for a missing object: `widgets.example.com "foo" not found`.
     pub(crate) fn not_found(gr: &GroupResource, name: &str) -> Self {
         Self::new(
@@ -268,7 +281,7 @@ impl ApiError {
         Value::Object(status)
     }
 
-    fn retry_after(&self) -> Option<u64> {
+    fn retry_after_seconds(&self) -> Option<u64> {
         self.details
             .as_ref()?
             .get("retryAfterSeconds")?
@@ -281,7 +294,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, super::http::json_body(&self.to_status())).into_response();
-        if let Some(secs) = self.retry_after()
+        if let Some(secs) = self.retry_after_seconds()
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, v);

@@ -122,6 +122,15 @@ impl State {
         }
     }
 
+    /// Forgets every object and resource (a restart that lost its state). The revision carries on
+    /// unless `reset_revision`, so resumes from before the restart get 410.
+    pub(crate) fn reset(&mut self, reset_revision: bool) {
+        let rv = if reset_revision { 0 } else { self.rv };
+        *self = State::new(self.history_limit);
+        self.rv = rv;
+        self.compacted = rv;
+    }
+
     /// Forgets all history: every resume from an older revision now gets 410.
     pub(crate) fn compact(&mut self) {
         self.history.clear();

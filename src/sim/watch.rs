@@ -4,11 +4,12 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -23,10 +24,22 @@ use super::store::{Change, ChangeType, Store};
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Start {
-    /// resourceVersion unset or "0": synthetic ADDED for the current state, then changes.
-    Current,
+    /// Synthetic ADDED for the current state (at least this revision, waiting up to 3 s for it), then
+    /// changes: resourceVersion unset or "0", or a streaming list.
+    Initial { at_least: u64 },
     /// After this revision, with no synthetic events.
     After(u64),
+}
+
+/// What a watch task shares with the server: its end signals, the stall switch and the open-watch count.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchCtx {
+    pub(crate) cancel: CancellationToken,
+    pub(crate) stall: watch::Receiver<bool>,
+    pub(crate) open: Arc<AtomicUsize>,
+    /// A reader that accepts nothing for this long is dropped, as the real cacher drops a watcher whose
+    /// buffer stays full.
+    pub(crate) slow_reader_timeout: Duration,
 }
 
 /// A parsed watch request.
@@ -41,6 +54,9 @@ pub(crate) struct WatchRequest {
     pub(crate) bookmarks: bool,
     pub(crate) timeout: Duration,
     pub(crate) bookmark_interval: Duration,
+    /// Send the `k8s.io/initial-events-end` bookmark after the initial events (streaming lists, and the
+    /// WatchList defaulting of a watch from ""/"0"); only sent with `bookmarks`.
+    pub(crate) initial_events_end: bool,
 }
 
 /// How many changes one poll of the history takes before writing them out (bounds time under the lock).
@@ -52,9 +68,11 @@ const CHANNEL_DEPTH: usize = 256;
 type Tx = mpsc::Sender<Result<Bytes, Infallible>>;
 
 /// Starts the producer task of a watch and returns the response body it feeds.
-pub(crate) fn serve(store: Arc<Store>, req: WatchRequest, shutdown: CancellationToken) -> Body {
+pub(crate) fn serve(store: Arc<Store>, req: WatchRequest, ctx: WatchCtx) -> Body {
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-    tokio::spawn(run(store, req, tx, shutdown));
+    ctx.open.fetch_add(1, Ordering::SeqCst);
+    let out = Out { tx, ctx };
+    tokio::spawn(run(store, req, out));
     Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
@@ -134,14 +152,72 @@ impl WatchRequest {
             }),
         )
     }
+
+    /// The bookmark that ends a streaming list's initial events.
+    fn initial_events_end(&self, rv: u64) -> Bytes {
+        line(
+            "BOOKMARK",
+            &json!({
+                "apiVersion": self.def.api_version(&self.version),
+                "kind": self.def.kind,
+                "metadata": {"resourceVersion": rv.to_string(),
+                             "annotations": {"k8s.io/initial-events-end": "true"}},
+            }),
+        )
+    }
 }
 
-async fn run(store: Arc<Store>, req: WatchRequest, tx: Tx, shutdown: CancellationToken) {
+/// The sending half of a watch: honours stalls, drops slow readers, ends on cancellation.
+struct Out {
+    tx: Tx,
+    ctx: WatchCtx,
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        self.ctx.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Out {
+    /// Sends one line; `false` when the watch must end (reader gone or too slow, watch cancelled).
+    async fn send(&mut self, line: Bytes) -> bool {
+        while *self.ctx.stall.borrow() {
+            // Stalled: the connection stays open and nothing is sent, not even bookmarks.
+            tokio::select! {
+                r = self.ctx.stall.changed() => if r.is_err() { break },
+                () = self.ctx.cancel.cancelled() => return false,
+                () = self.tx.closed() => return false,
+            }
+        }
+        tokio::select! {
+            sent = tokio::time::timeout(self.ctx.slow_reader_timeout, self.tx.send(Ok(line))) => {
+                matches!(sent, Ok(Ok(())))
+            }
+            () = self.ctx.cancel.cancelled() => false,
+        }
+    }
+}
+
+async fn run(store: Arc<Store>, req: WatchRequest, mut out: Out) {
     let mut revisions = store.subscribe();
+    if let Start::Initial { at_least } = req.start
+        && at_least > store.read().rv
+    {
+        // A streaming list from a future revision: wait a little, as the watch cache does.
+        let _ = tokio::time::timeout(
+            Duration::from_secs(3),
+            revisions.wait_for(|rv| *rv >= at_least),
+        )
+        .await;
+    }
     let begin = {
         let state = store.read();
         match req.start {
-            Start::Current => {
+            Start::Initial { at_least } if at_least > state.rv => {
+                Err(ApiError::too_large_resource_version(at_least, state.rv))
+            }
+            Start::Initial { .. } => {
                 let objs: Vec<Arc<Value>> = state
                     .objects
                     .get(&req.def.gr)
@@ -162,16 +238,24 @@ async fn run(store: Arc<Store>, req: WatchRequest, tx: Tx, shutdown: Cancellatio
     };
     let (initial, mut pos) = match begin {
         Ok(b) => b,
-        Err(expired) => {
+        Err(error) => {
             // Once the resourceVersion parsed, errors are in-stream: 200, one ERROR event, end.
-            let _ = tx.send(Ok(line("ERROR", &expired.to_status()))).await;
+            out.send(line("ERROR", &error.to_status())).await;
             return;
         }
     };
+    let fresh = matches!(req.start, Start::Initial { .. });
     for obj in initial {
-        if tx.send(Ok(line("ADDED", &req.render(&obj)))).await.is_err() {
+        if !out.send(line("ADDED", &req.render(&obj))).await {
             return;
         }
+    }
+    if fresh
+        && req.initial_events_end
+        && req.bookmarks
+        && !out.send(req.initial_events_end(pos)).await
+    {
+        return;
     }
     let deadline = Instant::now() + req.timeout;
     let mut next_bookmark = Instant::now() + req.bookmark_interval;
@@ -199,7 +283,7 @@ async fn run(store: Arc<Store>, req: WatchRequest, tx: Tx, shutdown: Cancellatio
             for c in &batch {
                 pos = c.rv;
                 if let Some(ev) = req.event(c)
-                    && tx.send(Ok(ev)).await.is_err()
+                    && !out.send(ev).await
                 {
                     return;
                 }
@@ -213,18 +297,18 @@ async fn run(store: Arc<Store>, req: WatchRequest, tx: Tx, shutdown: Cancellatio
             }
             () = tokio::time::sleep_until(deadline) => {
                 if req.bookmarks {
-                    let _ = tx.send(Ok(req.bookmark(pos))).await;
+                    out.send(req.bookmark(pos)).await;
                 }
                 return;
             }
             () = tokio::time::sleep_until(next_bookmark), if req.bookmarks => {
                 next_bookmark = Instant::now() + req.bookmark_interval;
-                if tx.send(Ok(req.bookmark(pos))).await.is_err() {
+                if !out.send(req.bookmark(pos)).await {
                     return;
                 }
             }
-            () = shutdown.cancelled() => return,
-            () = tx.closed() => return,
+            () = out.ctx.cancel.cancelled() => return,
+            () = out.tx.closed() => return,
         }
     }
 }

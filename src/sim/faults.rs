@@ -1,0 +1,255 @@
+//! Fault injection: the failures a real API server produces only by accident — errors on the next N
+//! requests, latency, stalled watches — switched on from tests, the `/_herald/` admin API or flags.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::status::ApiError;
+
+/// Fail the next `count` requests that match, with `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailRule {
+    /// Requests whose path starts with this prefix (`/apis/example.com/v1/namespaces/default/widgets`).
+    pub path_prefix: String,
+    /// Only this method (`GET`, `POST`, …); every method when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Only watch requests (`true`) or only non-watch requests (`false`); both when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<bool>,
+    /// The HTTP status to answer: 429, 500, 503 and 504 get the real server's bodies (504 as a
+    /// too-large-resourceVersion timeout with its cause); any other code a generic `Status`.
+    pub status: u16,
+    /// How many matching requests fail; then the rule is spent. Default 1.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// `Retry-After` in seconds (and `details.retryAfterSeconds`), for 429, 503 and 504.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Delay every matching request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LatencyRule {
+    /// Requests whose path starts with this prefix.
+    pub path_prefix: String,
+    /// The delay, e.g. `250ms`.
+    #[serde(with = "humantime_serde")]
+    pub delay: Duration,
+}
+
+/// The active faults of one simulator.
+#[derive(Debug)]
+pub(crate) struct Faults {
+    fail: Mutex<Vec<FailRule>>,
+    latency: Mutex<Vec<LatencyRule>>,
+    /// `true` while watches are stalled: connections stay open and nothing is sent.
+    stall: watch::Sender<bool>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            fail: Mutex::new(Vec::new()),
+            latency: Mutex::new(Vec::new()),
+            stall: watch::Sender::new(false),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Rules are plain data; a panic elsewhere cannot leave them half-written.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Faults {
+    pub(crate) fn add_fail(&self, rule: FailRule) {
+        lock(&self.fail).push(rule);
+    }
+
+    pub(crate) fn add_latency(&self, rule: LatencyRule) {
+        lock(&self.latency).push(rule);
+    }
+
+    /// Removes every fail and latency rule and ends any stall.
+    pub(crate) fn clear(&self) {
+        lock(&self.fail).clear();
+        lock(&self.latency).clear();
+        self.stall.send_replace(false);
+    }
+
+    pub(crate) fn stall_watches(&self, stalled: bool) {
+        self.stall.send_replace(stalled);
+    }
+
+    pub(crate) fn stall_receiver(&self) -> watch::Receiver<bool> {
+        self.stall.subscribe()
+    }
+
+    /// The latency to add before answering `path`.
+    pub(crate) fn latency_for(&self, path: &str) -> Option<Duration> {
+        lock(&self.latency)
+            .iter()
+            .filter(|r| path.starts_with(&r.path_prefix))
+            .map(|r| r.delay)
+            .max()
+    }
+
+    /// Consumes one matching fail rule and returns the error to answer with.
+    pub(crate) fn take_failure(
+        &self,
+        method: &str,
+        path: &str,
+        is_watch: bool,
+        current_rv: u64,
+    ) -> Option<ApiError> {
+        let mut rules = lock(&self.fail);
+        let idx = rules.iter().position(|r| {
+            r.count > 0
+                && path.starts_with(&r.path_prefix)
+                && r.method
+                    .as_deref()
+                    .is_none_or(|m| m.eq_ignore_ascii_case(method))
+                && r.watch.is_none_or(|w| w == is_watch)
+        })?;
+        let rule = rules[idx].clone();
+        rules[idx].count -= 1;
+        if rules[idx].count == 0 {
+            rules.remove(idx);
+        }
+        Some(injected(&rule, current_rv))
+    }
+
+    /// A snapshot of the active rules, for `GET /_herald/faults`.
+    pub(crate) fn describe(&self) -> serde_json::Value {
+        json!({
+            "fail": *lock(&self.fail),
+            "latency": *lock(&self.latency),
+            "watchesStalled": *self.stall.borrow(),
+        })
+    }
+}
+
+/// The error body a real server sends for `rule.status`.
+fn injected(rule: &FailRule, current_rv: u64) -> ApiError {
+    let retry = rule.retry_after_seconds;
+    let mut e = match rule.status {
+        429 => ApiError::custom(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+        ),
+        500 => ApiError::custom(
+            500,
+            "InternalError",
+            "Internal error occurred: injected by herald sim",
+        ),
+        503 => ApiError::custom(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        ),
+        504 => ApiError::too_large_resource_version(current_rv + 1, current_rv),
+        other => ApiError::custom(other, "", &format!("injected failure with status {other}")),
+    };
+    if let Some(secs) = retry {
+        e = e.retry_after(secs);
+    }
+    e
+}
+
+/// `serde` for durations written with units (`250ms`, `2s`).
+mod humantime_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(prefix: &str, status: u16, count: u32) -> FailRule {
+        FailRule {
+            path_prefix: prefix.into(),
+            method: None,
+            watch: None,
+            status,
+            count,
+            retry_after_seconds: Some(2),
+        }
+    }
+
+    #[test]
+    fn fail_rules_are_spent_after_count_matches() {
+        let f = Faults::default();
+        f.add_fail(rule("/apis/x", 503, 2));
+        assert!(f.take_failure("GET", "/api/v1", false, 5).is_none());
+        let e = f
+            .take_failure("GET", "/apis/x/v1/things", false, 5)
+            .unwrap();
+        assert_eq!((e.code, e.reason), (503, "ServiceUnavailable"));
+        assert!(f.take_failure("POST", "/apis/x", false, 5).is_some());
+        assert!(f.take_failure("GET", "/apis/x", false, 5).is_none());
+    }
+
+    #[test]
+    fn method_and_watch_filters_apply() {
+        let f = Faults::default();
+        f.add_fail(FailRule {
+            method: Some("get".into()),
+            watch: Some(true),
+            ..rule("/", 500, 5)
+        });
+        assert!(f.take_failure("GET", "/apis", false, 1).is_none());
+        assert!(f.take_failure("POST", "/apis", true, 1).is_none());
+        assert!(f.take_failure("GET", "/apis", true, 1).is_some());
+    }
+
+    #[test]
+    fn too_large_carries_its_cause_and_retry_after() {
+        let e = injected(&rule("/", 504, 1), 7);
+        assert_eq!(
+            e.message,
+            "Timeout: Too large resource version: 8, current: 7"
+        );
+        assert_eq!(
+            e.to_status()["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+        assert_eq!(e.to_status()["details"]["retryAfterSeconds"], 2);
+    }
+
+    #[test]
+    fn rules_parse_from_camel_case_json() {
+        let r: FailRule =
+            serde_json::from_str(r#"{"pathPrefix":"/apis","status":429,"retryAfterSeconds":1}"#)
+                .unwrap();
+        assert_eq!(r.count, 1);
+        let l: LatencyRule = serde_json::from_str(r#"{"pathPrefix":"/","delay":"250ms"}"#).unwrap();
+        assert_eq!(l.delay, Duration::from_millis(250));
+        assert!(
+            serde_json::from_str::<FailRule>(r#"{"pathPrefix":"/","status":500,"bogus":1}"#)
+                .is_err()
+        );
+    }
+}
