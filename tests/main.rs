@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod sim_apply;
 mod sim_crd;
 mod sim_faults;
 mod sim_kube;

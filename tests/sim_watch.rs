@@ -409,3 +409,33 @@ async fn dropped_watches_end_cleanly() {
     sim.drop_watches();
     assert!(w.next_line(Duration::from_secs(5)).await.is_none());
 }
+
+#[tokio::test]
+async fn timeout_seconds_zero_means_the_default_and_huge_values_are_safe() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let rv = sim.resource_version();
+    for t in ["0", "18446744073709551615"] {
+        let mut w = raw
+            .watch(&format!(
+                "{WIDGETS}?watch=1&timeoutSeconds={t}&resourceVersion={rv}"
+            ))
+            .await;
+        raw.post(
+            WIDGETS,
+            &widget(&format!("w{}", t.len()), json!({}), json!({})),
+        )
+        .await;
+        let (ty, _) = w
+            .next_event()
+            .await
+            .expect("the watch stays open and delivers");
+        assert_eq!(ty, "ADDED", "timeoutSeconds={t}");
+    }
+    let clash = raw.get("/apis/example.com/v1/watch/namespaces/default/widgets/a?fieldSelector=metadata.namespace%3Ddefault").await;
+    assert_eq!(
+        clash.status, 400,
+        "a name in the path allows no other field selector"
+    );
+}

@@ -446,7 +446,7 @@ async fn paths_follow_scope_and_subresource_rules() {
         "metadata": {"name": "plains.example.com"},
         "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "plains", "kind": "Plain"},
                  "versions": [{"name": "v1", "served": true, "storage": true,
-                               "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
     })).await;
     let plains = "/apis/example.com/v1/namespaces/default/plains";
     let p = raw.post(plains, &json!({"apiVersion": "example.com/v1", "kind": "Plain", "metadata": {"name": "p"}, "status": {"s": 1}})).await;
@@ -492,4 +492,126 @@ async fn namespaces_exist_at_start_and_deleting_one_deletes_its_objects() {
         ("DELETED", Some("team"))
     );
     assert_eq!(raw.get("/api/v1/namespaces/team").await.status, 404);
+}
+
+#[tokio::test]
+async fn metadata_is_type_checked_and_labels_validated() {
+    let (_sim, raw) = ready().await;
+    let mut bad_type = widget("a", json!({"n": 1}), json!({}));
+    bad_type["metadata"]["labels"] = json!({"n": 1});
+    assert_eq!(raw.post(WIDGETS, &bad_type).await.status, 400);
+    let mut bad_fin = widget("a", json!({}), json!({}));
+    bad_fin["metadata"]["finalizers"] = json!("x");
+    assert_eq!(raw.post(WIDGETS, &bad_fin).await.status, 400);
+    let bad_key = raw
+        .post(WIDGETS, &widget("a", json!({"a b": "c"}), json!({})))
+        .await;
+    assert_eq!(
+        (
+            bad_key.status,
+            bad_key.body["details"]["causes"][0]["field"].as_str()
+        ),
+        (422, Some("metadata.labels"))
+    );
+    let bad_value = raw
+        .post(WIDGETS, &widget("a", json!({"k": "-x-"}), json!({})))
+        .await;
+    assert_eq!(bad_value.status, 422);
+}
+
+#[tokio::test]
+async fn a_uid_in_the_body_is_a_precondition() {
+    let (_sim, raw) = ready().await;
+    let created = raw
+        .post(WIDGETS, &widget("a", json!({}), json!({})))
+        .await
+        .body;
+    let mut other = created.clone();
+    other["metadata"]["uid"] = json!("00000000-0000-0000-0000-000000000000");
+    let r = raw.put(&format!("{WIDGETS}/a"), &other).await;
+    assert_eq!(r.status, 409);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Precondition failed: UID in precondition")
+    );
+    let patched = raw
+        .patch(
+            &format!("{WIDGETS}/a"),
+            MERGE,
+            &json!({"metadata": {"uid": "x"}}),
+        )
+        .await;
+    assert_eq!(patched.status, 422, "uid is immutable");
+}
+
+#[tokio::test]
+async fn writes_across_namespaces_and_protected_namespaces_are_refused() {
+    let (_sim, raw) = ready().await;
+    let all = "/apis/example.com/v1/widgets";
+    let r = raw
+        .post(
+            all,
+            &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "a"}}),
+        )
+        .await;
+    assert_eq!(r.status, 404, "create needs a namespace");
+    assert_eq!(
+        raw.delete(all).await.status,
+        404,
+        "deletecollection needs a namespace"
+    );
+    for ns in ["default", "kube-system"] {
+        let r = raw.delete(&format!("/api/v1/namespaces/{ns}")).await;
+        assert_eq!(
+            (r.status, r.body["reason"].as_str()),
+            (403, Some("Forbidden")),
+            "{ns}"
+        );
+    }
+    raw.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t"}}),
+    )
+    .await;
+    let gone = raw.delete("/api/v1/namespaces/t").await;
+    assert_eq!(
+        (
+            gone.body["kind"].as_str(),
+            gone.body["status"]["phase"].as_str()
+        ),
+        (Some("Namespace"), Some("Terminating"))
+    );
+}
+
+#[tokio::test]
+async fn dry_run_writes_change_nothing() {
+    let (sim, raw) = ready().await;
+    raw.post(WIDGETS, &widget("a", json!({}), json!({"n": 1})))
+        .await;
+    let rv = sim.resource_version();
+    let r = raw
+        .post(
+            &format!("{WIDGETS}?dryRun=All"),
+            &widget("b", json!({}), json!({})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let p = raw
+        .patch(
+            &format!("{WIDGETS}/a?dryRun=All"),
+            MERGE,
+            &json!({"spec": {"n": 9}}),
+        )
+        .await;
+    assert_eq!(p.body["spec"]["n"], 9);
+    let d = raw.delete(&format!("{WIDGETS}/a?dryRun=All")).await;
+    assert_eq!(
+        d.body["kind"], "Status",
+        "a dry-run delete answers as the real one would"
+    );
+    assert_eq!(sim.resource_version(), rv);
+    assert_eq!(raw.get(&format!("{WIDGETS}/a")).await.body["spec"]["n"], 1);
+    assert_eq!(raw.get(&format!("{WIDGETS}/b")).await.status, 404);
 }

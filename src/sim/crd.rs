@@ -232,10 +232,10 @@ fn validate_versions(spec: &mut Map<String, Value>, causes: &mut Vec<Cause>) {
 }
 
 /// The status the server keeps on an accepted CRD. `terminating` adds the `Terminating` condition.
-pub(crate) fn status(obj: &Value, terminating: bool) -> Value {
+pub(crate) fn status(obj: &Value, old: Option<&Value>, terminating: bool) -> Value {
     let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
     let now = meta::now();
-    let stored: Vec<Value> = spec
+    let mut stored: Vec<Value> = spec
         .get("versions")
         .and_then(Value::as_array)
         .map(|vs| {
@@ -245,6 +245,19 @@ pub(crate) fn status(obj: &Value, terminating: bool) -> Value {
                 .collect()
         })
         .unwrap_or_default();
+    // storedVersions only ever grows: objects may still be stored in an earlier storage version.
+    if let Some(before) = old
+        .and_then(|o| o.pointer("/status/storedVersions"))
+        .and_then(Value::as_array)
+    {
+        let mut all = before.clone();
+        for v in stored {
+            if !all.contains(&v) {
+                all.push(v);
+            }
+        }
+        stored = all;
+    }
     // A CRD keeps the condition times of its first acceptance: rewriting them on every update would make
     // every no-op write a change.
     let kept_time = |ty: &str| {
@@ -344,7 +357,7 @@ mod tests {
         let def = resource_def(&c);
         assert_eq!(def.gr, GroupResource::new("example.com", "widgets"));
         assert!(def.namespaced);
-        let st = status(&c, false);
+        let st = status(&c, None, false);
         assert_eq!(st["conditions"][1]["type"], "Established");
         assert_eq!(st["storedVersions"], json!(["v1"]));
     }

@@ -18,7 +18,9 @@ use super::SimConfig;
 use super::discovery;
 use super::faults::Faults;
 use super::list::{self, ListQuery, ReadAt};
-use super::ops::{self, DeleteOptions, Deleted, Part, PatchKind, Target};
+use super::ops::{
+    self, DeleteOptions, Deleted, FieldValidation, Part, PatchKind, Target, WriteOpts, Written,
+};
 use super::resource::{GroupResource, ResourceDef};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause};
@@ -305,13 +307,75 @@ fn dry_run(query: &Query) -> ApiResult<bool> {
     }
 }
 
-fn check_field_validation(query: &Query) -> ApiResult<()> {
+fn field_validation(query: &Query) -> ApiResult<FieldValidation> {
     match query.get("fieldValidation") {
-        None | Some("" | "Strict" | "Warn" | "Ignore") => Ok(()),
+        None | Some("" | "Warn") => Ok(FieldValidation::Warn),
+        Some("Strict") => Ok(FieldValidation::Strict),
+        Some("Ignore") => Ok(FieldValidation::Ignore),
         Some(other) => Err(ApiError::bad_request(format!(
             "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
         ))),
     }
+}
+
+/// The options of a write request. `apply` requires an explicit `fieldManager`; other writes fall back
+/// to the User-Agent's product name, as the real server does.
+fn write_opts(query: &Query, headers: &HeaderMap, apply: bool) -> ApiResult<WriteOpts> {
+    let explicit = query
+        .get("fieldManager")
+        .filter(|m| !m.is_empty())
+        .map(str::to_string);
+    let force = query.bool("force")?;
+    if apply && explicit.is_none() {
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueRequired",
+                "fieldManager",
+                "Required value: is required for apply patch",
+            )],
+        ));
+    }
+    if force && !apply {
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueForbidden",
+                "force",
+                "Forbidden: may not be specified for non-apply patch",
+            )],
+        ));
+    }
+    let from_agent = || {
+        headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|ua| ua.split('/').next())
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+    };
+    Ok(WriteOpts {
+        dry_run: dry_run(query)?,
+        field_manager: explicit.or_else(from_agent),
+        validation: field_validation(query)?,
+        force,
+    })
+}
+
+/// A write's response: the object, plus a `Warning` header per warning (RFC 7234 form, code 299).
+fn written(code: StatusCode, w: &Written) -> Response {
+    let mut r = json_response(code, &w.object);
+    for warning in &w.warnings {
+        let text = format!("299 - {}", serde_json::Value::String(warning.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 fn selectors(
@@ -325,10 +389,11 @@ fn selectors(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if let Some(name) = path_name {
         // The deprecated /watch/.../{name} form means a name field selector.
+        // Only an empty selector or exactly this name's selector is allowed with a name in the path.
         let clash = fields
             .requirements()
             .iter()
-            .any(|r| r.field == "metadata.name" && (r.negated || r.value != name));
+            .any(|r| r.field != "metadata.name" || r.negated || r.value != name);
         if clash {
             return Err(ApiError::bad_request(
                 "fieldSelector metadata.name doesn't match requested name",
@@ -376,8 +441,11 @@ async fn resource(
     };
     // Scope rules: cluster-scoped resources under a namespace path, and single namespaced objects without
     // one, fall through to the default handler's 404.
+    // Scope rules: cluster-scoped resources under a namespace path fall through to the default
+    // handler's 404, and so does every verb but list and watch on a namespaced resource without one.
+    let across_namespaces_ok = p.name.is_none() && *method == Method::GET;
     if (!def.namespaced && p.namespace.is_some())
-        || (def.namespaced && p.namespace.is_none() && p.name.is_some())
+        || (def.namespaced && p.namespace.is_none() && !across_namespaces_ok && !p.watch_prefix)
     {
         return Err(ApiError::path_not_found());
     }
@@ -416,31 +484,41 @@ async fn resource(
             Ok(json_body(&state.get_object(&target, name)?))
         }
         (Method::POST, None) => {
-            check_field_validation(query)?;
+            let opts = write_opts(query, headers, false)?;
             let obj = ops::decode_object(&body, "the request body")?;
-            let dry = dry_run(query)?;
-            let created = store.write(|s| s.create(&target, obj, dry))?;
-            Ok(json_response(StatusCode::CREATED, &created))
+            let created = store.write(|s| s.create(&target, obj, &opts))?;
+            Ok(written(StatusCode::CREATED, &created))
         }
         (Method::PUT, Some(name)) => {
-            check_field_validation(query)?;
+            let opts = write_opts(query, headers, false)?;
             let obj = ops::decode_object(&body, "the request body")?;
-            let dry = dry_run(query)?;
-            let updated = store.write(|s| s.update(&target, name, part, obj, dry))?;
-            Ok(json_body(&updated))
+            let updated = store.write(|s| s.update(&target, name, part, obj, &opts))?;
+            Ok(written(StatusCode::OK, &updated))
         }
         (Method::PATCH, Some(name)) => {
-            check_field_validation(query)?;
             let kind = match content_type(headers).as_str() {
                 "application/merge-patch+json" => PatchKind::Merge,
                 "application/json-patch+json" => PatchKind::Json,
+                "application/apply-patch+yaml" | "application/apply-patch+json" => {
+                    let opts = write_opts(query, headers, true)?;
+                    let applied: Value = serde_yaml_ng::from_slice(&body)
+                        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                    let (w, created) =
+                        store.write(|s| s.apply(&target, name, part, applied, &opts))?;
+                    let code = if created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    return Ok(written(code, &w));
+                }
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
+            let opts = write_opts(query, headers, false)?;
             let patch: Value = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            let dry = dry_run(query)?;
-            let patched = store.write(|s| s.patch(&target, name, part, kind, &patch, dry))?;
-            Ok(json_body(&patched))
+            let patched = store.write(|s| s.patch(&target, name, part, kind, &patch, &opts))?;
+            Ok(written(StatusCode::OK, &patched))
         }
         (Method::DELETE, Some(name)) if part == Part::Main => {
             let opts = delete_options(query, &body)?;
@@ -594,13 +672,17 @@ fn start_watch(
         (None, "" | "0") => (Start::Initial { at_least: 0 }, true),
         (None, n) => (Start::After(parse(n)?), false),
     };
+    // 0 means "unset", as the real server reads it: kube-runtime sends it to disable its idle timeout.
     let timeout = match query.get("timeoutSeconds").filter(|s| !s.is_empty()) {
-        Some(t) => {
-            let secs: u64 = t
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}")))?;
-            Duration::from_secs(secs)
-        }
+        Some(t) => match t.parse::<u64>() {
+            Ok(0) => shared.config.default_watch_timeout(),
+            Ok(secs) => Duration::from_secs(secs),
+            Err(_) => {
+                return Err(ApiError::bad_request(format!(
+                    "invalid timeoutSeconds: {t:?}"
+                )));
+            }
+        },
         None => shared.config.default_watch_timeout(),
     };
     let req = WatchRequest {

@@ -2,6 +2,10 @@
 
 use serde_json::{Map, Value};
 
+use super::resource::ResourceDef;
+use super::selector;
+use super::status::{ApiError, ApiResult, Cause};
+
 /// `obj.metadata`, if it is an object.
 pub(crate) fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata")?.as_object()
@@ -36,6 +40,94 @@ pub(crate) fn normalize(obj: &mut Value) {
         Value::String(s) => !s.is_empty(),
         _ => true,
     });
+}
+
+/// Refuses metadata whose members have the wrong JSON types, as decoding into `ObjectMeta` does (400).
+pub(crate) fn check_types(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
+    let Some(m) = meta(obj) else { return Ok(()) };
+    let bad = |field: &str, want: &str| {
+        Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: json: cannot unmarshal into Go struct field \
+             ObjectMeta.metadata.{field} of type {want}",
+            def.kind,
+            obj.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
+            def.kind
+        )))
+    };
+    for map_field in ["labels", "annotations"] {
+        match m.get(map_field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(o)) if o.values().all(|v| v.is_string() || v.is_null()) => {}
+            Some(_) => return bad(map_field, "map[string]string"),
+        }
+    }
+    match m.get("finalizers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+        Some(_) => return bad("finalizers", "[]string"),
+    }
+    for list_field in ["ownerReferences", "managedFields"] {
+        match m.get(list_field) {
+            None | Some(Value::Null | Value::Array(_)) => {}
+            Some(_) => return bad(list_field, "[]"),
+        }
+    }
+    for string_field in [
+        "name",
+        "generateName",
+        "namespace",
+        "uid",
+        "resourceVersion",
+    ] {
+        match m.get(string_field) {
+            None | Some(Value::Null | Value::String(_)) => {}
+            Some(_) => return bad(string_field, "string"),
+        }
+    }
+    Ok(())
+}
+
+/// Validates label keys and values as `ValidateObjectMeta` does (422 naming each bad label).
+pub(crate) fn check_labels(def: &ResourceDef, name: &str, obj: &Value) -> ApiResult<()> {
+    let mut causes = Vec::new();
+    if let Some(labels) = labels(obj) {
+        for (k, v) in labels {
+            for e in selector::qualified_name_errors(k) {
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.labels",
+                    format!("Invalid value: {k:?}: {e}"),
+                ));
+            }
+            let value = v.as_str().unwrap_or("");
+            for e in selector::label_value_errors(value) {
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.labels",
+                    format!("Invalid value: {value:?}: {e}"),
+                ));
+            }
+        }
+    }
+    if let Some(annotations) = meta(obj)
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+    {
+        for k in annotations.keys() {
+            for e in selector::qualified_name_errors(&k.to_lowercase()) {
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.annotations",
+                    format!("Invalid value: {k:?}: {e}"),
+                ));
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(&def.kind, &def.gr.group, name, causes))
+    }
 }
 
 /// A string member of `metadata`.

@@ -19,24 +19,27 @@ mod admin;
 mod crd;
 mod discovery;
 mod faults;
+mod fieldmanager;
 mod http;
 mod list;
 mod meta;
 mod ops;
 mod patch;
 mod resource;
+mod schema;
 mod selector;
 mod status;
 mod store;
 mod watch;
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -144,6 +147,65 @@ pub enum SimError {
     #[error("cannot build a kube client for the simulator")]
     ClientFailed(#[source] kube::Error),
 }
+
+/// A collection, for the in-process API ([`Simulator::create`] and friends).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRef {
+    /// API group (`""` for the core group).
+    pub group: String,
+    /// Version, as in the URL.
+    pub version: String,
+    /// Plural resource name.
+    pub plural: String,
+    /// Namespace, for namespaced resources.
+    pub namespace: Option<String>,
+}
+
+impl ResourceRef {
+    /// A namespaced collection.
+    pub fn namespaced(group: &str, version: &str, plural: &str, namespace: &str) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+            namespace: Some(namespace.into()),
+        }
+    }
+
+    /// A cluster-scoped collection.
+    pub fn cluster(group: &str, version: &str, plural: &str) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+            namespace: None,
+        }
+    }
+
+    fn target(&self) -> ops::Target {
+        ops::Target {
+            gr: GroupResource::new(self.group.clone(), self.plural.clone()),
+            version: self.version.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
+/// What [`Simulator::churn`] did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Churned {
+    /// Changes written.
+    pub changes: u64,
+    /// Wall time it took.
+    pub elapsed: Duration,
+}
+
+/// How long a shutdown or restart waits for open connections to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// How many writes one lock acquisition takes in bulk operations: long enough to amortise the lock,
+/// short enough that watchers and requests interleave.
+const BULK_CHUNK: usize = 1000;
 
 /// A running simulator. Dropping it stops the server; [`Simulator::shutdown`] also waits for it.
 #[derive(Debug)]
@@ -290,6 +352,139 @@ impl Simulator {
         let _ = finished.await;
     }
 
+    /// Creates an object in-process (no HTTP round trip), with every rule a POST follows.
+    pub fn create(&self, resource: &ResourceRef, object: Value) -> Result<Value, ApiError> {
+        let target = resource.target();
+        self.shared
+            .store
+            .write(|s| s.create(&target, object, &ops::WriteOpts::default()))
+            .map(|w| w.object)
+    }
+
+    /// Creates many objects in-process, a chunk per lock acquisition; returns how many were created.
+    /// Stops at the first error.
+    pub fn create_many(
+        &self,
+        resource: &ResourceRef,
+        objects: impl IntoIterator<Item = Value>,
+    ) -> Result<usize, ApiError> {
+        let target = resource.target();
+        let opts = ops::WriteOpts::default();
+        let mut objects = objects.into_iter().peekable();
+        let mut created = 0;
+        while objects.peek().is_some() {
+            let chunk: Vec<Value> = objects.by_ref().take(BULK_CHUNK).collect();
+            created += self.shared.store.write(|s| -> Result<usize, ApiError> {
+                let mut n = 0;
+                for obj in chunk {
+                    s.create(&target, obj, &opts)?;
+                    n += 1;
+                }
+                Ok(n)
+            })?;
+        }
+        Ok(created)
+    }
+
+    /// Merge-patches an object in-process.
+    pub fn merge_patch(
+        &self,
+        resource: &ResourceRef,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        let target = resource.target();
+        let opts = ops::WriteOpts::default();
+        self.shared
+            .store
+            .write(|s| {
+                s.patch(
+                    &target,
+                    name,
+                    ops::Part::Main,
+                    ops::PatchKind::Merge,
+                    patch,
+                    &opts,
+                )
+            })
+            .map(|w| w.object)
+    }
+
+    /// Deletes an object in-process (finalizers are honoured as over HTTP).
+    pub fn delete(&self, resource: &ResourceRef, name: &str) -> Result<(), ApiError> {
+        let target = resource.target();
+        self.shared
+            .store
+            .write(|s| s.delete(&target, name, &ops::DeleteOptions::default()))
+            .map(|_| ())
+    }
+
+    /// Writes `total` spec changes round-robin over `names` (each sets `spec.churn` to a counter), at
+    /// `per_second` (0: as fast as possible), in-process: a load generator that costs no HTTP.
+    pub async fn churn(
+        &self,
+        resource: &ResourceRef,
+        names: &[String],
+        per_second: u64,
+        total: u64,
+    ) -> Result<Churned, ApiError> {
+        let target = resource.target();
+        let opts = ops::WriteOpts {
+            field_manager: Some("herald-sim-churn".into()),
+            ..ops::WriteOpts::default()
+        };
+        let started = tokio::time::Instant::now();
+        let mut written: u64 = 0;
+        if names.is_empty() {
+            return Ok(Churned {
+                changes: 0,
+                elapsed: started.elapsed(),
+            });
+        }
+        while written < total {
+            let due = if per_second == 0 {
+                total.min(written + BULK_CHUNK as u64)
+            } else {
+                let secs = started.elapsed().as_secs_f64();
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    clippy::cast_precision_loss
+                )]
+                let due = ((secs * per_second as f64) as u64 + 1).min(total);
+                due.min(written + BULK_CHUNK as u64)
+            };
+            if due > written {
+                let from = written;
+                self.shared.store.write(|s| -> Result<(), ApiError> {
+                    for i in from..due {
+                        let idx = usize::try_from(i).unwrap_or(0) % names.len();
+                        let patch = serde_json::json!({"spec": {"churn": i}});
+                        s.patch(
+                            &target,
+                            &names[idx],
+                            ops::Part::Main,
+                            ops::PatchKind::Merge,
+                            &patch,
+                            &opts,
+                        )?;
+                    }
+                    Ok(())
+                })?;
+                written = due;
+            }
+            if per_second == 0 {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        Ok(Churned {
+            changes: written,
+            elapsed: started.elapsed(),
+        })
+    }
+
     /// Ends every open watch now; clients see a normal end of stream and re-watch from their last revision.
     pub fn drop_watches(&self) {
         self.shared.drop_watches();
@@ -337,6 +532,8 @@ async fn serve(shared: Arc<http::Shared>, listener: tokio::net::TcpListener) {
     while let Some(l) = listener.take() {
         let app = http::router(shared.clone());
         let stop = shared.clone();
+        let stopping = CancellationToken::new();
+        let signal = stopping.clone();
         let graceful = async move {
             tokio::select! {
                 () = stop.shutdown.cancelled() => {}
@@ -345,8 +542,27 @@ async fn serve(shared: Arc<http::Shared>, listener: tokio::net::TcpListener) {
                     stop.drop_watches();
                 }
             }
+            signal.cancel();
         };
-        if let Err(error) = axum::serve(l, app).with_graceful_shutdown(graceful).await {
+        let server = axum::serve(l, app)
+            .with_graceful_shutdown(graceful)
+            .into_future();
+        tokio::pin!(server);
+        let result = tokio::select! {
+            r = &mut server => r,
+            () = stopping.cancelled() => {
+                // A client that stops reading can hold its connection open forever; give connections a
+                // moment to finish, then stop waiting for them.
+                match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::warn!(message = "Connections still open after the shutdown grace period; leaving them.");
+                        Ok(())
+                    }
+                }
+            }
+        };
+        if let Err(error) = result {
             tracing::error!(message = "Simulator server failed.", %error);
         }
         if shared.shutdown.is_cancelled() {
@@ -394,7 +610,7 @@ fn seed(store: &store::Store) {
     };
     for ns in ["default", "kube-system"] {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        if let Err(error) = store.write(|s| s.create(&target, obj, false)) {
+        if let Err(error) = store.write(|s| s.create(&target, obj, &ops::WriteOpts::default())) {
             tracing::error!(message = "Cannot create a seed namespace.", namespace = ns, %error);
         }
     }

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::crd;
+use super::fieldmanager;
 use super::meta;
 use super::patch;
 use super::resource::{Behaviour, GroupResource, ObjectKey, ResourceDef};
+use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause};
 use super::store::State;
@@ -53,6 +55,102 @@ pub(crate) struct DeleteOptions {
     pub(crate) uid: Option<String>,
     pub(crate) resource_version: Option<String>,
     pub(crate) dry_run: bool,
+}
+
+/// How a write handles fields its schema does not declare (`fieldValidation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in `Warning` headers (the server's default).
+    #[default]
+    Warn,
+    /// Refuse the write with 400.
+    Strict,
+}
+
+/// Options every write carries.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriteOpts {
+    pub(crate) dry_run: bool,
+    /// The field manager: `fieldManager`, else derived from the User-Agent, else `unknown`.
+    pub(crate) field_manager: Option<String>,
+    pub(crate) validation: FieldValidation,
+    /// `force` of server-side apply.
+    pub(crate) force: bool,
+}
+
+impl WriteOpts {
+    pub(crate) fn manager(&self) -> &str {
+        self.field_manager.as_deref().unwrap_or("unknown")
+    }
+}
+
+/// The answer to a write: the object and any warnings for `Warning` headers.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub(crate) object: Value,
+    pub(crate) warnings: Vec<String>,
+}
+
+impl Written {
+    fn new(object: Value, warnings: Vec<String>) -> Self {
+        Self { object, warnings }
+    }
+}
+
+/// Who maintains `managedFields` for a write: the apply (already done) or the update bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Managed {
+    Applied,
+    Update,
+}
+
+fn has_status_subresource(def: &ResourceDef, version: &str) -> bool {
+    match def.behaviour {
+        Behaviour::Custom => def
+            .served_version(version)
+            .is_some_and(|v| v.status_subresource),
+        Behaviour::Crd | Behaviour::Namespace => true,
+    }
+}
+
+/// Prunes unknown fields and validates against the version's schema; unknown fields are refused under
+/// `Strict` and reported as warnings under `Warn`.
+fn check_schema(
+    def: &ResourceDef,
+    version: &str,
+    name: &str,
+    obj: &mut Value,
+    validation: FieldValidation,
+) -> ApiResult<Vec<String>> {
+    let Some(schema) = def.served_version(version).and_then(|v| v.schema.as_ref()) else {
+        return Ok(Vec::new());
+    };
+    let checked = schema::validate_and_prune(schema, obj);
+    if !checked.errors.is_empty() {
+        return Err(ApiError::invalid(
+            &def.kind,
+            &def.gr.group,
+            name,
+            checked.errors,
+        ));
+    }
+    let unknown: Vec<String> = checked
+        .unknown
+        .iter()
+        .map(|p| format!("unknown field \"{}\"", p.trim_start_matches('.')))
+        .collect();
+    match validation {
+        FieldValidation::Strict if !unknown.is_empty() => Err(ApiError::bad_request(format!(
+            "{}.{} \"{name}\" is invalid: strict decoding error: {}",
+            def.kind,
+            def.gr.group,
+            unknown.join(", ")
+        ))),
+        FieldValidation::Warn => Ok(unknown),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// What a delete request did.
@@ -188,9 +286,19 @@ impl State {
     pub(crate) fn create(
         &mut self,
         target: &Target,
+        obj: Value,
+        opts: &WriteOpts,
+    ) -> ApiResult<Written> {
+        self.create_inner(target, obj, opts, Managed::Update)
+    }
+
+    fn create_inner(
+        &mut self,
+        target: &Target,
         mut obj: Value,
-        dry_run: bool,
-    ) -> ApiResult<Value> {
+        opts: &WriteOpts,
+        managed: Managed,
+    ) -> ApiResult<Written> {
         let def = self.def(&target.gr)?.clone();
         Self::check_type(&def, &target.version, &mut obj)?;
         Self::place(&def, target, &mut obj)?;
@@ -199,6 +307,7 @@ impl State {
                 "create not allowed while custom resource definition is terminating",
             ));
         }
+        meta::check_types(&def, &obj)?;
 
         let m = meta::meta_mut(&mut obj);
         if m.get("resourceVersion")
@@ -252,10 +361,12 @@ impl State {
             "uid",
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
-            "managedFields",
             "selfLink",
         ] {
             m.remove(server_owned);
+        }
+        if managed == Managed::Update {
+            m.remove("managedFields");
         }
         m.insert(
             "uid".into(),
@@ -265,6 +376,7 @@ impl State {
         if def.behaviour != Behaviour::Namespace {
             m.insert("generation".into(), json!(1));
         }
+        meta::check_labels(&def, &name, &obj)?;
 
         self.check_namespace_open(&def, target)?;
         let key = target.key(&name);
@@ -272,6 +384,7 @@ impl State {
             return Err(ApiError::already_exists(&def.gr, &name));
         }
 
+        let mut warnings = Vec::new();
         match def.behaviour {
             Behaviour::Custom => {
                 if def
@@ -280,6 +393,7 @@ impl State {
                 {
                     meta::object_mut(&mut obj).remove("status");
                 }
+                warnings = check_schema(&def, &target.version, &name, &mut obj, opts.validation)?;
             }
             Behaviour::Crd => {
                 crd::validate_and_default(&mut obj, None)
@@ -288,7 +402,7 @@ impl State {
                 if self.resources.contains_key(&new_def.gr) {
                     return Err(ApiError::already_exists(&def.gr, &name));
                 }
-                let st = crd::status(&obj, false);
+                let st = crd::status(&obj, None, false);
                 meta::object_mut(&mut obj).insert("status".into(), st);
             }
             Behaviour::Namespace => {
@@ -296,15 +410,22 @@ impl State {
             }
         }
         meta::normalize(&mut obj);
-        if dry_run {
-            return Ok(present(&def, &target.version, &obj));
+        if managed == Managed::Update {
+            let api_version = def.api_version(&target.version);
+            fieldmanager::record_update(None, &mut obj, opts.manager(), &api_version, &meta::now());
+        }
+        if opts.dry_run {
+            return Ok(Written::new(present(&def, &target.version, &obj), warnings));
         }
         let stored = self.put(&def.gr, key, obj);
         if def.behaviour == Behaviour::Crd {
             let new_def = crd::resource_def(&stored);
             self.resources.insert(new_def.gr.clone(), new_def);
         }
-        Ok(present(&def, &target.version, &stored))
+        Ok(Written::new(
+            present(&def, &target.version, &stored),
+            warnings,
+        ))
     }
 
     /// GET of one object.
@@ -323,8 +444,8 @@ impl State {
         name: &str,
         part: Part,
         mut obj: Value,
-        dry_run: bool,
-    ) -> ApiResult<Value> {
+        opts: &WriteOpts,
+    ) -> ApiResult<Written> {
         let def = self.def(&target.gr)?.clone();
         Self::check_type(&def, &target.version, &mut obj)?;
         let body_name = meta::name(&obj).to_string();
@@ -341,26 +462,41 @@ impl State {
             .get(&def.gr, &key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&def.gr, name))?;
+        // A uid in the body is a precondition (the object may have been deleted and re-created).
+        if let Some(uid) = meta::meta_str(&obj, "uid").filter(|u| !u.is_empty()) {
+            let actual = meta::meta_str(&old, "uid").unwrap_or("");
+            if uid != actual {
+                return Err(ApiError::conflict_with(
+                    &def.gr,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
         let rv = meta::resource_version(&obj);
         if rv.is_empty() {
-            return Err(ApiError::invalid(
-                &def.kind,
-                &def.gr.group,
-                name,
-                vec![Cause::new(
-                    "FieldValueInvalid",
-                    "metadata.resourceVersion",
-                    "Invalid value: 0x0: must be specified for an update",
-                )],
-            ));
-        }
-        if rv != meta::resource_version(&old) {
+            // Namespaces allow unconditional updates; custom resources and CRDs do not.
+            if def.behaviour != Behaviour::Namespace {
+                return Err(ApiError::invalid(
+                    &def.kind,
+                    &def.gr.group,
+                    name,
+                    vec![Cause::new(
+                        "FieldValueInvalid",
+                        "metadata.resourceVersion",
+                        "Invalid value: 0x0: must be specified for an update",
+                    )],
+                ));
+            }
+        } else if rv != meta::resource_version(&old) {
             return Err(ApiError::conflict(&def.gr, name));
         }
-        self.write_update(&def, target, key, &old, obj, part, dry_run)
+        self.write_update(&def, target, key, &old, obj, part, opts, Managed::Update)
     }
 
-    /// PATCH of a whole object or its status.
+    /// PATCH (merge or JSON patch) of a whole object or its status.
     pub(crate) fn patch(
         &mut self,
         target: &Target,
@@ -368,8 +504,8 @@ impl State {
         part: Part,
         kind: PatchKind,
         body: &Value,
-        dry_run: bool,
-    ) -> ApiResult<Value> {
+        opts: &WriteOpts,
+    ) -> ApiResult<Written> {
         let def = self.def(&target.gr)?.clone();
         let key = target.key(name);
         let old = self
@@ -377,7 +513,7 @@ impl State {
             .cloned()
             .ok_or_else(|| ApiError::not_found(&def.gr, name))?;
         let current = present(&def, &target.version, &old);
-        let patched = match kind {
+        let mut patched = match kind {
             PatchKind::Merge => {
                 if !body.is_object() {
                     return Err(ApiError::bad_request("merge patch must be a JSON object"));
@@ -399,7 +535,6 @@ impl State {
                 }
             })?,
         };
-        let mut patched = patched;
         if !patched.is_object() {
             return Err(ApiError::bad_request(
                 "the patched object must be a JSON object",
@@ -412,17 +547,136 @@ impl State {
                 "the name of the object ({patched_name}) does not match the name on the URL ({name})"
             )));
         }
+        if meta::meta_str(&patched, "uid") != meta::meta_str(&old, "uid") {
+            return Err(ApiError::invalid(
+                &def.kind,
+                &def.gr.group,
+                name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.uid",
+                    "Invalid value: field is immutable",
+                )],
+            ));
+        }
         Self::place(&def, target, &mut patched)?;
         // A resourceVersion the patch sets is a precondition; none means unconditional.
         let rv = meta::resource_version(&patched).to_string();
         if !rv.is_empty() && rv != meta::resource_version(&old) {
             return Err(ApiError::conflict(&def.gr, name));
         }
-        self.write_update(&def, target, key, &old, patched, part, dry_run)
+        self.write_update(
+            &def,
+            target,
+            key,
+            &old,
+            patched,
+            part,
+            opts,
+            Managed::Update,
+        )
     }
 
-    /// The shared tail of PUT and PATCH: server-owned fields, generation, status rules, no-op detection,
-    /// and the finalizer-emptied deletion.
+    /// Server-side apply (`application/apply-patch+yaml`): an upsert with field ownership.
+    pub(crate) fn apply(
+        &mut self,
+        target: &Target,
+        name: &str,
+        part: Part,
+        mut body: Value,
+        opts: &WriteOpts,
+    ) -> ApiResult<(Written, bool)> {
+        let def = self.def(&target.gr)?.clone();
+        if !body.is_object() {
+            return Err(ApiError::bad_request("the apply body must be an object"));
+        }
+        Self::check_type(&def, &target.version, &mut body)?;
+        let body_name = meta::name(&body).to_string();
+        if body_name.is_empty() {
+            meta::meta_mut(&mut body).insert("name".into(), Value::String(name.to_string()));
+        } else if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        Self::place(&def, target, &mut body)?;
+        if meta::meta(&body).is_some_and(|m| m.contains_key("managedFields")) {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        let has_status_sub = has_status_subresource(&def, &target.version);
+        // Each endpoint applies only its part: status on /status, everything else on the main one.
+        match part {
+            Part::Main if has_status_sub => {
+                meta::object_mut(&mut body).remove("status");
+            }
+            Part::Status => {
+                let map = meta::object_mut(&mut body);
+                map.retain(|k, _| {
+                    matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                });
+                meta::meta_mut(&mut body).retain(|k, _| matches!(k.as_str(), "name" | "namespace"));
+            }
+            Part::Main => {}
+        }
+        let manager = opts.manager().to_string();
+        let api_version = def.api_version(&target.version);
+        let key = target.key(name);
+        let conflict = |conflicts: Vec<fieldmanager::Conflict>| {
+            let causes = conflicts
+                .iter()
+                .map(|c| {
+                    Cause::new(
+                        "FieldManagerConflict",
+                        c.field.clone(),
+                        format!("conflict with \"{}\" using {api_version}", c.manager),
+                    )
+                })
+                .collect();
+            ApiError::apply_conflict(
+                &def.gr,
+                name,
+                fieldmanager::conflict_message(&conflicts, &api_version),
+                causes,
+            )
+        };
+        match self.get(&def.gr, &key).cloned() {
+            None if part == Part::Status => Err(ApiError::not_found(&def.gr, name)),
+            None => {
+                let obj = fieldmanager::apply(
+                    None,
+                    &body,
+                    &manager,
+                    opts.force,
+                    &api_version,
+                    &meta::now(),
+                )
+                .map_err(conflict)?;
+                Ok((
+                    self.create_inner(target, obj, opts, Managed::Applied)?,
+                    true,
+                ))
+            }
+            Some(old) => {
+                let current = present(&def, &target.version, &old);
+                let new = fieldmanager::apply(
+                    Some(&current),
+                    &body,
+                    &manager,
+                    opts.force,
+                    &api_version,
+                    &meta::now(),
+                )
+                .map_err(conflict)?;
+                Ok((
+                    self.write_update(&def, target, key, &old, new, part, opts, Managed::Applied)?,
+                    false,
+                ))
+            }
+        }
+    }
+
+    /// The shared tail of PUT, PATCH and apply: server-owned fields, generation, status rules, schema,
+    /// field ownership, no-op detection, and the finalizer-emptied deletion.
     #[allow(clippy::too_many_arguments)]
     fn write_update(
         &mut self,
@@ -432,18 +686,18 @@ impl State {
         old: &Arc<Value>,
         new: Value,
         part: Part,
-        dry_run: bool,
-    ) -> ApiResult<Value> {
+        opts: &WriteOpts,
+        managed: Managed,
+    ) -> ApiResult<Written> {
         let name = key.name.clone();
-        let has_status_sub = match def.behaviour {
-            Behaviour::Custom => def
-                .served_version(&target.version)
-                .is_some_and(|v| v.status_subresource),
-            Behaviour::Crd | Behaviour::Namespace => true,
-        };
+        let has_status_sub = has_status_subresource(def, &target.version);
         if part == Part::Status && !has_status_sub {
             return Err(ApiError::path_not_found());
         }
+        meta::check_types(def, &new)?;
+        let request_fields = meta::meta(&new)
+            .and_then(|m| m.get("managedFields"))
+            .cloned();
         let mut candidate = match part {
             Part::Status => {
                 // The status endpoint takes only `status` from the request; everything else stays.
@@ -465,7 +719,6 @@ impl State {
                     "deletionTimestamp",
                     "deletionGracePeriodSeconds",
                     "generation",
-                    "managedFields",
                     "selfLink",
                 ] {
                     match old_meta.get(owned) {
@@ -483,20 +736,33 @@ impl State {
                 c
             }
         };
+        // Ownership: an apply brings its own; other writes start from the request's list (clients may
+        // reset it) or the stored one, and then take the fields they changed.
+        let fields = match (managed, request_fields) {
+            (Managed::Applied, Some(f)) => Some(f),
+            (Managed::Update, Some(f)) if f.as_array().is_some_and(|a| !a.is_empty()) => Some(f),
+            _ => meta::meta(old)
+                .and_then(|m| m.get("managedFields"))
+                .cloned(),
+        };
+        match fields {
+            Some(f) => meta::meta_mut(&mut candidate).insert("managedFields".into(), f),
+            None => meta::meta_mut(&mut candidate).remove("managedFields"),
+        };
         // Stored objects keep the apiVersion they were written with; compare in one version.
-        meta::object_mut(&mut candidate).insert(
-            "apiVersion".into(),
-            Value::String(def.api_version(&target.version)),
-        );
+        let api_version = def.api_version(&target.version);
+        meta::object_mut(&mut candidate)
+            .insert("apiVersion".into(), Value::String(api_version.clone()));
         meta::meta_mut(&mut candidate).insert(
             "resourceVersion".into(),
             Value::String(meta::resource_version(old).to_string()),
         );
+        meta::check_labels(def, &name, &candidate)?;
 
         if def.behaviour == Behaviour::Crd && part == Part::Main {
             crd::validate_and_default(&mut candidate, Some(old))
                 .map_err(|causes| ApiError::invalid(&def.kind, &def.gr.group, &name, causes))?;
-            let st = crd::status(&candidate, meta::is_deleting(&candidate));
+            let st = crd::status(&candidate, Some(old), meta::is_deleting(&candidate));
             meta::object_mut(&mut candidate).insert("status".into(), st);
         }
 
@@ -522,6 +788,11 @@ impl State {
             }
         }
 
+        let warnings = if def.behaviour == Behaviour::Custom {
+            check_schema(def, &target.version, &name, &mut candidate, opts.validation)?
+        } else {
+            Vec::new()
+        };
         meta::normalize(&mut candidate);
         if def.behaviour != Behaviour::Namespace
             && part == Part::Main
@@ -530,21 +801,31 @@ impl State {
             let generation = meta::generation(old) + 1;
             meta::meta_mut(&mut candidate).insert("generation".into(), json!(generation));
         }
+        if managed == Managed::Update {
+            let previous = present(def, &target.version, old);
+            fieldmanager::record_update(
+                Some(&previous),
+                &mut candidate,
+                opts.manager(),
+                &api_version,
+                &meta::now(),
+            );
+        }
 
         let stored_form = {
             let mut o = (**old).clone();
-            meta::object_mut(&mut o).insert(
-                "apiVersion".into(),
-                Value::String(def.api_version(&target.version)),
-            );
+            meta::object_mut(&mut o).insert("apiVersion".into(), Value::String(api_version));
             o
         };
         if candidate == stored_form {
             // Byte-identical result: etcd skips the write, so no new revision and no event.
-            return Ok(present(def, &target.version, old));
+            return Ok(Written::new(present(def, &target.version, old), warnings));
         }
-        if dry_run {
-            return Ok(present(def, &target.version, &candidate));
+        if opts.dry_run {
+            return Ok(Written::new(
+                present(def, &target.version, &candidate),
+                warnings,
+            ));
         }
         if meta::is_deleting(&candidate) && meta::finalizers(&candidate).is_empty() {
             // The emptied version is never stored: the object is deleted instead.
@@ -555,14 +836,20 @@ impl State {
                 .unwrap_or("")
                 .to_string();
             meta::meta_mut(&mut candidate).insert("resourceVersion".into(), Value::String(rv));
-            return Ok(present(def, &target.version, &candidate));
+            return Ok(Written::new(
+                present(def, &target.version, &candidate),
+                warnings,
+            ));
         }
         let stored = self.put(&def.gr, key, candidate);
         if def.behaviour == Behaviour::Crd {
             let new_def = crd::resource_def(&stored);
             self.resources.insert(new_def.gr.clone(), new_def);
         }
-        Ok(present(def, &target.version, &stored))
+        Ok(Written::new(
+            present(def, &target.version, &stored),
+            warnings,
+        ))
     }
 
     /// DELETE of one object.
@@ -602,10 +889,23 @@ impl State {
                 ));
             }
         }
-        if opts.dry_run {
+        if def.behaviour == Behaviour::Namespace && PROTECTED_NAMESPACES.contains(&name) {
+            return Err(ApiError::forbidden(
+                &def.gr,
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
+        let removes_at_once =
+            def.behaviour == Behaviour::Custom && meta::finalizers(&current).is_empty();
+        if opts.dry_run && !removes_at_once {
             return Ok(Deleted::Pending(present(&def, &target.version, &current)));
         }
-        let outcome = self.delete_object(&def, &key);
+        let outcome = if opts.dry_run {
+            None
+        } else {
+            self.delete_object(&def, &key)
+        };
         Ok(match outcome {
             Some(pending) => Deleted::Pending(present(&def, &target.version, &pending)),
             None => Deleted::Gone(json!({
@@ -667,8 +967,9 @@ impl State {
         }))
     }
 
-    /// Deletes an object as the server's finalizer flow does: with finalizers it is only marked
-    /// (returned); without, it is removed (`None`). CRDs and namespaces first delete their contents.
+    /// Deletes an object as the server's finalizer flow does: with finalizers it is only marked;
+    /// without, it is removed. CRDs and namespaces first delete their contents. Returns the object if
+    /// it is still there, else the marked state it went through (if any).
     fn delete_object(&mut self, def: &ResourceDef, key: &ObjectKey) -> Option<Value> {
         let current = self.get(&def.gr, key).cloned()?;
         let cascade = matches!(def.behaviour, Behaviour::Crd | Behaviour::Namespace);
@@ -690,7 +991,7 @@ impl State {
                     let mut fins = meta::finalizers(&marked);
                     fins.push("customresourcecleanup.apiextensions.k8s.io".into());
                     meta::meta_mut(&mut marked).insert("finalizers".into(), json!(fins));
-                    let st = crd::status(&marked, true);
+                    let st = crd::status(&marked, Some(&current), true);
                     meta::object_mut(&mut marked).insert("status".into(), st);
                 }
                 Behaviour::Namespace => {
@@ -742,12 +1043,23 @@ impl State {
             }
             Behaviour::Custom => {}
         }
-        self.get(&def.gr, key).map(|o| (**o).clone())
+        match self.get(&def.gr, key) {
+            Some(o) => Some((**o).clone()),
+            // A namespace answers with its Terminating state even when its contents went at once.
+            None if def.behaviour == Behaviour::Namespace => Some(marked),
+            None => None,
+        }
     }
 
-    /// Removes an object, then completes any CRD or namespace deletion that was waiting for it.
+    /// Removes an object, then completes any CRD or namespace deletion that was waiting for it. A removed
+    /// CRD takes its resource with it.
     fn remove_object(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Arc<Value>> {
         let last = self.remove(gr, key)?;
+        if *gr == GroupResource::crds() {
+            let served = crd::resource_def(&last).gr;
+            self.resources.remove(&served);
+            self.objects.remove(&served);
+        }
         self.finish_terminations(gr, &key.namespace);
         Some(last)
     }
@@ -759,9 +1071,21 @@ impl State {
             .get(gr)
             .is_some_and(|d| d.terminating && d.behaviour == Behaviour::Custom);
         if crd_waiting && self.objects.get(gr).is_none_or(BTreeMap::is_empty) {
-            self.resources.remove(gr);
-            self.objects.remove(gr);
-            self.remove(&GroupResource::crds(), &ObjectKey::new("", &gr.qualified()));
+            // The cleanup finalizer's work is done: drop it; the CRD goes unless users' finalizers remain.
+            let crd_key = ObjectKey::new("", &gr.qualified());
+            if let Some(crd_obj) = self.get(&GroupResource::crds(), &crd_key).cloned() {
+                let remaining: Vec<String> = meta::finalizers(&crd_obj)
+                    .into_iter()
+                    .filter(|f| f != "customresourcecleanup.apiextensions.k8s.io")
+                    .collect();
+                if remaining.is_empty() {
+                    self.remove_object(&GroupResource::crds(), &crd_key);
+                } else {
+                    let mut held = (*crd_obj).clone();
+                    meta::meta_mut(&mut held).insert("finalizers".into(), json!(remaining));
+                    self.put(&GroupResource::crds(), crd_key, held);
+                }
+            }
         }
         if namespace.is_empty() {
             return;
@@ -780,6 +1104,9 @@ impl State {
         }
     }
 }
+
+/// Namespaces the NamespaceLifecycle admission plugin never lets go.
+const PROTECTED_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
 
 /// Whether anything outside `metadata` differs: what bumps `generation` for custom resources.
 fn changed_outside_metadata(a: &Value, b: &Value) -> bool {

@@ -635,7 +635,7 @@ fn is_dns1123_subdomain(s: &str) -> bool {
 }
 
 /// `validation.IsQualifiedName`: the label key rules.
-fn qualified_name_errors(value: &str) -> Vec<String> {
+pub(crate) fn qualified_name_errors(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {
@@ -693,7 +693,7 @@ fn qualified_name_errors(value: &str) -> Vec<String> {
 }
 
 /// `validation.IsValidLabelValue`.
-fn label_value_errors(value: &str) -> Vec<String> {
+pub(crate) fn label_value_errors(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > LABEL_VALUE_MAX {
         errs.push(max_len_error(LABEL_VALUE_MAX));

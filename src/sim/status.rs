@@ -140,6 +140,22 @@ impl ApiError {
         .with_details(json!({"name": name, "group": gr.group, "kind": gr.resource}))
     }
 
+    /// 409 for a server-side apply that conflicts with other field managers.
+    pub(crate) fn apply_conflict(
+        gr: &GroupResource,
+        name: &str,
+        message: String,
+        causes: Vec<Cause>,
+    ) -> Self {
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        Self::new(409, "Conflict", message).with_details(
+            json!({"name": name, "group": gr.group, "kind": gr.resource, "causes": causes}),
+        )
+    }
+
     /// 422 with field causes: `Kind.group "name" is invalid: [cause, cause]`.
     pub(crate) fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
         let qualified = if group.is_empty() {

@@ -214,10 +214,9 @@ impl Store {
         let mut state = self.read();
         let before = state.rv;
         let out = f(&mut state);
-        let after = state.rv;
-        drop(state);
-        if after != before {
-            self.revision.send_replace(after);
+        if state.rv != before {
+            // Published under the lock, so watchers never see the revision go backwards.
+            self.revision.send_replace(state.rv);
         }
         out
     }

@@ -167,6 +167,13 @@ impl WatchRequest {
     }
 }
 
+/// Now plus `d`, saturating: absurd timeouts from a query string must not overflow.
+fn later(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(10 * 365 * 24 * 3600))
+}
+
 /// The sending half of a watch: honours stalls, drops slow readers, ends on cancellation.
 struct Out {
     tx: Tx,
@@ -257,8 +264,8 @@ async fn run(store: Arc<Store>, req: WatchRequest, mut out: Out) {
     {
         return;
     }
-    let deadline = Instant::now() + req.timeout;
-    let mut next_bookmark = Instant::now() + req.bookmark_interval;
+    let deadline = later(req.timeout);
+    let mut next_bookmark = later(req.bookmark_interval);
     loop {
         // Drain everything committed so far.
         loop {
@@ -302,7 +309,7 @@ async fn run(store: Arc<Store>, req: WatchRequest, mut out: Out) {
                 return;
             }
             () = tokio::time::sleep_until(next_bookmark), if req.bookmarks => {
-                next_bookmark = Instant::now() + req.bookmark_interval;
+                next_bookmark = later(req.bookmark_interval);
                 if !out.send(req.bookmark(pos)).await {
                     return;
                 }
