@@ -5,6 +5,7 @@ mod support;
 
 mod cli;
 mod sim_apply;
+mod sim_builtins;
 mod sim_crd;
 mod sim_faults;
 mod sim_kube;

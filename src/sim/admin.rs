@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Restart;
-use super::faults::{FailRule, LatencyRule};
+use super::faults::{DenyRule, FailRule, LatencyRule};
 use super::http::{Shared, json_body};
 use super::status::ApiError;
 
@@ -100,6 +100,11 @@ fn route(
         ("fail", true) => {
             let rule: FailRule = parse(body, "fail rule")?;
             shared.faults.add_fail(rule);
+            Ok(ok(json!({})))
+        }
+        ("deny", true) => {
+            let rule: DenyRule = parse(body, "deny rule")?;
+            shared.faults.add_deny(rule);
             Ok(ok(json!({})))
         }
         ("latency", true) => {

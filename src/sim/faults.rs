@@ -48,11 +48,41 @@ pub struct LatencyRule {
     pub delay: Duration,
 }
 
+/// Deny a request (and answer SelfSubjectAccessReviews accordingly), as a missing RBAC rule would.
+/// Absent members match anything.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DenyRule {
+    /// The verb: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verb: Option<String>,
+    /// The API group (`""` for the core group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The resource, with `/status` for the status subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// The namespace (`""` for cluster-scoped requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl DenyRule {
+    fn matches(&self, verb: &str, group: &str, resource: &str, namespace: &str) -> bool {
+        let m = |want: &Option<String>, got: &str| want.as_deref().is_none_or(|w| w == got);
+        m(&self.verb, verb)
+            && m(&self.group, group)
+            && m(&self.resource, resource)
+            && m(&self.namespace, namespace)
+    }
+}
+
 /// The active faults of one simulator.
 #[derive(Debug)]
 pub(crate) struct Faults {
     fail: Mutex<Vec<FailRule>>,
     latency: Mutex<Vec<LatencyRule>>,
+    deny: Mutex<Vec<DenyRule>>,
     /// `true` while watches are stalled: connections stay open and nothing is sent.
     stall: watch::Sender<bool>,
 }
@@ -62,6 +92,7 @@ impl Default for Faults {
         Self {
             fail: Mutex::new(Vec::new()),
             latency: Mutex::new(Vec::new()),
+            deny: Mutex::new(Vec::new()),
             stall: watch::Sender::new(false),
         }
     }
@@ -85,7 +116,19 @@ impl Faults {
     pub(crate) fn clear(&self) {
         lock(&self.fail).clear();
         lock(&self.latency).clear();
+        lock(&self.deny).clear();
         self.stall.send_replace(false);
+    }
+
+    pub(crate) fn add_deny(&self, rule: DenyRule) {
+        lock(&self.deny).push(rule);
+    }
+
+    /// Whether a request with these attributes is denied.
+    pub(crate) fn denied(&self, verb: &str, group: &str, resource: &str, namespace: &str) -> bool {
+        lock(&self.deny)
+            .iter()
+            .any(|r| r.matches(verb, group, resource, namespace))
     }
 
     pub(crate) fn stall_watches(&self, stalled: bool) {
@@ -135,6 +178,7 @@ impl Faults {
         json!({
             "fail": *lock(&self.fail),
             "latency": *lock(&self.latency),
+            "deny": *lock(&self.deny),
             "watchesStalled": *self.stall.borrow(),
         })
     }

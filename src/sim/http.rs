@@ -21,7 +21,7 @@ use super::list::{self, ListQuery, ReadAt};
 use super::ops::{
     self, DeleteOptions, Deleted, FieldValidation, Part, PatchKind, Target, WriteOpts, Written,
 };
-use super::resource::{GroupResource, ResourceDef};
+use super::resource::{Behaviour, GroupResource, ResourceDef};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause};
 use super::store::Store;
@@ -467,6 +467,47 @@ async fn resource(
         return start_watch(shared, def, &target, query, p.name.as_deref());
     }
 
+    let verb = match (method.clone(), p.name.is_some()) {
+        (Method::GET, true) => "get",
+        (Method::GET, false) if p.watch_prefix || query.bool("watch").unwrap_or(false) => "watch",
+        (Method::GET, false) => "list",
+        (Method::POST, _) => "create",
+        (Method::PUT, _) => "update",
+        (Method::PATCH, _) => "patch",
+        (Method::DELETE, true) => "delete",
+        (Method::DELETE, false) => "deletecollection",
+        _ => "unknown",
+    };
+    let rbac_resource = match p.sub.as_deref() {
+        Some(sub) => format!("{}/{sub}", gr.resource),
+        None => gr.resource.clone(),
+    };
+    let namespace = p.namespace.as_deref().unwrap_or("");
+    if shared
+        .faults
+        .denied(verb, &gr.group, &rbac_resource, namespace)
+    {
+        let scope = if namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{namespace}\"")
+        };
+        return Err(ApiError::forbidden_verb(
+            &gr,
+            p.name.as_deref().unwrap_or(""),
+            &format!(
+                "User \"system:anonymous\" cannot {verb} resource \"{rbac_resource}\" in API group \"{}\" {scope}",
+                gr.group
+            ),
+        ));
+    }
+    if def.behaviour == Behaviour::Review {
+        return match (method.clone(), p.name.as_deref()) {
+            (Method::POST, None) => access_review(shared, &body),
+            (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
+        };
+    }
+
     let store = &shared.store;
     match (method.clone(), p.name.as_deref()) {
         (Method::GET, None) => {
@@ -535,6 +576,42 @@ async fn resource(
         }
         (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
     }
+}
+
+/// Answers a SelfSubjectAccessReview from the deny rules (everything else is allowed).
+fn access_review(shared: &Arc<Shared>, body: &[u8]) -> ApiResult<Response> {
+    let mut review = ops::decode_object(body, "the request body")?;
+    let attrs = review
+        .pointer("/spec/resourceAttributes")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let attr = |k: &str| {
+        attrs
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut resource = attr("resource");
+    let sub = attr("subresource");
+    if !sub.is_empty() {
+        resource = format!("{resource}/{sub}");
+    }
+    let denied = !attrs.is_null()
+        && shared
+            .faults
+            .denied(&attr("verb"), &attr("group"), &resource, &attr("namespace"));
+    let status = if denied {
+        serde_json::json!({"allowed": false, "reason": "denied by a herald sim deny rule"})
+    } else {
+        serde_json::json!({"allowed": true})
+    };
+    if let Some(map) = review.as_object_mut() {
+        map.insert("apiVersion".into(), "authorization.k8s.io/v1".into());
+        map.insert("kind".into(), "SelfSubjectAccessReview".into());
+        map.insert("status".into(), status);
+    }
+    Ok(json_response(StatusCode::CREATED, &review))
 }
 
 fn has_status(def: &ResourceDef, version: &str) -> bool {

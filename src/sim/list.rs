@@ -171,8 +171,32 @@ pub(crate) fn field_value(def: &ResourceDef, obj: &Value, field: &str) -> Option
             .pointer("/status/phase")
             .and_then(Value::as_str)
             .map(str::to_string),
+        other if is_event(def) && EVENT_FIELDS.contains(&other) => {
+            let pointer = format!("/{}", other.replace('.', "/"));
+            obj.pointer(&pointer)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }
         _ => None,
     }
+}
+
+/// Field labels core `v1` Events support besides the metadata ones.
+const EVENT_FIELDS: [&str; 10] = [
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "source",
+    "type",
+];
+
+fn is_event(def: &ResourceDef) -> bool {
+    def.gr.group.is_empty() && def.gr.resource == "events"
 }
 
 /// Refuses field labels the resource does not support, with the server's 400.
@@ -182,7 +206,7 @@ pub(crate) fn check_fields(def: &ResourceDef, fields: &FieldSelector) -> ApiResu
             "metadata.name" => true,
             "metadata.namespace" => def.namespaced,
             "status.phase" => def.behaviour == Behaviour::Namespace,
-            _ => false,
+            other => is_event(def) && EVENT_FIELDS.contains(&other),
         };
         if !supported {
             return Err(ApiError::bad_request(format!(

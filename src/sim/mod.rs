@@ -43,7 +43,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use faults::{FailRule, LatencyRule};
+pub use faults::{DenyRule, FailRule, LatencyRule};
 pub use resource::GroupResource;
 pub use status::ApiError;
 
@@ -307,6 +307,12 @@ impl Simulator {
     /// Fails the next matching requests (see [`FailRule`]).
     pub fn fail(&self, rule: FailRule) {
         self.shared.faults.add_fail(rule);
+    }
+
+    /// Denies matching requests with 403 and answers SelfSubjectAccessReviews for them with
+    /// `allowed: false`, as a missing RBAC rule would.
+    pub fn deny(&self, rule: DenyRule) {
+        self.shared.faults.add_deny(rule);
     }
 
     /// Delays every matching request.

@@ -112,7 +112,13 @@ fn has_status_subresource(def: &ResourceDef, version: &str) -> bool {
             .served_version(version)
             .is_some_and(|v| v.status_subresource),
         Behaviour::Crd | Behaviour::Namespace => true,
+        Behaviour::Builtin | Behaviour::Review => false,
     }
+}
+
+/// Whether the resource tracks `metadata.generation` (custom resources and CRDs do; these built-ins not).
+fn has_generation(def: &ResourceDef) -> bool {
+    matches!(def.behaviour, Behaviour::Custom | Behaviour::Crd)
 }
 
 /// Prunes unknown fields and validates against the version's schema; unknown fields are refused under
@@ -373,7 +379,7 @@ impl State {
             Value::String(uuid::Uuid::new_v4().to_string()),
         );
         m.insert("creationTimestamp".into(), Value::String(meta::now()));
-        if def.behaviour != Behaviour::Namespace {
+        if has_generation(&def) {
             m.insert("generation".into(), json!(1));
         }
         meta::check_labels(&def, &name, &obj)?;
@@ -408,6 +414,7 @@ impl State {
             Behaviour::Namespace => {
                 meta::object_mut(&mut obj).insert("status".into(), json!({"phase": "Active"}));
             }
+            Behaviour::Builtin | Behaviour::Review => {}
         }
         meta::normalize(&mut obj);
         if managed == Managed::Update {
@@ -477,8 +484,8 @@ impl State {
         }
         let rv = meta::resource_version(&obj);
         if rv.is_empty() {
-            // Namespaces allow unconditional updates; custom resources and CRDs do not.
-            if def.behaviour != Behaviour::Namespace {
+            // Built-in types allow unconditional updates; custom resources and CRDs do not.
+            if has_generation(&def) {
                 return Err(ApiError::invalid(
                     &def.kind,
                     &def.gr.group,
@@ -794,10 +801,7 @@ impl State {
             Vec::new()
         };
         meta::normalize(&mut candidate);
-        if def.behaviour != Behaviour::Namespace
-            && part == Part::Main
-            && changed_outside_metadata(old, &candidate)
-        {
+        if has_generation(def) && part == Part::Main && changed_outside_metadata(old, &candidate) {
             let generation = meta::generation(old) + 1;
             meta::meta_mut(&mut candidate).insert("generation".into(), json!(generation));
         }
@@ -896,8 +900,8 @@ impl State {
                 "this namespace may not be deleted",
             ));
         }
-        let removes_at_once =
-            def.behaviour == Behaviour::Custom && meta::finalizers(&current).is_empty();
+        let removes_at_once = matches!(def.behaviour, Behaviour::Custom | Behaviour::Builtin)
+            && meta::finalizers(&current).is_empty();
         if opts.dry_run && !removes_at_once {
             return Ok(Deleted::Pending(present(&def, &target.version, &current)));
         }
@@ -983,7 +987,7 @@ impl State {
             let m = meta::meta_mut(&mut marked);
             m.insert("deletionTimestamp".into(), Value::String(meta::now()));
             m.insert("deletionGracePeriodSeconds".into(), json!(0));
-            if def.behaviour != Behaviour::Namespace {
+            if has_generation(def) {
                 m.insert("generation".into(), json!(generation + 1));
             }
             match def.behaviour {
@@ -998,7 +1002,7 @@ impl State {
                     meta::object_mut(&mut marked)
                         .insert("status".into(), json!({"phase": "Terminating"}));
                 }
-                Behaviour::Custom => {}
+                Behaviour::Custom | Behaviour::Builtin | Behaviour::Review => {}
             }
             let stored = self.put(&def.gr, key.clone(), marked);
             marked = (*stored).clone();
@@ -1041,7 +1045,7 @@ impl State {
                 }
                 self.finish_terminations(&GroupResource::namespaces(), &ns);
             }
-            Behaviour::Custom => {}
+            Behaviour::Custom | Behaviour::Builtin | Behaviour::Review => {}
         }
         match self.get(&def.gr, key) {
             Some(o) => Some((**o).clone()),

@@ -50,6 +50,10 @@ pub(crate) enum Behaviour {
     Crd,
     /// A custom resource served from a CRD.
     Custom,
+    /// A built-in type with no special behaviour (Leases, Events).
+    Builtin,
+    /// A review that is answered, never stored (SelfSubjectAccessReview).
+    Review,
 }
 
 /// One served version of a resource.
@@ -101,6 +105,57 @@ impl ResourceDef {
         }
     }
 
+    fn builtin(
+        group: &str,
+        plural: &str,
+        kind: &str,
+        namespaced: bool,
+        behaviour: Behaviour,
+    ) -> Self {
+        Self {
+            gr: GroupResource::new(group, plural),
+            kind: kind.into(),
+            list_kind: format!("{kind}List"),
+            singular: kind.to_lowercase(),
+            namespaced,
+            short_names: vec![],
+            categories: vec![],
+            versions: vec![VersionDef {
+                name: "v1".into(),
+                served: true,
+                storage: true,
+                status_subresource: false,
+                schema: None,
+            }],
+            behaviour,
+            terminating: false,
+        }
+    }
+
+    /// The built-in resources besides namespaces and CRDs: `coordination.k8s.io/v1` Leases, `v1` Events
+    /// and `authorization.k8s.io/v1` SelfSubjectAccessReviews.
+    pub(crate) fn other_builtins() -> Vec<Self> {
+        let mut events = Self::builtin("", "events", "Event", true, Behaviour::Builtin);
+        events.short_names = vec!["ev".into()];
+        vec![
+            Self::builtin(
+                "coordination.k8s.io",
+                "leases",
+                "Lease",
+                true,
+                Behaviour::Builtin,
+            ),
+            events,
+            Self::builtin(
+                "authorization.k8s.io",
+                "selfsubjectaccessreviews",
+                "SelfSubjectAccessReview",
+                false,
+                Behaviour::Review,
+            ),
+        ]
+    }
+
     pub(crate) fn builtin_crds() -> Self {
         Self {
             gr: GroupResource::crds(),
@@ -138,6 +193,9 @@ impl ResourceDef {
     }
 
     pub(crate) fn verbs(&self) -> Value {
+        if self.behaviour == Behaviour::Review {
+            return json!(["create"]);
+        }
         json!([
             "create",
             "delete",

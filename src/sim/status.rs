@@ -268,6 +268,20 @@ impl ApiError {
         .with_details(json!({"name": name, "group": gr.group, "kind": gr.resource}))
     }
 
+    /// 403 for a request an RBAC rule denies: `widgets.example.com is forbidden: User … cannot …`.
+    pub(crate) fn forbidden_verb(gr: &GroupResource, name: &str, why: &str) -> Self {
+        let subject = if name.is_empty() {
+            gr.qualified()
+        } else {
+            format!("{} \"{name}\"", gr.qualified())
+        };
+        let mut details = json!({"group": gr.group, "kind": gr.resource});
+        if !name.is_empty() {
+            details["name"] = json!(name);
+        }
+        Self::new(403, "Forbidden", format!("{subject} is forbidden: {why}")).with_details(details)
+    }
+
     /// 500 for states the server refuses without a better class.
     pub(crate) fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)

@@ -47,10 +47,13 @@ pub(crate) struct State {
 impl State {
     fn new(history_limit: usize) -> Self {
         let mut resources = BTreeMap::new();
-        for def in [
+        let builtins = [
             ResourceDef::builtin_namespaces(),
             ResourceDef::builtin_crds(),
-        ] {
+        ]
+        .into_iter()
+        .chain(ResourceDef::other_builtins());
+        for def in builtins {
             resources.insert(def.gr.clone(), def);
         }
         Self {
