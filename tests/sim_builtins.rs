@@ -185,3 +185,44 @@ async fn discovery_lists_the_builtins() {
     let authz = raw.get("/apis/authorization.k8s.io/v1").await.body;
     assert_eq!(authz["resources"][0]["verbs"], json!(["create"]));
 }
+
+#[tokio::test]
+async fn tls_serves_https_with_the_certificate_in_the_kubeconfig() {
+    let sim = crate::support::sim_with(herald::sim::SimConfig::default().tls(true)).await;
+    assert!(sim.url().starts_with("https://127.0.0.1:"));
+    assert!(
+        sim.certificate_pem()
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----")
+    );
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(sim.client().unwrap());
+    assert_eq!(
+        namespaces
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+    // A kube client built from the kubeconfig alone trusts the simulator too.
+    let kc = kube::config::Kubeconfig::read_from(sim.kubeconfig_path()).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    let from_file: Api<k8s_openapi::api::core::v1::Namespace> =
+        Api::all(kube::Client::try_from(config).unwrap());
+    assert!(from_file.get("default").await.is_ok());
+    // Plain HTTP to the TLS port gets nowhere.
+    let plain = reqwest::get(format!("http://{}/version", sim.addr())).await;
+    assert!(plain.is_err() || !plain.unwrap().status().is_success());
+    if let Some(bin) = crate::support::kubectl_path() {
+        let k = crate::support::Kubectl::new(bin, sim.kubeconfig_path());
+        assert!(
+            k.ok(&["get", "ns", "-o", "name"])
+                .await
+                .contains("namespace/kube-system")
+        );
+    }
+}

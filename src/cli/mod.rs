@@ -61,6 +61,7 @@ impl CliError {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
+    crate::sim::install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -28,6 +28,9 @@ pub struct SimArgs {
     /// Interval of BOOKMARK events on idle watches that allow them (e.g. `60s`, `500ms`).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "HERALD_SIM_BOOKMARK_INTERVAL")]
     pub bookmark_interval: Duration,
+    /// Serve HTTPS with a self-signed certificate generated at start; the kubeconfig carries it.
+    #[arg(long, env = "HERALD_SIM_TLS")]
+    pub tls: bool,
     /// Drop a watch whose reader accepts nothing for this long (e.g. `5s`).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "HERALD_SIM_SLOW_READER_TIMEOUT")]
     pub slow_reader_timeout: Duration,
@@ -89,7 +92,8 @@ pub(super) async fn run(args: SimArgs) -> Result<(), CliError> {
         .listen(args.listen)
         .history_limit(args.history)
         .bookmark_interval(args.bookmark_interval)
-        .slow_reader_timeout(args.slow_reader_timeout);
+        .slow_reader_timeout(args.slow_reader_timeout)
+        .tls(args.tls);
     let sim = Simulator::start_with_kubeconfig(config, &args.kubeconfig_out)
         .await
         .map_err(CliError::SimStartFailed)?;

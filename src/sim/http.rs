@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     pub(crate) restart: std::sync::Mutex<Option<super::Restart>>,
     /// Wakes the serving loop for a restart.
     pub(crate) restart_requested: tokio::sync::Notify,
+    /// The certificate when serving HTTPS.
+    pub(crate) tls: Option<super::tls::Tls>,
 }
 
 impl Shared {

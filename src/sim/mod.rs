@@ -30,6 +30,7 @@ mod schema;
 mod selector;
 mod status;
 mod store;
+mod tls;
 mod watch;
 
 use std::future::IntoFuture;
@@ -46,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 pub use faults::{DenyRule, FailRule, LatencyRule};
 pub use resource::GroupResource;
 pub use status::ApiError;
+pub use tls::{TlsError, install_crypto_provider};
 
 /// Settings of a simulator instance.
 #[derive(Debug, Clone)]
@@ -62,6 +64,8 @@ pub struct SimConfig {
     /// A watch whose reader accepts nothing for this long (its buffer stays full) is dropped, as the
     /// real server drops unresponsive watchers. Default 5 s.
     pub slow_reader_timeout: Duration,
+    /// Serve HTTPS with a self-signed certificate generated at start (the kubeconfig carries it).
+    pub tls: bool,
 }
 
 impl Default for SimConfig {
@@ -72,6 +76,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
             slow_reader_timeout: Duration::from_secs(5),
+            tls: false,
         }
     }
 }
@@ -102,6 +107,13 @@ impl SimConfig {
     #[must_use]
     pub fn min_request_timeout(mut self, d: Duration) -> Self {
         self.min_request_timeout = d;
+        self
+    }
+
+    /// Serves HTTPS with a generated self-signed certificate.
+    #[must_use]
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
         self
     }
 
@@ -143,6 +155,9 @@ pub enum SimError {
     /// The simulator's own URL did not parse (a bug).
     #[error("the simulator URL is not a valid URI")]
     InvalidUrl(#[source] axum::http::uri::InvalidUri),
+    /// TLS could not be set up.
+    #[error("cannot set up TLS")]
+    TlsFailed(#[source] TlsError),
     /// A kube client for the simulator could not be built.
     #[error("cannot build a kube client for the simulator")]
     ClientFailed(#[source] kube::Error),
@@ -244,6 +259,11 @@ impl Simulator {
                 addr: config.listen,
                 source,
             })?;
+        let tls = if config.tls {
+            Some(tls::Tls::generate().map_err(SimError::TlsFailed)?)
+        } else {
+            None
+        };
         let store = Arc::new(store::Store::new(config.history_limit));
         let shutdown = CancellationToken::new();
         let watches = std::sync::Mutex::new(shutdown.child_token());
@@ -257,11 +277,14 @@ impl Simulator {
             open_watches: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             restart: std::sync::Mutex::new(None),
             restart_requested: tokio::sync::Notify::new(),
+            tls,
         });
         seed(&shared.store);
-        write_kubeconfig(kubeconfig, addr).map_err(|source| SimError::KubeconfigWriteFailed {
-            path: kubeconfig.to_path_buf(),
-            source,
+        write_kubeconfig(kubeconfig, addr, shared.tls.as_ref()).map_err(|source| {
+            SimError::KubeconfigWriteFailed {
+                path: kubeconfig.to_path_buf(),
+                source,
+            }
         })?;
         let server = tokio::spawn(serve(shared.clone(), listener));
         tracing::debug!(message = "Simulator listening.", %addr);
@@ -280,7 +303,12 @@ impl Simulator {
 
     /// The base URL, `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.shared.addr)
+        let scheme = if self.shared.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.shared.addr)
     }
 
     /// Path of a kubeconfig whose current context points at the simulator.
@@ -291,7 +319,16 @@ impl Simulator {
     /// A kube client for the simulator (default namespace `default`).
     pub fn client(&self) -> Result<kube::Client, SimError> {
         let uri = self.url().parse().map_err(SimError::InvalidUrl)?;
-        kube::Client::try_from(kube::Config::new(uri)).map_err(SimError::ClientFailed)
+        let mut config = kube::Config::new(uri);
+        if let Some(tls) = &self.shared.tls {
+            config.root_cert = Some(vec![tls.cert_der.clone()]);
+        }
+        kube::Client::try_from(config).map_err(SimError::ClientFailed)
+    }
+
+    /// The PEM of the self-signed certificate when serving HTTPS.
+    pub fn certificate_pem(&self) -> Option<&str> {
+        self.shared.tls.as_ref().map(|t| t.cert_pem.as_str())
     }
 
     /// The current global resourceVersion.
@@ -550,22 +587,23 @@ async fn serve(shared: Arc<http::Shared>, listener: tokio::net::TcpListener) {
             }
             signal.cancel();
         };
-        let server = axum::serve(l, app)
-            .with_graceful_shutdown(graceful)
-            .into_future();
-        tokio::pin!(server);
-        let result = tokio::select! {
-            r = &mut server => r,
-            () = stopping.cancelled() => {
-                // A client that stops reading can hold its connection open forever; give connections a
-                // moment to finish, then stop waiting for them.
-                match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        tracing::warn!(message = "Connections still open after the shutdown grace period; leaving them.");
-                        Ok(())
-                    }
+        let result = match &shared.tls {
+            Some(tls) => match tls::TlsListener::new(l, tls) {
+                Ok(tl) => {
+                    serve_until(
+                        axum::serve(tl, app).with_graceful_shutdown(graceful),
+                        &stopping,
+                    )
+                    .await
                 }
+                Err(e) => Err(e),
+            },
+            None => {
+                serve_until(
+                    axum::serve(l, app).with_graceful_shutdown(graceful),
+                    &stopping,
+                )
+                .await
             }
         };
         if let Err(error) = result {
@@ -607,6 +645,26 @@ async fn serve(shared: Arc<http::Shared>, listener: tokio::net::TcpListener) {
     }
 }
 
+/// Runs a server until it ends or, once `stopping` fires, at most [`SHUTDOWN_GRACE`] more: a client that
+/// stops reading can hold its connection open forever.
+async fn serve_until<F>(server: F, stopping: &CancellationToken) -> std::io::Result<()>
+where
+    F: IntoFuture<Output = std::io::Result<()>>,
+{
+    let server = server.into_future();
+    tokio::pin!(server);
+    tokio::select! {
+        r = &mut server => r,
+        () = stopping.cancelled() => match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!(message = "Connections still open after the shutdown grace period; leaving them.");
+                Ok(())
+            }
+        },
+    }
+}
+
 /// The namespaces every cluster starts with.
 fn seed(store: &store::Store) {
     let target = ops::Target {
@@ -623,12 +681,22 @@ fn seed(store: &store::Store) {
 }
 
 /// Writes a kubeconfig for `addr`. JSON is valid YAML, so every client reads it.
-fn write_kubeconfig(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+fn write_kubeconfig(path: &Path, addr: SocketAddr, tls: Option<&tls::Tls>) -> std::io::Result<()> {
+    use base64::Engine as _;
+    let cluster = match tls {
+        Some(t) => json!({
+            "server": format!("https://{addr}"),
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(&t.cert_pem),
+        }),
+        None => json!({"server": format!("http://{addr}")}),
+    };
     let cfg = json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "herald-sim", "cluster": {"server": format!("http://{addr}")}}],
-        "users": [{"name": "herald-sim", "user": {}}],
+        "clusters": [{"name": "herald-sim", "cluster": cluster}],
+        // The simulator authenticates nobody, but kubectl prompts for a password when an HTTPS
+        // user has no credentials at all: a token keeps it quiet.
+        "users": [{"name": "herald-sim", "user": {"token": "herald-sim"}}],
         "contexts": [{"name": "herald-sim", "context": {"cluster": "herald-sim", "user": "herald-sim", "namespace": "default"}}],
         "current-context": "herald-sim",
         "preferences": {},
