@@ -95,3 +95,69 @@ async fn herald_sim_serves_kubectl_and_stops_on_sigterm() {
         .unwrap();
     assert_eq!(status.code(), Some(herald::exit_code::OK));
 }
+
+#[tokio::test]
+async fn herald_sim_loads_objects_and_keeps_them_in_its_data_dir() {
+    let Some(bin) = kubectl_path() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.yaml");
+    std::fs::write(&bundle, concat!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\n",
+        "spec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, kind: Widget}\n",
+        "  versions:\n  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}\n",
+        "---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: loaded}\nspec: {size: 1}\n",
+    )).unwrap();
+    let kubeconfig = dir.path().join("kc");
+    let data = dir.path().join("data");
+    for round in 0..2 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let _ = std::fs::remove_file(&kubeconfig);
+        let mut cmd = herald();
+        cmd.args([
+            "sim",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--kubeconfig-out",
+        ])
+        .arg(&kubeconfig);
+        cmd.arg("--data-dir").arg(&data);
+        if round == 0 {
+            cmd.arg("--load").arg(&bundle);
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while !kubeconfig.exists() {
+            assert!(started.elapsed() < Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let k = Kubectl::new(bin.clone(), &kubeconfig);
+        let names = k.ok(&["get", "widgets", "-o", "name"]).await;
+        assert_eq!(names.trim(), "widget.example.com/loaded", "round {round}");
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), Some(herald::exit_code::OK));
+    }
+    let bad = herald()
+        .args(["sim", "--listen", "127.0.0.1:0", "--kubeconfig-out"])
+        .arg(dir.path().join("kc2"))
+        .arg("--load")
+        .arg(dir.path().join("missing.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(herald::exit_code::CONFIG_INVALID));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.yaml"));
+}

@@ -11,5 +11,6 @@ mod sim_faults;
 mod sim_kube;
 mod sim_kubectl;
 mod sim_list;
+mod sim_persist;
 mod sim_watch;
 mod sim_writes;

@@ -40,6 +40,9 @@ pub enum CliError {
     /// The simulator could not start.
     #[error("cannot start the simulator")]
     SimStartFailed(#[source] crate::sim::SimError),
+    /// A `--load` file could not be applied.
+    #[error("cannot load the simulator's start-up objects")]
+    SimLoadFailed(#[source] crate::sim::LoadError),
     /// The async runtime could not start.
     #[error("cannot start the async runtime")]
     RuntimeFailed(#[source] std::io::Error),
@@ -52,6 +55,7 @@ impl CliError {
             CliError::SimStartFailed(crate::sim::SimError::BindFailed { .. }) => {
                 exit_code::BIND_FAILED
             }
+            CliError::SimLoadFailed(_) => exit_code::CONFIG_INVALID,
             CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) => exit_code::UNEXPECTED,
         }
     }

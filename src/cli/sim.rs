@@ -28,6 +28,13 @@ pub struct SimArgs {
     /// Interval of BOOKMARK events on idle watches that allow them (e.g. `60s`, `500ms`).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "HERALD_SIM_BOOKMARK_INTERVAL")]
     pub bookmark_interval: Duration,
+    /// Keep the state in this directory (created 0700): it survives restarts and the resourceVersion
+    /// never goes backwards.
+    #[arg(long, env = "HERALD_SIM_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Apply this multi-document YAML of CRDs and objects at start (repeatable).
+    #[arg(long, value_name = "FILE.yaml")]
+    pub load: Vec<PathBuf>,
     /// Serve HTTPS with a self-signed certificate generated at start; the kubeconfig carries it.
     #[arg(long, env = "HERALD_SIM_TLS")]
     pub tls: bool,
@@ -94,9 +101,17 @@ pub(super) async fn run(args: SimArgs) -> Result<(), CliError> {
         .bookmark_interval(args.bookmark_interval)
         .slow_reader_timeout(args.slow_reader_timeout)
         .tls(args.tls);
+    let config = match args.data_dir {
+        Some(dir) => config.data_dir(dir),
+        None => config,
+    };
     let sim = Simulator::start_with_kubeconfig(config, &args.kubeconfig_out)
         .await
         .map_err(CliError::SimStartFailed)?;
+    for file in &args.load {
+        let n = sim.load_file(file).map_err(CliError::SimLoadFailed)?;
+        tracing::info!(message = "Loaded.", file = %file.display(), documents = n);
+    }
     for rule in args.fail {
         sim.fail(rule);
     }

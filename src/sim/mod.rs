@@ -22,9 +22,11 @@ mod faults;
 mod fieldmanager;
 mod http;
 mod list;
+mod load;
 mod meta;
 mod ops;
 mod patch;
+mod persist;
 mod resource;
 mod schema;
 mod selector;
@@ -45,6 +47,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use faults::{DenyRule, FailRule, LatencyRule};
+pub use load::LoadError;
 pub use resource::GroupResource;
 pub use status::ApiError;
 pub use tls::{TlsError, install_crypto_provider};
@@ -66,6 +69,9 @@ pub struct SimConfig {
     pub slow_reader_timeout: Duration,
     /// Serve HTTPS with a self-signed certificate generated at start (the kubeconfig carries it).
     pub tls: bool,
+    /// Keep the state in this directory: it survives restarts and the resourceVersion never goes
+    /// backwards. In memory only when `None` (the default).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -77,6 +83,7 @@ impl Default for SimConfig {
             min_request_timeout: Duration::from_secs(1800),
             slow_reader_timeout: Duration::from_secs(5),
             tls: false,
+            data_dir: None,
         }
     }
 }
@@ -107,6 +114,13 @@ impl SimConfig {
     #[must_use]
     pub fn min_request_timeout(mut self, d: Duration) -> Self {
         self.min_request_timeout = d;
+        self
+    }
+
+    /// Persists the state in `dir`.
+    #[must_use]
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
         self
     }
 
@@ -155,6 +169,15 @@ pub enum SimError {
     /// The simulator's own URL did not parse (a bug).
     #[error("the simulator URL is not a valid URI")]
     InvalidUrl(#[source] axum::http::uri::InvalidUri),
+    /// The data directory could not be opened or read.
+    #[error("cannot open the data directory {path}")]
+    DataDirFailed {
+        /// The directory.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
     /// TLS could not be set up.
     #[error("cannot set up TLS")]
     TlsFailed(#[source] TlsError),
@@ -264,7 +287,16 @@ impl Simulator {
         } else {
             None
         };
-        let store = Arc::new(store::Store::new(config.history_limit));
+        let store = match &config.data_dir {
+            Some(dir) => store::Store::open(config.history_limit, dir).map_err(|source| {
+                SimError::DataDirFailed {
+                    path: dir.clone(),
+                    source,
+                }
+            })?,
+            None => store::Store::new(config.history_limit),
+        };
+        let store = Arc::new(store);
         let shutdown = CancellationToken::new();
         let watches = std::sync::Mutex::new(shutdown.child_token());
         let shared = Arc::new(http::Shared {
@@ -393,6 +425,17 @@ impl Simulator {
             done: Some(done),
         });
         let _ = finished.await;
+    }
+
+    /// Applies a multi-document YAML of CRDs, namespaces and objects (CRDs first; each document a
+    /// server-side apply by `herald-sim-load`); returns how many documents were applied.
+    pub fn load_yaml(&self, text: &str) -> Result<usize, LoadError> {
+        load::load_str(&self.shared.store, text)
+    }
+
+    /// [`Simulator::load_yaml`] from a file.
+    pub fn load_file(&self, path: &Path) -> Result<usize, LoadError> {
+        load::load_file(&self.shared.store, path)
     }
 
     /// Creates an object in-process (no HTTP round trip), with every rule a POST follows.
@@ -539,6 +582,7 @@ impl Simulator {
         if let Some(server) = self.server.take() {
             let _ = server.await;
         }
+        self.shared.store.write(store::State::checkpoint);
     }
 }
 
@@ -673,6 +717,13 @@ fn seed(store: &store::Store) {
         namespace: None,
     };
     for ns in ["default", "kube-system"] {
+        if store
+            .read()
+            .get(&target.gr, &resource::ObjectKey::new("", ns))
+            .is_some()
+        {
+            continue;
+        }
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         if let Err(error) = store.write(|s| s.create(&target, obj, &ops::WriteOpts::default())) {
             tracing::error!(message = "Cannot create a seed namespace.", namespace = ns, %error);

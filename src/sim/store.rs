@@ -2,12 +2,14 @@
 //! that watches, continue tokens and exact-revision lists are served from (as etcd's MVCC window).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 use tokio::sync::watch;
 
 use super::meta;
+use super::persist::{Loaded, Persist};
 use super::resource::{GroupResource, ObjectKey, ResourceDef};
 
 /// What a change did to an object.
@@ -42,6 +44,8 @@ pub(crate) struct State {
     pub(crate) objects: BTreeMap<GroupResource, BTreeMap<ObjectKey, Arc<Value>>>,
     pub(crate) history: VecDeque<Arc<Change>>,
     history_limit: usize,
+    /// The data directory, when the state is persisted.
+    persist: Option<Persist>,
 }
 
 impl State {
@@ -63,6 +67,7 @@ impl State {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
             history_limit: history_limit.max(1),
+            persist: None,
         }
     }
 
@@ -117,6 +122,12 @@ impl State {
     }
 
     fn record(&mut self, change: Change) {
+        if let Some(p) = &mut self.persist {
+            let object = (change.kind != ChangeType::Deleted).then_some(&*change.object);
+            if let Err(error) = p.append(change.rv, &change.gr, &change.key, object) {
+                tracing::error!(message = "Cannot append to the simulator's change log.", %error);
+            }
+        }
         self.history.push_back(Arc::new(change));
         while self.history.len() > self.history_limit {
             if let Some(old) = self.history.pop_front() {
@@ -129,9 +140,48 @@ impl State {
     /// unless `reset_revision`, so resumes from before the restart get 410.
     pub(crate) fn reset(&mut self, reset_revision: bool) {
         let rv = if reset_revision { 0 } else { self.rv };
+        let persist = self.persist.take();
         *self = State::new(self.history_limit);
         self.rv = rv;
         self.compacted = rv;
+        self.persist = persist;
+        self.checkpoint();
+    }
+
+    /// Adopts state loaded from a data directory: objects, the revision, and the resources their CRDs serve.
+    fn adopt(&mut self, loaded: Loaded, persist: Persist) {
+        self.rv = loaded.rv;
+        self.compacted = loaded.rv;
+        self.objects = loaded.objects;
+        let crds: Vec<Arc<Value>> = self
+            .objects
+            .get(&GroupResource::crds())
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        for crd in crds {
+            let def = super::crd::resource_def(&crd);
+            self.resources.insert(def.gr.clone(), def);
+        }
+        self.persist = Some(persist);
+    }
+
+    /// Folds the change log into a snapshot (at shutdown, after a reset, and when the log grows).
+    pub(crate) fn checkpoint(&mut self) {
+        if let Some(p) = &mut self.persist
+            && let Err(error) = p.fold(self.rv, &self.objects)
+        {
+            tracing::error!(message = "Cannot write the simulator's snapshot.", %error);
+        }
+    }
+
+    fn flush_log(&mut self) {
+        let Some(p) = &mut self.persist else { return };
+        if let Err(error) = p.flush() {
+            tracing::error!(message = "Cannot flush the simulator's change log.", %error);
+        }
+        if p.wants_fold() {
+            self.checkpoint();
+        }
     }
 
     /// Forgets all history: every resume from an older revision now gets 410.
@@ -203,6 +253,18 @@ impl Store {
         }
     }
 
+    /// A store whose state lives in `dir` (loaded now, appended on every write).
+    pub(crate) fn open(history_limit: usize, dir: &Path) -> std::io::Result<Self> {
+        let (persist, loaded) = Persist::open(dir)?;
+        let mut state = State::new(history_limit);
+        let rv = loaded.rv;
+        state.adopt(loaded, persist);
+        Ok(Self {
+            state: Mutex::new(state),
+            revision: watch::Sender::new(rv),
+        })
+    }
+
     /// Locks the state for reading.
     pub(crate) fn read(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves the state as the last completed write left it: every
@@ -218,6 +280,7 @@ impl Store {
         let before = state.rv;
         let out = f(&mut state);
         if state.rv != before {
+            state.flush_log();
             // Published under the lock, so watchers never see the revision go backwards.
             self.revision.send_replace(state.rv);
         }
