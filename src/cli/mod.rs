@@ -30,7 +30,7 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the Kubernetes API simulator (plain HTTP) until interrupted.
+    /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
     Sim(sim::SimArgs),
 }
 
