@@ -6,6 +6,7 @@ mod support;
 mod cli;
 mod sim_apply;
 mod sim_builtins;
+mod sim_bulk;
 mod sim_crd;
 mod sim_faults;
 mod sim_kube;

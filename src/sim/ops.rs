@@ -856,6 +856,41 @@ impl State {
         ))
     }
 
+    /// One load-generator change: `spec.churn = value`. Once the object's churn field is owned (after the
+    /// first full patch) the result of a merge patch is known: the value, generation + 1, nothing else.
+    pub(crate) fn churn_one(
+        &mut self,
+        target: &Target,
+        name: &str,
+        value: u64,
+        opts: &WriteOpts,
+    ) -> ApiResult<()> {
+        let key = target.key(name);
+        let current = self.get(&target.gr, &key).cloned();
+        let fast = current.as_deref().is_some_and(|o| {
+            o.pointer("/spec/churn").is_some()
+                && !meta::is_deleting(o)
+                && o.pointer("/spec/churn") != Some(&json!(value))
+        });
+        if !fast {
+            let patch = json!({"spec": {"churn": value}});
+            return self
+                .patch(target, name, Part::Main, PatchKind::Merge, &patch, opts)
+                .map(|_| ());
+        }
+        let Some(old) = current else {
+            return Err(ApiError::not_found(&target.gr, name));
+        };
+        let mut next = (*old).clone();
+        if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("churn".into(), json!(value));
+        }
+        let generation = meta::generation(&old) + 1;
+        meta::meta_mut(&mut next).insert("generation".into(), json!(generation));
+        self.put(&target.gr, key, next);
+        Ok(())
+    }
+
     /// DELETE of one object.
     pub(crate) fn delete(
         &mut self,
