@@ -1,10 +1,19 @@
 //! herald turns Kubernetes custom-resource changes into CloudEvents.
 //!
-//! The binary is a thin shell over [`cli::main`]; the simulator of the Kubernetes API that every test and
-//! the demo run against lives in [`sim`].
+//! The data flow: [`watch`] (list/watch, resumable) → [`event`] (normalize to CloudEvents) → [`journal`]
+//! (durable, in sled) → [`route`] → [`delivery`] (per sink). The binary is a thin shell over
+//! [`cli::main`]; [`config`] is its configuration; the simulator of the Kubernetes API that every test,
+//! the demo and the benchmarks run against lives in [`sim`].
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod app;
 pub mod cli;
+pub mod config;
+pub mod delivery;
+pub mod event;
 pub mod exit_code;
+pub mod journal;
+pub mod route;
 pub mod sim;
 pub mod telemetry;
+pub mod watch;

@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand, clap derive, errors mapped to [`crate::exit_code`].
 
+mod run;
 mod sim;
 
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Watch the configured resources and deliver their changes as CloudEvents until SIGTERM/SIGINT.
+    Run(run::RunArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
     Sim(sim::SimArgs),
 }
@@ -40,6 +43,15 @@ pub enum CliError {
     /// The simulator could not start.
     #[error("cannot start the simulator")]
     SimStartFailed(#[source] crate::sim::SimError),
+    /// The configuration is invalid.
+    #[error("invalid configuration")]
+    ConfigInvalid(#[source] crate::config::ConfigError),
+    /// The bridge could not start.
+    #[error("cannot start")]
+    StartFailed(#[source] crate::app::StartError),
+    /// The journal could not be closed cleanly.
+    #[error("journal error")]
+    JournalFailed(#[source] crate::journal::JournalError),
     /// A `--load` file could not be applied.
     #[error("cannot load the simulator's start-up objects")]
     SimLoadFailed(#[source] crate::sim::LoadError),
@@ -55,7 +67,15 @@ impl CliError {
             CliError::SimStartFailed(crate::sim::SimError::BindFailed { .. }) => {
                 exit_code::BIND_FAILED
             }
-            CliError::SimLoadFailed(_) => exit_code::CONFIG_INVALID,
+            CliError::SimLoadFailed(_) | CliError::ConfigInvalid(_) => exit_code::CONFIG_INVALID,
+            CliError::StartFailed(e) => match e {
+                crate::app::StartError::ClusterUnreachable(_) => exit_code::CLUSTER_UNREACHABLE,
+                crate::app::StartError::JournalFailed(_) => exit_code::JOURNAL_ERROR,
+                crate::app::StartError::SinkFailed { .. } => exit_code::HEALTHCHECK_FAILED,
+                crate::app::StartError::EmbeddedLoadFailed(_) => exit_code::CONFIG_INVALID,
+                crate::app::StartError::EmbeddedFailed(_) => exit_code::UNEXPECTED,
+            },
+            CliError::JournalFailed(_) => exit_code::JOURNAL_ERROR,
             CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) => exit_code::UNEXPECTED,
         }
     }
@@ -82,6 +102,7 @@ pub fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<(), CliError> {
     match command {
+        Command::Run(args) => run::run(args).await,
         Command::Sim(args) => sim::run(args).await,
     }
 }

@@ -311,3 +311,135 @@ impl Kubectl {
         stdout
     }
 }
+
+/// A `herald run` child process with a file sink, and readers for what it delivered.
+pub struct Herald {
+    pub child: Option<std::process::Child>,
+    pub config: PathBuf,
+    pub events: PathBuf,
+    pub stderr: PathBuf,
+}
+
+/// A configuration for `herald run` against `sim`: file sink `events.jsonl` in `dir`, journal in
+/// `dir/journal`, fsync always; `resources` is the YAML list body (indented two spaces).
+pub fn herald_config(sim: &Simulator, dir: &Path, resources: &str) -> String {
+    format!(
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\nresources:\n{resources}\nsinks:\n  - name: out\n    type: file\n    path: {events}\n    fsync: always\njournal:\n  path: {journal}\n  flushInterval: 2ms\n",
+        kc = sim.kubeconfig_path().display(),
+        events = dir.join("events.jsonl").display(),
+        journal = dir.join("journal").display(),
+    )
+}
+
+/// The usual resource list: every Widget of example.com.
+pub const WIDGETS_RESOURCE: &str = "  - group: example.com\n    kind: Widget";
+
+impl Herald {
+    /// Writes `config` into `dir` and starts `herald run -c` on it.
+    pub fn start(dir: &Path, config: &str) -> Self {
+        let config_path = dir.join("herald.yaml");
+        std::fs::write(&config_path, config).expect("write config");
+        let mut h = Self {
+            child: None,
+            config: config_path,
+            events: dir.join("events.jsonl"),
+            stderr: dir.join("herald.stderr"),
+        };
+        h.restart();
+        h
+    }
+
+    /// Starts (again) with the same configuration.
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr)
+            .expect("stderr file");
+        let child = Command::new(env!("CARGO_BIN_EXE_herald"))
+            .args(["run", "-c"])
+            .arg(&self.config)
+            .env("RUST_LOG", "info,herald=debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("herald starts");
+        self.child = Some(child);
+    }
+
+    /// Every event delivered so far, in file order.
+    pub fn delivered(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("each line is one JSON CloudEvent"))
+            .collect()
+    }
+
+    /// Waits until at least `n` events were delivered; panics (with herald's stderr) after 20 s.
+    pub async fn wait_for(&self, n: usize) -> Vec<Value> {
+        let started = std::time::Instant::now();
+        loop {
+            let got = self.delivered();
+            if got.len() >= n {
+                return got;
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                panic!(
+                    "expected {n} events, got {}: {:#?}\n--- herald stderr ---\n{}",
+                    got.len(),
+                    got.iter().map(|e| e["id"].clone()).collect::<Vec<_>>(),
+                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits a little and checks that no more than `n` events arrived.
+    pub async fn settle(&self, n: usize) -> Vec<Value> {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let got = self.delivered();
+        assert_eq!(
+            got.len(),
+            n,
+            "{:#?}\n--- herald stderr ---\n{}",
+            got.iter().map(|e| e["id"].clone()).collect::<Vec<_>>(),
+            std::fs::read_to_string(&self.stderr).unwrap_or_default()
+        );
+        got
+    }
+
+    /// SIGTERM, then waits for the exit code.
+    pub async fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let pid = child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .expect("join")
+            .expect("wait")
+            .code()
+    }
+
+    /// SIGKILL: no chance to flush or drain.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+        }
+    }
+}
+
+impl Drop for Herald {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

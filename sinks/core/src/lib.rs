@@ -1,0 +1,15 @@
+//! What herald and every sink share; start at [`CloudEvent`] and [`Sink`].
+// STYLE.md §7: library crates take clippy's pedantic set; each `allow` carries its reason.
+#![warn(clippy::pedantic)]
+
+pub mod encode;
+pub mod event;
+pub mod metrics;
+pub mod sink;
+pub mod template;
+
+pub use encode::{DecodeError, Mode};
+pub use event::{CloudEvent, ExtensionValue, ValidationError};
+pub use metrics::MetricName;
+pub use sink::{Envelope, Outcome, Reason, Sink, SinkError};
+pub use template::{Template, TemplateError, Vars};

@@ -1,0 +1,311 @@
+//! The file sink: each CloudEvent as one line of structured JSON (`application/cloudevents+json`), to a
+//! file or stdout, with an fsync policy and size-based rotation. Entry point: [`FileSink`].
+//!
+//! `Ok` means written and flushed to the OS, and with `fsync: always` also synced to disk.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use herald_sink_core::sink::{Envelope, Outcome, Reason, Sink, SinkError};
+
+/// When written data is synced to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fsync {
+    /// After every batch: nothing acknowledged is lost even if the machine crashes.
+    Always,
+    /// At most this long after a write (the OS may hold the rest).
+    Interval(Duration),
+    /// Never explicitly (the OS decides).
+    Never,
+}
+
+/// Size-based rotation: `events.jsonl` → `events.jsonl.1` → … → `events.jsonl.<max_files>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotate {
+    /// Rotate before a write would take the file over this many bytes.
+    pub max_size: u64,
+    /// Rotated files kept besides the current one.
+    pub max_files: usize,
+}
+
+/// Settings of a file sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileConfig {
+    /// The file to append to; `None` writes to stdout.
+    pub path: Option<PathBuf>,
+    /// The sync policy.
+    pub fsync: Fsync,
+    /// Rotation (files only).
+    pub rotate: Option<Rotate>,
+}
+
+enum Output {
+    Stdout,
+    File {
+        path: PathBuf,
+        file: File,
+        size: u64,
+        synced_at: Instant,
+        dirty: bool,
+    },
+}
+
+/// The file sink.
+pub struct FileSink {
+    config: FileConfig,
+    out: Mutex<Output>,
+}
+
+impl std::fmt::Debug for FileSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSink")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn open_append(path: &Path) -> io::Result<(File, u64)> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let size = file.metadata()?.len();
+    Ok((file, size))
+}
+
+fn rotated(path: &Path, n: usize) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!(".{n}"));
+    PathBuf::from(s)
+}
+
+impl FileSink {
+    /// Opens (creating) the file, or takes stdout.
+    pub fn open(config: FileConfig) -> Result<Self, SinkError> {
+        let out = match &config.path {
+            None => Output::Stdout,
+            Some(path) => {
+                let (file, size) = open_append(path).map_err(|e| SinkError::Unavailable {
+                    reason: format!("cannot open {}: {e}", path.display()),
+                })?;
+                Output::File {
+                    path: path.clone(),
+                    file,
+                    size,
+                    synced_at: Instant::now(),
+                    dirty: false,
+                }
+            }
+        };
+        Ok(Self {
+            config,
+            out: Mutex::new(out),
+        })
+    }
+
+    fn write_batch(&self, bytes: &[u8]) -> io::Result<()> {
+        let mut out = self
+            .out
+            .lock()
+            .map_err(|_| io::Error::other("file sink lock poisoned"))?;
+        match &mut *out {
+            Output::Stdout => {
+                let mut stdout = io::stdout().lock();
+                stdout.write_all(bytes)?;
+                stdout.flush()
+            }
+            Output::File {
+                path,
+                file,
+                size,
+                synced_at,
+                dirty,
+            } => {
+                if let Some(r) = self.config.rotate
+                    && *size > 0
+                    && *size + bytes.len() as u64 > r.max_size
+                {
+                    file.sync_all()?;
+                    rotate(path, r.max_files)?;
+                    let (f, s) = open_append(path)?;
+                    *file = f;
+                    *size = s;
+                }
+                file.write_all(bytes)?;
+                *size += bytes.len() as u64;
+                *dirty = true;
+                let sync_now = match self.config.fsync {
+                    Fsync::Always => true,
+                    Fsync::Interval(d) => synced_at.elapsed() >= d,
+                    Fsync::Never => false,
+                };
+                if sync_now {
+                    file.sync_data()?;
+                    *synced_at = Instant::now();
+                    *dirty = false;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Syncs pending writes (at shutdown, and from a timer under `fsync: interval`).
+    pub fn sync(&self) -> io::Result<()> {
+        let mut out = self
+            .out
+            .lock()
+            .map_err(|_| io::Error::other("file sink lock poisoned"))?;
+        if let Output::File {
+            file,
+            synced_at,
+            dirty,
+            ..
+        } = &mut *out
+            && *dirty
+        {
+            file.sync_data()?;
+            *synced_at = Instant::now();
+            *dirty = false;
+        }
+        Ok(())
+    }
+}
+
+/// Shifts `path.(n-1)` → `path.n` … `path` → `path.1`, dropping what falls off the end.
+fn rotate(path: &Path, max_files: usize) -> io::Result<()> {
+    if max_files == 0 {
+        return std::fs::remove_file(path);
+    }
+    let last = rotated(path, max_files);
+    if last.exists() {
+        std::fs::remove_file(&last)?;
+    }
+    for n in (1..max_files).rev() {
+        let from = rotated(path, n);
+        if from.exists() {
+            std::fs::rename(&from, rotated(path, n + 1))?;
+        }
+    }
+    std::fs::rename(path, rotated(path, 1))
+}
+
+impl Sink for FileSink {
+    const NAME: &'static str = "file";
+
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        self.write_batch(b"").map_err(|e| SinkError::Unavailable {
+            reason: e.to_string(),
+        })
+    }
+
+    async fn send(&self, batch: &[Envelope]) -> Vec<Outcome> {
+        let mut bytes = Vec::with_capacity(batch.len() * 512);
+        for envelope in batch {
+            bytes.extend_from_slice(&envelope.event.to_structured_json());
+            bytes.push(b'\n');
+        }
+        match self.write_batch(&bytes) {
+            Ok(()) => vec![Outcome::Ok; batch.len()],
+            // A full disk or a vanished directory may heal: retry, never drop.
+            Err(e) => Outcome::all(
+                batch.len(),
+                Outcome::Retry {
+                    after: None,
+                    reason: Reason::new("io", e.to_string()),
+                },
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_sink_core::event::CloudEvent;
+
+    fn envelope(seq: u64) -> Envelope {
+        let event = CloudEvent::new(
+            format!("u:{seq}:created"),
+            "k8s://c/g/p",
+            "dev.herald.resource.created",
+        )
+        .data(serde_json::json!({"op": "created", "pad": "x".repeat(100)}));
+        Envelope::new(seq, event)
+    }
+
+    #[tokio::test]
+    async fn writes_one_structured_json_line_per_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/events.jsonl");
+        let sink = FileSink::open(FileConfig {
+            path: Some(path.clone()),
+            fsync: Fsync::Always,
+            rotate: None,
+        })
+        .unwrap();
+        sink.healthcheck().await.unwrap();
+        let outcomes = sink.send(&[envelope(1), envelope(2)]).await;
+        assert!(outcomes.iter().all(|o| matches!(o, Outcome::Ok)));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let ids: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(ids, ["u:1:created", "u:2:created"]);
+    }
+
+    #[tokio::test]
+    async fn rotates_by_size_and_keeps_max_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let rotate = Rotate {
+            max_size: 600,
+            max_files: 2,
+        };
+        let sink = FileSink::open(FileConfig {
+            path: Some(path.clone()),
+            fsync: Fsync::Never,
+            rotate: Some(rotate),
+        })
+        .unwrap();
+        for seq in 0..10 {
+            sink.send(&[envelope(seq), envelope(seq + 100)]).await;
+        }
+        sink.sync().unwrap();
+        assert!(path.exists() && rotated(&path, 1).exists() && rotated(&path, 2).exists());
+        assert!(
+            !rotated(&path, 3).exists(),
+            "only max_files rotated files are kept"
+        );
+        assert!(std::fs::metadata(&path).unwrap().len() <= 600);
+    }
+
+    #[tokio::test]
+    async fn a_write_failure_asks_for_a_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let sink = FileSink::open(FileConfig {
+            path: Some(path.clone()),
+            fsync: Fsync::Never,
+            rotate: Some(Rotate {
+                max_size: 1,
+                max_files: 1,
+            }),
+        })
+        .unwrap();
+        sink.send(&[envelope(1)]).await;
+        // The directory disappears: rotation cannot rename, the batch must come back as Retry.
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        let outcomes = sink.send(&[envelope(2)]).await;
+        assert!(matches!(outcomes[0], Outcome::Retry { .. }), "{outcomes:?}");
+    }
+}

@@ -1,0 +1,338 @@
+//! The running bridge: builds watchers, the journal, sinks and their delivery from a [`Config`] and stops
+//! them in order. Entry point: [`start`]. `herald run` is this plus signals; benchmarks and tests embed it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, ClusterSource, Config, Namespaces, ResourceConfig, SinkKind};
+use crate::event::{self, Op};
+use crate::journal::{Journal, JournalConfig, JournalError};
+use crate::route::{Route, Router};
+use crate::sim::{LoadError, SimConfig, SimError, Simulator};
+use crate::{delivery, watch};
+
+/// Why the bridge could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The Kubernetes API cannot be configured or reached.
+    #[error("cannot reach the cluster: {0}")]
+    ClusterUnreachable(String),
+    /// The embedded simulator could not start.
+    #[error("cannot start the embedded cluster")]
+    EmbeddedFailed(#[source] SimError),
+    /// The embedded cluster's `load` file could not be applied.
+    #[error("cannot load the embedded cluster's objects")]
+    EmbeddedLoadFailed(#[source] LoadError),
+    /// The journal could not be opened.
+    #[error("cannot open the journal")]
+    JournalFailed(#[source] JournalError),
+    /// A sink could not be set up.
+    #[error("sink {sink:?} failed its health check: {reason}")]
+    SinkFailed {
+        /// The sink's name.
+        sink: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A running bridge.
+pub struct Running {
+    stop_watch: CancellationToken,
+    stop_delivery: CancellationToken,
+    watchers: Vec<JoinHandle<()>>,
+    deliveries: Vec<JoinHandle<()>>,
+    file_sinks: Vec<Arc<herald_sink_file::FileSink>>,
+    journal: Journal,
+    sim: Option<Simulator>,
+    /// Health of each watcher, in configuration order.
+    pub health: Vec<Arc<watch::Health>>,
+    /// Delivery counters per sink name.
+    pub stats: Vec<(String, Arc<delivery::Stats>)>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("watchers", &self.watchers.len())
+            .field("sinks", &self.stats.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn op(e: config::EventType) -> Op {
+    match e {
+        config::EventType::Created => Op::Created,
+        config::EventType::Updated => Op::Updated,
+        config::EventType::Deleted => Op::Deleted,
+    }
+}
+
+/// The watchers one `resources[i]` entry needs: one per listed namespace, else one.
+fn watch_specs(cfg: &Config) -> Vec<watch::WatchSpec> {
+    let mut out = Vec::new();
+    for (index, r) in cfg.resources.iter().enumerate() {
+        let template = resource_template(cfg, r);
+        let base = watch::WatchSpec {
+            index,
+            group: r.group.clone(),
+            version: r.version.clone(),
+            kind: r.kind.clone(),
+            plural: r.plural.clone(),
+            namespace: None,
+            namespace_selector: None,
+            label_selector: r.label_selector.clone().filter(|s| !s.is_empty()),
+            field_selector: r.field_selector.clone().filter(|s| !s.is_empty()),
+            ops: r.events.iter().copied().map(op).collect(),
+            initial_emit: r.initial_state == config::InitialState::Emit,
+            skip_status_only_updates: r.skip_status_only_updates,
+            template,
+        };
+        match &r.namespaces {
+            Namespaces::All => out.push(base),
+            Namespaces::Selector { selector } => {
+                out.push(watch::WatchSpec {
+                    namespace_selector: Some(selector.clone()),
+                    ..base
+                });
+            }
+            Namespaces::List(list) => {
+                for ns in list {
+                    out.push(watch::WatchSpec {
+                        namespace: Some(ns.clone()),
+                        ..base.clone()
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn resource_template(cfg: &Config, r: &ResourceConfig) -> event::Resource {
+    let payload = match &r.payload {
+        config::PayloadParts::Reference => event::Payload::REFERENCE,
+        config::PayloadParts::Parts(parts) => event::Payload {
+            object: parts.contains(&config::PayloadPart::Object),
+            old_object: parts.contains(&config::PayloadPart::OldObject),
+            patch: parts.contains(&config::PayloadPart::Patch),
+        },
+    };
+    event::Resource {
+        cluster: cfg.cluster.name.clone(),
+        group: r.group.clone(),
+        version: r.version.clone().unwrap_or_default(),
+        kind: r.kind.clone().unwrap_or_default(),
+        plural: r.plural.clone().unwrap_or_default(),
+        namespaced: true,
+        type_prefix: r.type_prefix.clone(),
+        payload,
+        redact: r.redact.clone(),
+        keep_managed_fields: r.keep_managed_fields,
+    }
+}
+
+async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), StartError> {
+    let unreachable = StartError::ClusterUnreachable;
+    match &cfg.cluster.source {
+        ClusterSource::Embedded(embedded) => {
+            let sim = Simulator::start(SimConfig::default())
+                .await
+                .map_err(StartError::EmbeddedFailed)?;
+            if let Some(file) = &embedded.load {
+                sim.load_file(file)
+                    .map_err(StartError::EmbeddedLoadFailed)?;
+            }
+            let c = sim.client().map_err(StartError::EmbeddedFailed)?;
+            Ok((c, Some(sim)))
+        }
+        ClusterSource::InCluster => {
+            let kc = kube::Config::incluster()
+                .map_err(|e| unreachable(format!("in-cluster configuration: {e}")))?;
+            Ok((
+                kube::Client::try_from(kc).map_err(|e| unreachable(e.to_string()))?,
+                None,
+            ))
+        }
+        ClusterSource::Kubeconfig(source) => {
+            let options = kube::config::KubeConfigOptions {
+                context: source.context.clone(),
+                ..Default::default()
+            };
+            let kc = match &source.path {
+                Some(path) => {
+                    let file = kube::config::Kubeconfig::read_from(path)
+                        .map_err(|e| unreachable(format!("kubeconfig {}: {e}", path.display())))?;
+                    kube::Config::from_custom_kubeconfig(file, &options).await
+                }
+                None => kube::Config::from_kubeconfig(&options).await,
+            }
+            .map_err(|e| unreachable(format!("kubeconfig: {e}")))?;
+            Ok((
+                kube::Client::try_from(kc).map_err(|e| unreachable(e.to_string()))?,
+                None,
+            ))
+        }
+    }
+}
+
+/// Starts the bridge: cluster client, journal, sinks and their delivery, then one watcher per resource
+/// scope. `tuning` is for tests and benchmarks; `None` uses the defaults.
+pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Running, StartError> {
+    let (client, sim) = client(cfg).await?;
+    let journal = Journal::open(JournalConfig {
+        flush_interval: cfg.journal.flush_interval,
+        flush_entries: usize::try_from(cfg.journal.flush_entries).unwrap_or(usize::MAX),
+        retain: cfg.journal.retain,
+        max_backlog: cfg.journal.max_backlog,
+        ..JournalConfig::new(cfg.journal.path.clone())
+    })
+    .map_err(StartError::JournalFailed)?;
+
+    let router = Arc::new(Router::new(
+        cfg.routes
+            .iter()
+            .map(|r| Route {
+                resources: r.resources.clone(),
+                ops: r.events.iter().copied().map(op).collect(),
+                sinks: r.sinks.clone(),
+            })
+            .collect(),
+    ));
+
+    let stop_delivery = CancellationToken::new();
+    let mut deliveries = Vec::new();
+    let mut file_sinks = Vec::new();
+    let mut stats = Vec::new();
+    for sink in &cfg.sinks {
+        match &sink.kind {
+            SinkKind::File(f) => {
+                let failed = |reason: String| StartError::SinkFailed {
+                    sink: sink.name.clone(),
+                    reason,
+                };
+                let path = (f.path.as_os_str() != config::STDOUT_PATH).then(|| f.path.clone());
+                let s = herald_sink_file::FileSink::open(herald_sink_file::FileConfig {
+                    path,
+                    fsync: match f.fsync {
+                        config::Fsync::Always => herald_sink_file::Fsync::Always,
+                        config::Fsync::Interval => {
+                            herald_sink_file::Fsync::Interval(f.fsync_interval)
+                        }
+                        config::Fsync::Never => herald_sink_file::Fsync::Never,
+                    },
+                    rotate: f.rotate.as_ref().map(|r| herald_sink_file::Rotate {
+                        max_size: r.max_size,
+                        max_files: r.max_files,
+                    }),
+                })
+                .map_err(|e| failed(e.to_string()))?;
+                let s = Arc::new(s);
+                herald_sink_core::sink::Sink::healthcheck(s.as_ref())
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+                file_sinks.push(s.clone());
+                let st = Arc::new(delivery::Stats::default());
+                stats.push((sink.name.clone(), st.clone()));
+                deliveries.push(tokio::spawn(delivery::run(
+                    sink.name.clone(),
+                    s,
+                    journal.clone(),
+                    router.clone(),
+                    f.start == config::SinkStart::Earliest,
+                    stop_delivery.clone(),
+                    st,
+                )));
+            }
+        }
+    }
+
+    let stop_watch = CancellationToken::new();
+    let mut watchers = Vec::new();
+    let mut health = Vec::new();
+    for spec in watch_specs(cfg) {
+        let h = Arc::new(watch::Health::default());
+        health.push(h.clone());
+        watchers.push(tokio::spawn(watch::run(
+            client.clone(),
+            journal.clone(),
+            spec,
+            tuning.clone().unwrap_or_default(),
+            stop_watch.clone(),
+            h,
+        )));
+    }
+    tracing::info!(
+        message = "herald running.",
+        resources = cfg.resources.len(),
+        sinks = cfg.sinks.len()
+    );
+    Ok(Running {
+        stop_watch,
+        stop_delivery,
+        watchers,
+        deliveries,
+        file_sinks,
+        journal,
+        sim,
+        health,
+        stats,
+    })
+}
+
+impl Running {
+    /// Whether every watcher has listed and is watching.
+    pub fn synced(&self) -> bool {
+        self.health
+            .iter()
+            .all(|h| h.synced.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Events delivered across all sinks.
+    pub fn delivered(&self) -> u64 {
+        self.stats
+            .iter()
+            .map(|(_, s)| s.delivered.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The journal (for status and benchmarks).
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// The embedded simulator, when the cluster is `embedded`.
+    pub fn embedded(&self) -> Option<&Simulator> {
+        self.sim.as_ref()
+    }
+
+    /// Stops in order: watches first (nothing new is journaled), then delivery drains what was journaled
+    /// (at most `drain_timeout`), file sinks sync, the journal flushes and closes.
+    pub async fn stop(self, drain_timeout: Duration) -> Result<(), JournalError> {
+        self.stop_watch.cancel();
+        for w in self.watchers {
+            let _ = w.await;
+        }
+        self.stop_delivery.cancel();
+        let drained =
+            tokio::time::timeout(drain_timeout, futures::future::join_all(self.deliveries)).await;
+        if drained.is_err() {
+            tracing::warn!(
+                message = "Drain timed out; the rest stays journaled for the next start."
+            );
+        }
+        for s in &self.file_sinks {
+            if let Err(error) = s.sync() {
+                tracing::warn!(message = "Final sync of a file sink failed.", %error);
+            }
+        }
+        self.journal.close().await?;
+        if let Some(sim) = self.sim {
+            sim.shutdown().await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,98 @@
+//! The `journal` and `admin` sections.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::units::deserialize_duration;
+
+/// The `journal` section: herald's on-disk store of events between the watch and the sinks.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JournalSettings {
+    /// Directory of the journal (created 0700, files 0600). `${VAR}` is expanded; relative paths
+    /// are relative to herald's working directory. Default `./herald-journal`.
+    /// Example: `/var/lib/herald/journal`.
+    #[serde(default = "default_journal_path")]
+    pub path: PathBuf,
+    /// Group commit: how long appended events may wait before the journal is flushed to disk (and
+    /// only then checkpointed). A duration with a unit; `0s` flushes every append. Default `10ms`.
+    /// Example: `5ms`.
+    #[serde(
+        default = "default_flush_interval",
+        deserialize_with = "deserialize_duration"
+    )]
+    #[schemars(with = "String", extend("default" = "10ms"))]
+    pub flush_interval: Duration,
+    /// Group commit: flush as soon as this many events are waiting, before `flushInterval` ends.
+    /// At least 1. Default `1000`. Example: `500`.
+    #[serde(default = "default_flush_entries")]
+    pub flush_entries: u32,
+    /// Keep events this long after every sink has delivered them, for `herald replay`. A duration
+    /// with a unit. Default `0s` (remove once delivered). Example: `24h`.
+    #[serde(default, deserialize_with = "deserialize_duration")]
+    #[schemars(with = "String", extend("default" = "0s"))]
+    pub retain: Duration,
+    /// Undelivered events (for the slowest sink) at which herald stops reading watches until sinks
+    /// catch up; readiness and metrics report it first. At least 1. Default `1000000`.
+    /// Example: `5000000`.
+    #[serde(default = "default_max_backlog")]
+    pub max_backlog: u64,
+}
+
+impl Default for JournalSettings {
+    fn default() -> Self {
+        Self {
+            path: default_journal_path(),
+            flush_interval: default_flush_interval(),
+            flush_entries: default_flush_entries(),
+            retain: Duration::ZERO,
+            max_backlog: default_max_backlog(),
+        }
+    }
+}
+
+fn default_journal_path() -> PathBuf {
+    PathBuf::from("./herald-journal")
+}
+
+fn default_flush_interval() -> Duration {
+    Duration::from_millis(10)
+}
+
+fn default_flush_entries() -> u32 {
+    1000
+}
+
+fn default_max_backlog() -> u64 {
+    1_000_000
+}
+
+/// Default admin address: loopback only, because mutating calls are behind it.
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 9464);
+
+/// The `admin` section: the HTTP endpoint for metrics, health and operations.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AdminConfig {
+    /// Address and port of `/metrics`, `/healthz`, `/readyz` and `/status`; an IP address, not a
+    /// host name. Default `127.0.0.1:9464`. Example: `0.0.0.0:9464` (in a pod).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_ADMIN_LISTEN,
+        }
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    DEFAULT_ADMIN_LISTEN
+}

@@ -1,0 +1,1094 @@
+use std::collections::BTreeSet;
+use std::env::VarError;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::*;
+
+/// A fake environment, so no test mutates the process environment.
+fn env(name: &str) -> Result<String, VarError> {
+    match name {
+        "STATE" => Ok("/var/lib/herald".into()),
+        "KUBE" => Ok("/etc/kube".into()),
+        "EMPTY" => Ok(String::new()),
+        _ => Err(VarError::NotPresent),
+    }
+}
+
+fn parse(yaml: &str) -> Result<Config> {
+    from_str_with_env(yaml, &env)
+}
+
+fn ok(yaml: &str) -> Config {
+    match parse(yaml) {
+        Ok(config) => config,
+        Err(e) => panic!("{e}\n--- in ---\n{yaml}"),
+    }
+}
+
+/// The rendered problems, `path: message` each.
+fn errors(yaml: &str) -> Vec<String> {
+    match parse(yaml) {
+        Err(ConfigError::Invalid { errors }) => errors.iter().map(ToString::to_string).collect(),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(config) => panic!("accepted:\n{yaml}\n{config:#?}"),
+    }
+}
+
+/// The single problem of `yaml`.
+fn error(yaml: &str) -> String {
+    let all = errors(yaml);
+    assert_eq!(all.len(), 1, "expected one error, got {all:#?}");
+    all.into_iter().next().unwrap_or_default()
+}
+
+const RESOURCE: &str = "resources:\n- {group: example.com, kind: Database}\n";
+const SINK: &str = "sinks:\n- {name: archive, type: file, path: events.jsonl}\n";
+
+/// A valid configuration plus `extra` (which may add sections).
+fn base(extra: &str) -> String {
+    format!("{RESOURCE}{SINK}{extra}")
+}
+
+/// A valid configuration whose only resource has `fields` (flow-mapping entries) added.
+fn resource(fields: &str) -> String {
+    format!("resources:\n- {{group: example.com, kind: Database, {fields}}}\n{SINK}")
+}
+
+/// A valid configuration whose only sink has `fields` added.
+fn sink(fields: &str) -> String {
+    format!("{RESOURCE}sinks:\n- {{name: archive, type: file, path: events.jsonl, {fields}}}\n")
+}
+
+// ----- defaults ------------------------------------------------------------------------------
+
+#[test]
+fn minimal_config_gets_every_default() {
+    let config = ok(&base(""));
+    assert_eq!(config.cluster, ClusterConfig::default());
+    assert_eq!(config.cluster.name, "default");
+    assert_eq!(
+        config.cluster.source,
+        ClusterSource::Kubeconfig(KubeconfigSource {
+            path: None,
+            context: None
+        })
+    );
+
+    let r = &config.resources[0];
+    assert_eq!(r.group, "example.com");
+    assert_eq!(r.version, None);
+    assert_eq!(r.kind.as_deref(), Some("Database"));
+    assert_eq!(r.plural, None);
+    assert_eq!(r.namespaces, Namespaces::All);
+    assert_eq!(r.label_selector, None);
+    assert_eq!(r.field_selector, None);
+    assert_eq!(r.events, EventType::ALL);
+    assert_eq!(r.initial_state, InitialState::Emit);
+    assert!(!r.skip_status_only_updates);
+    assert_eq!(
+        r.payload,
+        PayloadParts::Parts(vec![PayloadPart::Object, PayloadPart::Patch])
+    );
+    assert!(r.payload.includes(PayloadPart::Object) && !r.payload.includes(PayloadPart::OldObject));
+    assert!(r.redact.is_empty());
+    assert!(!r.keep_managed_fields);
+    assert_eq!(r.type_prefix, "dev.herald.resource");
+    assert_eq!(r.on_oversize, OnOversize::Reference);
+
+    let s = &config.sinks[0];
+    assert_eq!(s.name, "archive");
+    assert_eq!(s.kind.sink_type(), SinkType::File);
+    let SinkKind::File(file) = &s.kind;
+    assert_eq!(file.path, PathBuf::from("events.jsonl"));
+    assert_eq!(file.fsync, Fsync::Interval);
+    assert_eq!(file.fsync_interval, Duration::from_secs(1));
+    assert_eq!(file.rotate, None);
+    assert_eq!(file.start, SinkStart::Head);
+    assert!(!file.is_stdout());
+
+    assert_eq!(
+        config.routes,
+        vec![RouteConfig {
+            resources: vec!["*".to_owned()],
+            events: EventType::ALL.to_vec(),
+            sinks: vec!["archive".into()],
+        }]
+    );
+    assert_eq!(config.journal, JournalSettings::default());
+    assert_eq!(config.journal.path, PathBuf::from("./herald-journal"));
+    assert_eq!(config.journal.flush_interval, Duration::from_millis(10));
+    assert_eq!(config.journal.flush_entries, 1000);
+    assert_eq!(config.journal.retain, Duration::ZERO);
+    assert_eq!(config.journal.max_backlog, 1_000_000);
+    assert_eq!(config.admin.listen.to_string(), "127.0.0.1:9464");
+}
+
+#[test]
+fn default_route_sends_everything_to_every_sink() {
+    let config = ok(&format!(
+        "{RESOURCE}sinks:\n- {{name: a, type: file, path: a.jsonl}}\n- {{name: b, type: file, path: '-'}}\n"
+    ));
+    assert_eq!(config.routes.len(), 1);
+    assert_eq!(config.routes[0].sinks, ["a", "b"]);
+}
+
+#[test]
+fn bare_section_keys_mean_their_defaults() {
+    let config = ok(&base("cluster:\n  embedded:\njournal:\nadmin:\n"));
+    assert_eq!(
+        config.cluster.source,
+        ClusterSource::Embedded(EmbeddedSource { load: None })
+    );
+    assert_eq!(config.journal, JournalSettings::default());
+    assert_eq!(config.admin, AdminConfig::default());
+}
+
+#[test]
+fn embedded_cluster_is_named_herald_sim_unless_named() {
+    let config = ok(&base("cluster:\n  embedded: {load: demo.yaml}\n"));
+    assert_eq!(config.cluster.name, "herald-sim");
+    assert_eq!(
+        config.cluster.source,
+        ClusterSource::Embedded(EmbeddedSource {
+            load: Some("demo.yaml".into())
+        })
+    );
+    let named = ok(&base("cluster:\n  name: demo\n  embedded: {}\n"));
+    assert_eq!(named.cluster.name, "demo");
+}
+
+#[test]
+fn reads_every_cluster_source() {
+    let kube = ok(&base(
+        "cluster:\n  name: prod-eu\n  kubeconfig: {path: /etc/kube/config, context: prod}\n",
+    ));
+    assert_eq!(kube.cluster.name, "prod-eu");
+    assert_eq!(
+        kube.cluster.source,
+        ClusterSource::Kubeconfig(KubeconfigSource {
+            path: Some("/etc/kube/config".into()),
+            context: Some("prod".into())
+        })
+    );
+    let in_cluster = ok(&base("cluster: {inCluster: true}\n"));
+    assert_eq!(in_cluster.cluster.source, ClusterSource::InCluster);
+    let off = ok(&base("cluster: {inCluster: false}\n"));
+    assert_eq!(off.cluster, ClusterConfig::default());
+}
+
+#[test]
+fn cluster_sources_are_exclusive() {
+    assert_eq!(
+        error(&base("cluster:\n  kubeconfig: {}\n  embedded: {}\n")),
+        "cluster: give at most one of kubeconfig, inCluster and embedded, not kubeconfig and embedded"
+    );
+    assert_eq!(
+        error(&base(
+            "cluster: {inCluster: true, kubeconfig: {context: x}, embedded: {}}\n"
+        )),
+        "cluster: give at most one of kubeconfig, inCluster and embedded, not kubeconfig and inCluster and embedded"
+    );
+}
+
+#[test]
+fn reads_the_example_from_the_brief() {
+    let config = ok(r#"
+cluster:
+  name: prod-eu
+  kubeconfig: {path: /etc/kube/config, context: prod}
+resources:
+  - group: example.com
+    version: v1
+    kind: Database
+    plural: databases
+    namespaces: all
+    labelSelector: "tier=gold"
+    fieldSelector: "metadata.name!=scratch"
+    events: [created, updated, deleted]
+    initialState: emit
+    skipStatusOnlyUpdates: false
+    payload: [object, patch]
+    redact: ["/spec/password"]
+    keepManagedFields: false
+    typePrefix: dev.herald.resource
+    onOversize: reference
+  - group: example.com
+    kind: Backup
+    namespaces: {selector: "team=payments"}
+    payload: reference
+    initialState: skip
+    onOversize: deadLetter
+  - group: core
+    plural: configmaps
+    namespaces: [a, b]
+    payload: [oldObject]
+sinks:
+  - name: archive
+    type: file
+    path: /var/lib/herald/events.jsonl
+    fsync: interval
+    fsyncInterval: 1s
+    rotate: {maxSize: 64MiB, maxFiles: 5}
+    start: head
+  - name: console
+    path: "-"
+    type: file
+    start: earliest
+    fsync: never
+routes:
+  - resources: ["databases.example.com", "Backup.example.com", configmaps.core]
+    events: [deleted]
+    sinks: [archive]
+  - sinks: [console]
+journal:
+  path: ./herald-journal
+  flushInterval: 10ms
+  flushEntries: 1000
+  retain: 0s
+  maxBacklog: 1000000
+admin:
+  listen: 127.0.0.1:9464
+"#);
+    let [db, backup, cm] = &config.resources[..] else {
+        panic!("three resources")
+    };
+    assert_eq!(db.plural.as_deref(), Some("databases"));
+    assert_eq!(db.redact, ["/spec/password"]);
+    assert_eq!(
+        backup.namespaces,
+        Namespaces::Selector {
+            selector: "team=payments".into()
+        }
+    );
+    assert!(backup.payload.is_reference());
+    assert_eq!(backup.initial_state, InitialState::Skip);
+    assert_eq!(backup.on_oversize, OnOversize::DeadLetter);
+    assert_eq!(cm.group, "", "core is stored as Kubernetes spells it");
+    assert_eq!(
+        cm.namespaces,
+        Namespaces::List(vec!["a".into(), "b".into()])
+    );
+    assert_eq!(
+        cm.payload,
+        PayloadParts::Parts(vec![PayloadPart::OldObject])
+    );
+    let SinkKind::File(archive) = &config.sinks[0].kind;
+    assert_eq!(
+        archive.rotate,
+        Some(Rotate {
+            max_size: 64 << 20,
+            max_files: 5
+        })
+    );
+    let console = &config.sinks[1];
+    let SinkKind::File(console_file) = &console.kind;
+    assert!(console_file.is_stdout());
+    assert_eq!(console_file.start, SinkStart::Earliest);
+    assert_eq!(console_file.fsync, Fsync::Never);
+    assert_eq!(
+        config.routes[0].resources,
+        ["databases.example.com", "Backup.example.com", "configmaps"]
+    );
+    assert_eq!(config.routes[0].events, [EventType::Deleted]);
+    assert_eq!(config.routes[1].resources, ["*"]);
+    assert_eq!(config.routes[1].events, EventType::ALL);
+}
+
+// ----- enum spellings -------------------------------------------------------------------------
+
+#[test]
+fn misspelled_enum_values_name_the_path_and_the_choices() {
+    for (yaml, expected) in [
+        (
+            resource("initialState: emitt"),
+            "resources[0].initialState: unknown variant `emitt`, expected `emit` or `skip`",
+        ),
+        (
+            resource("events: [created, delete]"),
+            "resources[0].events[1]: unknown variant `delete`, expected one of `created`, `updated`, `deleted`",
+        ),
+        (
+            resource("onOversize: deadletter"),
+            "resources[0].onOversize: unknown variant `deadletter`, expected `reference` or `deadLetter`",
+        ),
+        (
+            resource("payload: [object, old_object]"),
+            "resources[0].payload[1]: unknown variant `old_object`, expected one of `object`, `oldObject`, `patch`",
+        ),
+        (
+            resource("payload: references"),
+            "resources[0].payload: invalid value: string \"references\", expected a list of object, oldObject, patch, or `reference`",
+        ),
+        (
+            resource("payload: []"),
+            "resources[0].payload: empty list; write `reference` for reference-only events",
+        ),
+        (
+            resource("namespaces: any"),
+            "resources[0].namespaces: invalid value: string \"any\", expected `all`, a list of namespaces, or {selector: LABEL_SELECTOR}",
+        ),
+        (
+            sink("fsync: sometimes"),
+            "sinks[0].fsync: unknown variant `sometimes`, expected one of `always`, `interval`, `never`",
+        ),
+        (
+            sink("start: latest"),
+            "sinks[0].start: unknown variant `latest`, expected `head` or `earliest`",
+        ),
+        (
+            format!("{RESOURCE}sinks:\n- {{name: a, type: kafak, path: x}}\n"),
+            "sinks[0].type: unknown variant `kafak`, expected `file`",
+        ),
+        (
+            base("routes:\n- {events: [removed], sinks: [archive]}\n"),
+            "routes[0].events[0]: unknown variant `removed`, expected one of `created`, `updated`, `deleted`",
+        ),
+    ] {
+        assert_eq!(error(&yaml), expected, "{yaml}");
+    }
+}
+
+#[test]
+fn wrong_types_name_the_path() {
+    assert_eq!(
+        error(&resource("skipStatusOnlyUpdates: sometimes")),
+        "resources[0].skipStatusOnlyUpdates: invalid type: string \"sometimes\", expected a boolean"
+    );
+    assert_eq!(
+        error(&base("journal: {flushEntries: -1}\n")),
+        "journal.flushEntries: invalid value: integer `-1`, expected u32"
+    );
+    assert_eq!(
+        error(&base("admin: {listen: localhost:9464}\n")),
+        "admin.listen: invalid socket address syntax"
+    );
+    assert_eq!(
+        error(&format!("{SINK}resources: {{group: example.com}}\n")),
+        "resources: invalid type: map, expected a sequence"
+    );
+}
+
+// ----- unknown keys ---------------------------------------------------------------------------
+
+#[test]
+fn unknown_keys_are_errors_at_every_depth() {
+    for (yaml, expected) in [
+        (
+            base("sink: []\n"),
+            "sink: unknown field `sink`, expected one of `cluster`, `resources`, `sinks`, `routes`, `journal`, `admin`",
+        ),
+        (
+            base("cluster: {nmae: x}\n"),
+            "cluster.nmae: unknown field `nmae`, expected one of `name`, `kubeconfig`, `inCluster`, `embedded`",
+        ),
+        (
+            base("cluster:\n  kubeconfig: {file: x}\n"),
+            "cluster.kubeconfig.file: unknown field `file`, expected `path` or `context`",
+        ),
+        (
+            resource("labelselector: a=b"),
+            "resources[0].labelselector: unknown field `labelselector`, expected one of `group`, `version`, `kind`, `plural`, `namespaces`, `labelSelector`, `fieldSelector`, `events`, `initialState`, `skipStatusOnlyUpdates`, `payload`, `redact`, `keepManagedFields`, `typePrefix`, `onOversize`",
+        ),
+        (
+            resource("namespaces: {selector: a=b, names: [x]}"),
+            "resources[0].namespaces.names: unknown field `names`, expected `selector`",
+        ),
+        (
+            sink("fsyncIntervall: 1s"),
+            "sinks[0].fsyncIntervall: unknown field `fsyncIntervall`, expected one of `path`, `fsync`, `fsyncInterval`, `rotate`, `start`",
+        ),
+        (
+            sink("rotate: {maxSize: 1MiB, maxFile: 3}"),
+            "sinks[0].rotate.maxFile: unknown field `maxFile`, expected `maxSize` or `maxFiles`",
+        ),
+        (
+            base("routes:\n- {sinks: [archive], sink: archive}\n"),
+            "routes[0].sink: unknown field `sink`, expected one of `resources`, `events`, `sinks`",
+        ),
+        (
+            base("journal: {flushIntervall: 1s}\n"),
+            "journal.flushIntervall: unknown field `flushIntervall`, expected one of `path`, `flushInterval`, `flushEntries`, `retain`, `maxBacklog`",
+        ),
+        (
+            base("admin: {address: 0.0.0.0:1}\n"),
+            "admin.address: unknown field `address`, expected `listen`",
+        ),
+    ] {
+        assert_eq!(error(&yaml), expected, "{yaml}");
+    }
+}
+
+#[test]
+fn sink_errors_have_exact_paths_whatever_the_key_order() {
+    // `type` last, `name` in the middle: the paths must not collapse to `sinks[0]`.
+    let yaml =
+        format!("{RESOURCE}sinks:\n- path: x\n  name: a\n  fsyncInterval: soon\n  type: file\n");
+    assert_eq!(
+        error(&yaml),
+        "sinks[0].fsyncInterval: invalid duration \"soon\": expected number at 0"
+    );
+    let missing = format!("{RESOURCE}sinks:\n- {{name: a, type: file}}\n");
+    assert_eq!(error(&missing), "sinks[0]: missing field `path`");
+    let no_type = format!("{RESOURCE}sinks:\n- {{name: a, path: x}}\n");
+    assert_eq!(error(&no_type), "sinks[0]: missing field `type`");
+    let no_name = format!("{RESOURCE}sinks:\n- {{type: file, path: x}}\n");
+    assert_eq!(error(&no_name), "sinks[0]: missing field `name`");
+    let bad_name = format!("{RESOURCE}sinks:\n- {{type: file, path: x, name: [a]}}\n");
+    assert_eq!(
+        error(&bad_name),
+        "sinks[0].name: invalid type: sequence, expected a string"
+    );
+}
+
+#[test]
+fn sink_config_deserializes_without_the_reordering_too() {
+    // Other callers (tests, future tools) may deserialize a sink directly, `type` anywhere.
+    let sink: SinkConfig =
+        serde_yaml_ng::from_str("path: x\nname: a\nstart: earliest\ntype: file\nfsync: always\n")
+            .unwrap();
+    assert_eq!(sink.name, "a");
+    let SinkKind::File(file) = sink.kind;
+    assert_eq!(file.start, SinkStart::Earliest);
+    assert_eq!(file.fsync, Fsync::Always);
+    let bad = serde_yaml_ng::from_str::<SinkConfig>("path: x\nname: a\ntype: file\nbogus: 1\n")
+        .unwrap_err();
+    assert!(bad.to_string().contains("unknown field `bogus`"), "{bad}");
+}
+
+// ----- semantic rules -------------------------------------------------------------------------
+
+#[test]
+fn cluster_name_must_match_the_pattern() {
+    assert_eq!(
+        error(&base("cluster: {name: Prod_EU}\n")),
+        "cluster.name: \"Prod_EU\" must match [a-z0-9][a-z0-9.-]* (lowercase letters, digits, '.' and '-'), at most 253 characters"
+    );
+    assert!(parse(&base("cluster: {name: -x}\n")).is_err());
+    assert!(parse(&base("cluster: {name: ''}\n")).is_err());
+    ok(&base("cluster: {name: 0.prod-eu.example}\n"));
+}
+
+#[test]
+fn resources_and_sinks_are_required() {
+    assert_eq!(
+        errors("cluster: {name: x}\n"),
+        [
+            "resources: at least one resource is required",
+            "sinks: at least one sink is required"
+        ]
+    );
+}
+
+#[test]
+fn resource_needs_kind_or_plural() {
+    let yaml = format!("resources:\n- {{group: example.com, version: v1}}\n{SINK}");
+    assert_eq!(error(&yaml), "resources[0]: give kind, plural or both");
+    ok(&format!(
+        "resources:\n- {{group: example.com, plural: databases}}\n{SINK}"
+    ));
+    // Both given and inconsistent is for discovery to judge.
+    ok(&resource("plural: backups"));
+}
+
+#[test]
+fn resource_names_are_checked_for_form() {
+    let yaml = format!(
+        "resources:\n- {{group: Example.com, version: '1', kind: 'Data base', plural: Databases}}\n{SINK}"
+    );
+    assert_eq!(
+        errors(&yaml),
+        [
+            "resources[0].group: \"Example.com\" is not an API group (a lowercase DNS name like example.com, or core)",
+            "resources[0].version: \"1\" is not an API version (like v1 or v1beta2)",
+            "resources[0].kind: \"Data base\" is not a kind (letters and digits, like Database)",
+            "resources[0].plural: \"Databases\" is not a plural resource name (lowercase, like databases)",
+        ]
+    );
+}
+
+#[test]
+fn the_same_resource_twice_is_refused() {
+    let yaml = format!(
+        "resources:\n- {{group: example.com, kind: Database}}\n- {{group: example.com, kind: Database, namespaces: [a]}}\n{SINK}"
+    );
+    assert_eq!(
+        error(&yaml),
+        "resources[1]: watches the same resource as resources[0] (\"Database\" in group \"example.com\"); their events would share ids and checkpoints"
+    );
+    ok(&format!(
+        "resources:\n- {{group: example.com, kind: Database}}\n- {{group: other.example, kind: Database}}\n{SINK}"
+    ));
+}
+
+#[test]
+fn namespace_lists_are_checked() {
+    assert_eq!(
+        errors(&resource("namespaces: [a, B_, a]")),
+        [
+            "resources[0].namespaces[1]: \"B_\" is not a namespace name",
+            "resources[0].namespaces[2]: namespace \"a\" is listed twice",
+        ]
+    );
+    assert_eq!(
+        error(&resource("namespaces: []")),
+        "resources[0].namespaces: an empty list watches nothing; write `all` for every namespace"
+    );
+    assert_eq!(
+        error(&resource("namespaces: {selector: 'team in payments'}")),
+        "resources[0].namespaces.selector: invalid label selector \"team in payments\": \"in\" needs a list in parentheses, like (in (a,b))"
+    );
+}
+
+#[test]
+fn selectors_are_checked() {
+    assert_eq!(
+        errors(&resource(
+            "labelSelector: 'tier gold', fieldSelector: 'metadata.name'"
+        )),
+        [
+            "resources[0].labelSelector: invalid label selector \"tier gold\": expected an operator (=, ==, !=, in, notin, >, <) after \"tier\", found \"gold\"",
+            "resources[0].fieldSelector: invalid field selector \"metadata.name\": \"metadata.name\" has no =, == or !=",
+        ]
+    );
+    ok(&resource(
+        "labelSelector: 'tier in (gold,silver),!legacy', fieldSelector: 'metadata.name!=scratch'",
+    ));
+}
+
+#[test]
+fn redact_entries_must_be_json_pointers() {
+    assert_eq!(
+        errors(&resource(
+            "redact: [/spec/password, spec/token, '/a~2', '']"
+        )),
+        [
+            "resources[0].redact[1]: \"spec/token\" is not a JSON pointer: it must start with '/', like /spec/password",
+            "resources[0].redact[2]: \"/a~2\" is not a JSON pointer: '~' must be followed by 0 ('~') or 1 ('/')",
+            "resources[0].redact[3]: \"\" would redact the whole object; use payload: reference to send no object",
+        ]
+    );
+}
+
+#[test]
+fn empty_event_lists_and_bad_type_prefixes_are_refused() {
+    assert_eq!(
+        errors(&resource("events: [], typePrefix: 'dev..herald'")),
+        [
+            "resources[0].events: an empty list emits nothing; omit the key for all three",
+            "resources[0].typePrefix: \"dev..herald\" is not a reverse-DNS prefix (dot-separated words of letters, digits, '-' and '_', like dev.herald.resource)",
+        ]
+    );
+}
+
+#[test]
+fn sink_names_must_match_the_pattern_and_be_unique() {
+    let yaml = format!(
+        "{RESOURCE}sinks:\n- {{name: archive, type: file, path: a}}\n- {{name: Archive, type: file, path: b}}\n- {{name: archive, type: file, path: c}}\n"
+    );
+    assert_eq!(
+        errors(&yaml),
+        [
+            "sinks[1].name: \"Archive\" must match [a-z0-9][a-z0-9-]* (lowercase letters, digits and '-'), at most 63 characters",
+            "sinks[2].name: duplicate sink name \"archive\" (also sinks[0])",
+        ]
+    );
+}
+
+#[test]
+fn file_sink_rules() {
+    let yaml = format!(
+        "{RESOURCE}sinks:\n\
+         - {{name: a, type: file, path: x, fsyncInterval: 0s}}\n\
+         - {{name: b, type: file, path: x}}\n\
+         - {{name: c, type: file, path: '-', rotate: {{maxSize: 0B, maxFiles: 0}}}}\n\
+         - {{name: d, type: file, path: y, fsync: always, fsyncInterval: 0s}}\n"
+    );
+    assert_eq!(
+        errors(&yaml),
+        [
+            "sinks[0].fsyncInterval: must be greater than 0s; use fsync: always to sync every batch",
+            "sinks[1].path: \"x\" is also the path of sinks[0]; two sinks cannot write one file",
+            "sinks[2].rotate: stdout (path: -) cannot be rotated",
+            "sinks[2].rotate.maxSize: must be greater than 0B",
+            "sinks[2].rotate.maxFiles: must be at least 1",
+        ]
+    );
+}
+
+#[test]
+fn routes_must_name_known_sinks() {
+    assert_eq!(
+        error(&base(
+            "routes:\n- {events: [deleted], sinks: [archive, archiv]}\n"
+        )),
+        "routes[0].sinks[1]: unknown sink \"archiv\""
+    );
+    assert_eq!(
+        error(&base("routes:\n- {sinks: []}\n")),
+        "routes[0].sinks: name at least one sink"
+    );
+    assert_eq!(
+        error(&base("routes:\n- {events: [deleted]}\n")),
+        "routes[0]: missing field `sinks`"
+    );
+    assert_eq!(
+        error(&base("routes: []\n")),
+        "routes: an empty list routes nothing; omit the key to send every event to every sink"
+    );
+}
+
+#[test]
+fn route_resources_must_name_a_configured_resource() {
+    // `kind: Database` only: its plural is unknown until discovery, so a plural may match.
+    ok(&base(
+        "routes:\n- {resources: [databases.example.com, Database.example.com, '*'], sinks: [archive]}\n",
+    ));
+    assert_eq!(
+        errors(&base(
+            "routes:\n- {resources: [Backup.example.com, databases.example.org, 'a b'], sinks: [archive]}\n"
+        )),
+        [
+            "routes[0].resources[0]: \"Backup.example.com\" matches no configured resource",
+            "routes[0].resources[1]: \"databases.example.org\" matches no configured resource",
+            "routes[0].resources[2]: invalid resource \"a b\": expected plural.group (databases.example.com), Kind.group (Database.example.com) or *",
+        ]
+    );
+    let both = format!(
+        "resources:\n- {{group: example.com, kind: Database, plural: databases}}\n{SINK}routes:\n- {{resources: [database.example.com], sinks: [archive]}}\n"
+    );
+    assert_eq!(
+        error(&both),
+        "routes[0].resources[0]: \"database.example.com\" matches no configured resource"
+    );
+    let core = format!(
+        "resources:\n- {{group: '', plural: configmaps}}\n{SINK}routes:\n- {{resources: [configmaps.core, configmaps], sinks: [archive]}}\n"
+    );
+    ok(&core);
+}
+
+#[test]
+fn journal_counts_must_be_positive() {
+    assert_eq!(
+        errors(&base("journal: {flushEntries: 0, maxBacklog: 0}\n")),
+        [
+            "journal.flushEntries: must be at least 1",
+            "journal.maxBacklog: must be at least 1"
+        ]
+    );
+}
+
+#[test]
+fn reports_every_semantic_problem_at_once() {
+    let yaml = r"
+cluster: {name: PROD}
+resources:
+  - {group: example.com}
+  - {group: example.com, kind: Backup, redact: [spec]}
+sinks:
+  - {name: archive, type: file, path: '${DATA_DIR}/a'}
+  - {name: archive, type: file, path: b}
+routes:
+  - {sinks: [archiv]}
+";
+    // The same lines as docs/configuration.md shows.
+    assert_eq!(
+        errors(yaml),
+        [
+            "sinks[0].path: environment variable \"DATA_DIR\" is not set",
+            "cluster.name: \"PROD\" must match [a-z0-9][a-z0-9.-]* (lowercase letters, digits, '.' and '-'), at most 253 characters",
+            "resources[0]: give kind, plural or both",
+            "resources[1].redact[0]: \"spec\" is not a JSON pointer: it must start with '/', like /spec/password",
+            "sinks[1].name: duplicate sink name \"archive\" (also sinks[0])",
+            "routes[0].sinks[0]: unknown sink \"archiv\"",
+        ]
+    );
+}
+
+// ----- durations and sizes ----------------------------------------------------------------------
+
+#[test]
+fn durations_and_sizes_need_units() {
+    let config = ok(&format!(
+        "{RESOURCE}sinks:\n- {{name: a, type: file, path: x, fsyncInterval: 250ms, rotate: {{maxSize: 512 KiB}}}}\njournal: {{flushInterval: 1s, retain: 1h 30m}}\n"
+    ));
+    let SinkKind::File(file) = &config.sinks[0].kind;
+    assert_eq!(file.fsync_interval, Duration::from_millis(250));
+    assert_eq!(
+        file.rotate,
+        Some(Rotate {
+            max_size: 512 * 1024,
+            max_files: 5
+        })
+    );
+    assert_eq!(config.journal.flush_interval, Duration::from_secs(1));
+    assert_eq!(config.journal.retain, Duration::from_secs(5400));
+
+    for (yaml, expected) in [
+        (
+            sink("fsyncInterval: 10"),
+            "sinks[0].fsyncInterval: invalid type: integer `10`, expected a duration with a unit, like 500ms, 10s or 1h",
+        ),
+        (
+            sink("fsyncInterval: '10'"),
+            "sinks[0].fsyncInterval: invalid duration \"10\": time unit needed, for example 10sec or 10ms",
+        ),
+        (
+            base("journal: {retain: 3 fortnights}\n"),
+            "journal.retain: invalid duration \"3 fortnights\": unknown time unit \"fortnights\", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years (and few variations)",
+        ),
+        (
+            sink("rotate: {maxSize: 64}"),
+            "sinks[0].rotate.maxSize: invalid type: integer `64`, expected a size with a unit, like 64MiB, 512KiB or 1GB",
+        ),
+        (
+            sink("rotate: {maxSize: 64 MiBs}"),
+            "sinks[0].rotate.maxSize: invalid size \"64 MiBs\": unknown unit \"MiBs\", expected one of B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, Ki, Mi, Gi, Ti",
+        ),
+        (
+            sink("rotate: {maxFiles: 2}"),
+            "sinks[0].rotate: missing field `maxSize`",
+        ),
+    ] {
+        assert_eq!(error(&yaml), expected, "{yaml}");
+    }
+}
+
+// ----- interpolation ----------------------------------------------------------------------------
+
+#[test]
+fn expands_variables_in_path_fields() {
+    let config = ok(&format!(
+        "cluster:\n  kubeconfig: {{path: '${{KUBE}}/config'}}\n{RESOURCE}sinks:\n- {{name: a, type: file, path: '${{STATE}}/events.jsonl'}}\njournal: {{path: '${{STATE}}/journal'}}\n"
+    ));
+    assert_eq!(
+        config.cluster.source,
+        ClusterSource::Kubeconfig(KubeconfigSource {
+            path: Some("/etc/kube/config".into()),
+            context: None
+        })
+    );
+    let SinkKind::File(file) = &config.sinks[0].kind;
+    assert_eq!(file.path, PathBuf::from("/var/lib/herald/events.jsonl"));
+    assert_eq!(
+        config.journal.path,
+        PathBuf::from("/var/lib/herald/journal")
+    );
+
+    let embedded = ok(&base(
+        "cluster:\n  embedded: {load: '${STATE}/demo.yaml'}\n",
+    ));
+    assert_eq!(
+        embedded.cluster.source,
+        ClusterSource::Embedded(EmbeddedSource {
+            load: Some("/var/lib/herald/demo.yaml".into())
+        })
+    );
+}
+
+#[test]
+fn unset_variables_name_the_field_and_the_variable() {
+    let yaml = format!(
+        "cluster:\n  embedded: {{load: '${{DEMO}}/x.yaml'}}\n{RESOURCE}sinks:\n- {{name: a, type: file, path: '${{DATA_DIR}}/events.jsonl'}}\njournal: {{path: '${{EMPTY}}/journal'}}\n"
+    );
+    assert_eq!(
+        errors(&yaml),
+        [
+            "cluster.embedded.load: environment variable \"DEMO\" is not set",
+            "sinks[0].path: environment variable \"DATA_DIR\" is not set",
+            "journal.path: environment variable \"EMPTY\" is empty",
+        ]
+    );
+}
+
+#[test]
+fn other_fields_are_not_expanded() {
+    let config = ok(&base("cluster:\n  kubeconfig: {context: '${STATE}'}\n"));
+    assert_eq!(
+        config.cluster.source,
+        ClusterSource::Kubeconfig(KubeconfigSource {
+            path: None,
+            context: Some("${STATE}".into())
+        })
+    );
+}
+
+// ----- secrets ----------------------------------------------------------------------------------
+
+#[test]
+fn secret_refs_come_from_env_or_file() {
+    let env_ref: SecretRef = serde_yaml_ng::from_str("${WEBHOOK_TOKEN}").unwrap();
+    assert_eq!(env_ref, SecretRef::Env("WEBHOOK_TOKEN".into()));
+    let file_ref: SecretRef = serde_yaml_ng::from_str("{fromFile: /run/secrets/token}").unwrap();
+    assert_eq!(file_ref, SecretRef::File("/run/secrets/token".into()));
+}
+
+#[test]
+fn literal_secrets_are_refused_without_repeating_them() {
+    let message = "secrets must come from the environment (\"${VAR}\") or a file ({fromFile: /path}), not a literal value";
+    for literal in [
+        "hunter2",
+        "Bearer ${TOKEN}",
+        "${TOKEN",
+        "${}",
+        "123456",
+        "true",
+        "[a]",
+        "~",
+    ] {
+        let err = serde_yaml_ng::from_str::<SecretRef>(literal)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(message), "{literal}: {err}");
+        assert!(!err.contains("hunter2") && !err.contains("123456"), "{err}");
+    }
+    let extra = serde_yaml_ng::from_str::<SecretRef>("{fromFile: /x, value: y}")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        extra.starts_with("unknown field `value`, expected `fromFile`"),
+        "{extra}"
+    );
+}
+
+#[test]
+fn secret_refs_resolve_and_name_their_origin() {
+    let lookup = |name: &str| match name {
+        "TOKEN" => Ok("s3cret".to_owned()),
+        "EMPTY" => Ok(String::new()),
+        _ => Err(VarError::NotPresent),
+    };
+    assert_eq!(
+        SecretRef::Env("TOKEN".into())
+            .resolve_with(&lookup)
+            .unwrap(),
+        "s3cret"
+    );
+    assert_eq!(
+        SecretRef::Env("MISSING".into())
+            .resolve_with(&lookup)
+            .unwrap_err()
+            .to_string(),
+        "environment variable \"MISSING\" is not set"
+    );
+    assert_eq!(
+        SecretRef::Env("EMPTY".into())
+            .resolve_with(&lookup)
+            .unwrap_err()
+            .to_string(),
+        "secret from environment variable \"EMPTY\" is empty"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "s3cret\r\n").unwrap();
+    assert_eq!(SecretRef::File(path.clone()).resolve().unwrap(), "s3cret");
+    std::fs::write(&path, "\n").unwrap();
+    assert_eq!(
+        SecretRef::File(path.clone())
+            .resolve()
+            .unwrap_err()
+            .to_string(),
+        format!("secret from file {path:?} is empty")
+    );
+    let missing = dir.path().join("nope");
+    let err = SecretRef::File(missing.clone()).resolve().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("cannot read secret file {}", missing.display())
+    );
+    assert!(std::error::Error::source(&err).is_some());
+
+    // The real environment, through the public entry point.
+    let path_var = std::env::var("PATH").unwrap();
+    assert_eq!(SecretRef::Env("PATH".into()).resolve().unwrap(), path_var);
+}
+
+// ----- documents, files and errors --------------------------------------------------------------
+
+#[test]
+fn malformed_or_empty_documents_are_reported_at_the_root() {
+    assert_eq!(error(""), ".: the configuration is empty");
+    assert_eq!(error("# only a comment\n"), ".: the configuration is empty");
+    assert_eq!(
+        error("- a\n"),
+        ".: invalid type: sequence, expected struct Config"
+    );
+    let syntax = error("resources: [\n");
+    assert!(
+        syntax.starts_with(".: ") && syntax.contains("line 2 column 1"),
+        "{syntax}"
+    );
+}
+
+#[test]
+fn yaml_anchors_and_merge_keys_work() {
+    let config = ok(r"
+resources:
+  - &db {group: example.com, kind: Database, payload: reference}
+  - {<<: *db, kind: Backup}
+sinks:
+  - {name: archive, type: file, path: x}
+");
+    assert!(config.resources[1].payload.is_reference());
+    assert_eq!(config.resources[1].kind.as_deref(), Some("Backup"));
+}
+
+#[test]
+fn config_error_displays_every_problem_on_its_own_line() {
+    let err = parse("cluster: {name: X}\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration:\n  cluster.name: \"X\" must match [a-z0-9][a-z0-9.-]* (lowercase letters, digits, '.' and '-'), at most 253 characters\n  resources: at least one resource is required\n  sinks: at least one sink is required"
+    );
+    let field = FieldError {
+        path: "routes[0].sinks[1]".into(),
+        message: "unknown sink \"archiv\"".into(),
+    };
+    assert_eq!(
+        field.to_string(),
+        "routes[0].sinks[1]: unknown sink \"archiv\""
+    );
+}
+
+#[test]
+fn load_reads_a_file_and_names_it_when_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("herald.yaml");
+    std::fs::write(&path, base("")).unwrap();
+    assert_eq!(load(&path).unwrap().sinks[0].name, "archive");
+    let from_trait: Config = base("").parse().unwrap();
+    assert_eq!(from_trait.sinks[0].name, "archive");
+
+    let missing = dir.path().join("nope.yaml");
+    let err = load(&missing).unwrap_err();
+    assert!(matches!(err, ConfigError::ReadFailed { .. }));
+    assert_eq!(
+        err.to_string(),
+        format!("cannot read configuration file {}", missing.display())
+    );
+}
+
+// ----- the user documentation -------------------------------------------------------------------
+
+const DOCS: &str = include_str!("../../docs/configuration.md");
+
+/// Every key path in the JSON schema: `cluster.name`, `resources[].labelSelector`, `sinks[].type`.
+fn schema_paths() -> BTreeSet<String> {
+    fn walk(node: &Value, prefix: &str, defs: &Value, out: &mut BTreeSet<String>) {
+        if let Some(name) = node
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix("#/$defs/"))
+        {
+            walk(&defs[name], prefix, defs, out);
+        }
+        if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+            for (key, value) in properties {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                out.insert(path.clone());
+                walk(value, &path, defs, out);
+            }
+        }
+        if let Some(items) = node.get("items") {
+            walk(items, &format!("{prefix}[]"), defs, out);
+        }
+        for combinator in ["oneOf", "anyOf", "allOf"] {
+            for branch in node
+                .get(combinator)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                walk(branch, prefix, defs, out);
+            }
+        }
+    }
+    let schema = schemars::schema_for!(Config);
+    let root = schema.as_value();
+    let mut out = BTreeSet::new();
+    walk(root, "", &root["$defs"], &mut out);
+    out
+}
+
+/// The key in the first cell of each reference-table row (`` | `journal.path` | … ``).
+fn documented_paths() -> BTreeSet<String> {
+    DOCS.lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`'))
+        .map(|(key, _)| key.to_owned())
+        .collect()
+}
+
+#[test]
+fn docs_describe_every_key() {
+    let schema = schema_paths();
+    assert!(schema.contains("resources[].labelSelector"), "{schema:#?}");
+    assert!(schema.contains("sinks[].rotate.maxSize"), "{schema:#?}");
+    assert!(
+        schema.contains("resources[].namespaces.selector"),
+        "{schema:#?}"
+    );
+    let documented = documented_paths();
+    let missing: Vec<_> = schema.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md has no table row for {missing:?}"
+    );
+    let stale: Vec<_> = documented.difference(&schema).collect();
+    assert!(
+        stale.is_empty(),
+        "docs/configuration.md documents keys that do not exist: {stale:?}"
+    );
+    // key | type | default | meaning | example, none left empty.
+    for row in DOCS.lines().filter(|line| line.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert!(
+            cells.len() == 7 && cells[1..6].iter().all(|cell| !cell.is_empty()),
+            "row needs key, type, default, meaning and example: {row}"
+        );
+    }
+}
+
+#[test]
+fn docs_complete_example_parses() {
+    let section = DOCS
+        .split_once("\n## Complete example")
+        .map(|(_, rest)| rest)
+        .expect("a \"## Complete example\" section");
+    let yaml = section
+        .split_once("```yaml\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(yaml, _)| yaml)
+        .expect("a ```yaml block in it");
+    // Whatever variables the example uses are set here.
+    let config = from_str_with_env(yaml, &|_| Ok("/srv/herald".to_owned()))
+        .unwrap_or_else(|e| panic!("the complete example does not parse: {e}"));
+    assert!(!config.resources.is_empty());
+    assert!(!config.sinks.is_empty());
+}
+
+#[test]
+fn every_sink_type_is_dispatched() {
+    // `SinkConfig`'s streaming deserializer has its own dispatch table; the schema derives from
+    // `SinkKind`. Both must know the same types.
+    let schema = schemars::schema_for!(Config);
+    let variants: Vec<&str> = schema.as_value()["$defs"]["SinkConfig"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["properties"]["type"]["const"].as_str().unwrap())
+        .collect();
+    for ty in &variants {
+        let yaml = format!("{RESOURCE}sinks:\n- {{name: a, type: {ty}, path: x}}\n");
+        let config = ok(&yaml);
+        assert_eq!(config.sinks[0].kind.sink_type().as_str(), *ty);
+    }
+    assert_eq!(variants, ["file"]);
+}

@@ -1,0 +1,766 @@
+//! Semantic checks that run after parsing; each problem is recorded with its path and checking
+//! goes on, so one run reports everything.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::resource::{Namespaces, ResourceConfig};
+use super::route::split_resource;
+use super::sink::{Fsync, SinkKind};
+use super::{Config, FieldError};
+
+/// Collects problems in document order.
+#[derive(Default)]
+pub(crate) struct Problems(pub(crate) Vec<FieldError>);
+
+impl Problems {
+    pub(crate) fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+}
+
+pub(crate) fn check(config: &Config, problems: &mut Problems) {
+    check_cluster(config, problems);
+    check_resources(config, problems);
+    check_sinks(config, problems);
+    check_routes(config, problems);
+    check_journal(config, problems);
+}
+
+fn check_cluster(config: &Config, problems: &mut Problems) {
+    let name = &config.cluster.name;
+    let mut chars = name.chars();
+    let pattern_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
+    if !pattern_ok || name.len() > 253 {
+        problems.add(
+            "cluster.name",
+            format!(
+                "{name:?} must match [a-z0-9][a-z0-9.-]* (lowercase letters, digits, '.' and '-'), \
+                 at most 253 characters"
+            ),
+        );
+    }
+    if let super::ClusterSource::Kubeconfig(k) = &config.cluster.source {
+        if k.context.as_deref() == Some("") {
+            problems.add(
+                "cluster.kubeconfig.context",
+                "must not be empty; omit it for the current context",
+            );
+        }
+        if k.path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            problems.add(
+                "cluster.kubeconfig.path",
+                "must not be empty; omit it for the default kubeconfig",
+            );
+        }
+    }
+}
+
+fn check_resources(config: &Config, problems: &mut Problems) {
+    if config.resources.is_empty() {
+        problems.add("resources", "at least one resource is required");
+    }
+    // (group, kind or plural) → first index, to catch the same resource watched twice.
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, r) in config.resources.iter().enumerate() {
+        let at = format!("resources[{i}]");
+        check_resource(r, &at, problems);
+        for name in [r.kind.as_deref(), r.plural.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(first) = seen.get(&(r.group.as_str(), name)) {
+                if *first != i {
+                    problems.add(
+                        &at,
+                        format!(
+                            "watches the same resource as resources[{first}] ({name:?} in group {:?}); \
+                             their events would share ids and checkpoints",
+                            r.group
+                        ),
+                    );
+                    break;
+                }
+            } else {
+                seen.insert((r.group.as_str(), name), i);
+            }
+        }
+    }
+}
+
+fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
+    if !r.group.is_empty() && !is_dns_subdomain(&r.group) {
+        problems.add(
+            format!("{at}.group"),
+            format!(
+                "{:?} is not an API group (a lowercase DNS name like example.com, or core)",
+                r.group
+            ),
+        );
+    }
+    if let Some(version) = &r.version
+        && !is_dns1035_label(version)
+    {
+        problems.add(
+            format!("{at}.version"),
+            format!("{version:?} is not an API version (like v1 or v1beta2)"),
+        );
+    }
+    match (&r.kind, &r.plural) {
+        (None, None) => problems.add(at, "give kind, plural or both"),
+        (kind, plural) => {
+            if let Some(kind) = kind
+                && !is_dns1035_label(&kind.to_ascii_lowercase())
+            {
+                problems.add(
+                    format!("{at}.kind"),
+                    format!("{kind:?} is not a kind (letters and digits, like Database)"),
+                );
+            }
+            if let Some(plural) = plural
+                && !is_dns1035_label(plural)
+            {
+                problems.add(
+                    format!("{at}.plural"),
+                    format!("{plural:?} is not a plural resource name (lowercase, like databases)"),
+                );
+            }
+        }
+    }
+    match &r.namespaces {
+        Namespaces::All => {}
+        Namespaces::Selector { selector } => {
+            if let Err(e) = check_label_selector(selector) {
+                problems.add(format!("{at}.namespaces.selector"), e);
+            }
+        }
+        Namespaces::List(names) => {
+            if names.is_empty() {
+                problems.add(
+                    format!("{at}.namespaces"),
+                    "an empty list watches nothing; write `all` for every namespace",
+                );
+            }
+            for (j, name) in names.iter().enumerate() {
+                let path = format!("{at}.namespaces[{j}]");
+                if !is_dns_label(name) {
+                    problems.add(&path, format!("{name:?} is not a namespace name"));
+                } else if names[..j].contains(name) {
+                    problems.add(&path, format!("namespace {name:?} is listed twice"));
+                }
+            }
+        }
+    }
+    if let Some(selector) = &r.label_selector
+        && let Err(e) = check_label_selector(selector)
+    {
+        problems.add(format!("{at}.labelSelector"), e);
+    }
+    if let Some(selector) = &r.field_selector
+        && let Err(e) = check_field_selector(selector)
+    {
+        problems.add(format!("{at}.fieldSelector"), e);
+    }
+    if r.events.is_empty() {
+        problems.add(
+            format!("{at}.events"),
+            "an empty list emits nothing; omit the key for all three",
+        );
+    }
+    for (j, pointer) in r.redact.iter().enumerate() {
+        if let Err(e) = check_json_pointer(pointer) {
+            problems.add(format!("{at}.redact[{j}]"), e);
+        }
+    }
+    if !is_type_prefix(&r.type_prefix) {
+        problems.add(
+            format!("{at}.typePrefix"),
+            format!(
+                "{:?} is not a reverse-DNS prefix (dot-separated words of letters, digits, '-' and '_', \
+                 like dev.herald.resource)",
+                r.type_prefix
+            ),
+        );
+    }
+}
+
+fn check_sinks(config: &Config, problems: &mut Problems) {
+    if config.sinks.is_empty() {
+        problems.add("sinks", "at least one sink is required");
+    }
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut files: HashMap<&std::path::Path, usize> = HashMap::new();
+    for (i, sink) in config.sinks.iter().enumerate() {
+        let at = format!("sinks[{i}]");
+        let name = sink.name.as_str();
+        if !is_sink_name(name) {
+            problems.add(
+                format!("{at}.name"),
+                format!(
+                    "{name:?} must match [a-z0-9][a-z0-9-]* (lowercase letters, digits and '-'), \
+                     at most 63 characters"
+                ),
+            );
+        }
+        if let Some(first) = names.insert(name, i) {
+            names.insert(name, first);
+            problems.add(
+                format!("{at}.name"),
+                format!("duplicate sink name {name:?} (also sinks[{first}])"),
+            );
+        }
+        match &sink.kind {
+            SinkKind::File(file) => {
+                if file.path.as_os_str().is_empty() {
+                    problems.add(format!("{at}.path"), "must not be empty; use - for stdout");
+                } else if let Some(first) = files.insert(&file.path, i) {
+                    files.insert(&file.path, first);
+                    problems.add(
+                        format!("{at}.path"),
+                        format!(
+                            "{:?} is also the path of sinks[{first}]; two sinks cannot write one file",
+                            file.path
+                        ),
+                    );
+                }
+                if file.fsync == Fsync::Interval && file.fsync_interval.is_zero() {
+                    problems.add(
+                        format!("{at}.fsyncInterval"),
+                        "must be greater than 0s; use fsync: always to sync every batch",
+                    );
+                }
+                if let Some(rotate) = &file.rotate {
+                    if file.is_stdout() {
+                        problems.add(format!("{at}.rotate"), "stdout (path: -) cannot be rotated");
+                    }
+                    if rotate.max_size == 0 {
+                        problems.add(format!("{at}.rotate.maxSize"), "must be greater than 0B");
+                    }
+                    if rotate.max_files == 0 {
+                        problems.add(format!("{at}.rotate.maxFiles"), "must be at least 1");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_routes(config: &Config, problems: &mut Problems) {
+    for (i, route) in config.routes.iter().enumerate() {
+        let at = format!("routes[{i}]");
+        if route.resources.is_empty() {
+            problems.add(
+                format!("{at}.resources"),
+                "an empty list matches nothing; omit the key (or write [\"*\"]) for all resources",
+            );
+        }
+        for (j, entry) in route.resources.iter().enumerate() {
+            match split_resource(entry) {
+                Ok(None) => {}
+                Ok(Some((name, group))) => {
+                    if !config.resources.iter().any(|r| could_match(r, name, group)) {
+                        problems.add(
+                            format!("{at}.resources[{j}]"),
+                            format!("{entry:?} matches no configured resource"),
+                        );
+                    }
+                }
+                Err(message) => problems.add(format!("{at}.resources[{j}]"), message),
+            }
+        }
+        if route.events.is_empty() {
+            problems.add(
+                format!("{at}.events"),
+                "an empty list matches nothing; omit the key for all three",
+            );
+        }
+        if route.sinks.is_empty() {
+            problems.add(format!("{at}.sinks"), "name at least one sink");
+        }
+        for (j, sink) in route.sinks.iter().enumerate() {
+            if !config.sinks.iter().any(|s| &s.name == sink) {
+                problems.add(format!("{at}.sinks[{j}]"), format!("unknown sink {sink:?}"));
+            }
+        }
+    }
+}
+
+/// Whether a route entry may name `r`. Without discovery, a resource given only by kind may
+/// still be named by its plural (and the reverse), so those cases pass here.
+fn could_match(r: &ResourceConfig, name: &str, group: &str) -> bool {
+    if r.group != group {
+        return false;
+    }
+    let looks_like_kind = name.starts_with(|c: char| c.is_ascii_uppercase());
+    r.kind.as_deref() == Some(name)
+        || r.plural.as_deref() == Some(name)
+        || (r.plural.is_none() && !looks_like_kind)
+        || (r.kind.is_none() && looks_like_kind)
+}
+
+fn check_journal(config: &Config, problems: &mut Problems) {
+    let journal = &config.journal;
+    if journal.path.as_os_str().is_empty() {
+        problems.add("journal.path", "must not be empty");
+    }
+    if journal.flush_entries == 0 {
+        problems.add("journal.flushEntries", "must be at least 1");
+    }
+    if journal.max_backlog == 0 {
+        problems.add("journal.maxBacklog", "must be at least 1");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Syntax of names, selectors and pointers.
+// ---------------------------------------------------------------------------------------------
+
+/// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (namespace names).
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1035 label: an RFC 1123 label that starts with a letter (versions, plurals, lowercased kinds).
+fn is_dns1035_label(s: &str) -> bool {
+    is_dns_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// RFC 1123 subdomain: dot-separated labels, at most 253 characters (API groups).
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// `[a-z0-9][a-z0-9-]*`, at most 63 characters: it becomes a metric label and a journal key.
+fn is_sink_name(s: &str) -> bool {
+    s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Dot-separated words of `[A-Za-z0-9_-]`, as CloudEvents `type` prefixes are written.
+fn is_type_prefix(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.').all(|word| {
+            !word.is_empty()
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// RFC 6901 JSON pointer, not the empty one (that would redact the whole object).
+pub(crate) fn check_json_pointer(pointer: &str) -> Result<(), String> {
+    if pointer.is_empty() {
+        return Err(
+            "\"\" would redact the whole object; use payload: reference to send no object".into(),
+        );
+    }
+    if !pointer.starts_with('/') {
+        return Err(format!(
+            "{pointer:?} is not a JSON pointer: it must start with '/', like /spec/password"
+        ));
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err(format!(
+                "{pointer:?} is not a JSON pointer: '~' must be followed by 0 ('~') or 1 ('/')"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Label selector syntax as the API server parses it: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
+/// `k notin (a,b)`, `k`, `!k`, `k>1`, `k<1`, comma-separated; keys and values checked for form.
+pub(crate) fn check_label_selector(selector: &str) -> Result<(), String> {
+    label_selector(selector)
+        .map_err(|detail| format!("invalid label selector {selector:?}: {detail}"))
+}
+
+#[derive(Debug, PartialEq)]
+enum Token<'a> {
+    Ident(&'a str),
+    Not,
+    Eq,
+    DoubleEq,
+    NotEq,
+    Gt,
+    Lt,
+    Open,
+    Close,
+    Comma,
+}
+
+fn tokenize(s: &str) -> Vec<Token<'_>> {
+    let mut tokens = Vec::new();
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &s[i..];
+        let (token, len) = match bytes[i] {
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                i += 1;
+                continue;
+            }
+            b'!' if rest.starts_with("!=") => (Token::NotEq, 2),
+            b'!' => (Token::Not, 1),
+            b'=' if rest.starts_with("==") => (Token::DoubleEq, 2),
+            b'=' => (Token::Eq, 1),
+            b'>' => (Token::Gt, 1),
+            b'<' => (Token::Lt, 1),
+            b'(' => (Token::Open, 1),
+            b')' => (Token::Close, 1),
+            b',' => (Token::Comma, 1),
+            _ => {
+                let len = rest
+                    .find(|c: char| c.is_whitespace() || "!=><(),".contains(c))
+                    .unwrap_or(rest.len());
+                (Token::Ident(&rest[..len]), len)
+            }
+        };
+        tokens.push(token);
+        i += len;
+    }
+    tokens
+}
+
+fn label_selector(selector: &str) -> Result<(), String> {
+    let tokens = tokenize(selector);
+    let mut t = tokens.iter().peekable();
+    if t.peek().is_none() {
+        return Ok(());
+    }
+    loop {
+        // One requirement.
+        let negated = t.next_if_eq(&&Token::Not).is_some();
+        let Some(Token::Ident(key)) = t.next() else {
+            return Err("expected a label key".into());
+        };
+        check_label_key(key)?;
+        if negated {
+            // `!key` takes no operator.
+        } else {
+            match t.peek() {
+                None | Some(Token::Comma) => {}
+                Some(Token::Eq | Token::DoubleEq | Token::NotEq) => {
+                    t.next();
+                    match t.peek() {
+                        Some(Token::Ident(v)) => {
+                            check_label_value(v)?;
+                            t.next();
+                        }
+                        None | Some(Token::Comma) => {} // `k=` selects the empty value
+                        Some(other) => {
+                            return Err(format!(
+                                "expected a value after {key:?}=, found {}",
+                                describe(other)
+                            ));
+                        }
+                    }
+                }
+                Some(Token::Gt | Token::Lt) => {
+                    t.next();
+                    match t.next() {
+                        Some(Token::Ident(v)) if v.parse::<i64>().is_ok() => {}
+                        _ => return Err(format!("{key:?} with > or < needs an integer")),
+                    }
+                }
+                Some(Token::Ident(word @ ("in" | "notin"))) => {
+                    t.next();
+                    if t.next() != Some(&Token::Open) {
+                        return Err(format!(
+                            "{word:?} needs a list in parentheses, like ({word} (a,b))"
+                        ));
+                    }
+                    let mut count = 0;
+                    loop {
+                        match t.next() {
+                            Some(Token::Ident(v)) => {
+                                check_label_value(v)?;
+                                count += 1;
+                                match t.next() {
+                                    Some(Token::Comma) => {}
+                                    Some(Token::Close) => break,
+                                    _ => return Err("expected ',' or ')' in a value list".into()),
+                                }
+                            }
+                            Some(Token::Close) if count == 0 => {
+                                return Err(format!("{word:?} needs at least one value"));
+                            }
+                            _ => return Err("unterminated value list".into()),
+                        }
+                    }
+                }
+                Some(other) => {
+                    return Err(format!(
+                        "expected an operator (=, ==, !=, in, notin, >, <) after {key:?}, found {}",
+                        describe(other)
+                    ));
+                }
+            }
+        }
+        match t.next() {
+            None => return Ok(()),
+            Some(Token::Comma) if t.peek().is_some() => {}
+            Some(Token::Comma) => return Err("trailing ','".into()),
+            Some(other) => {
+                return Err(format!(
+                    "expected ',' or the end, found {}",
+                    describe(other)
+                ));
+            }
+        }
+    }
+}
+
+fn describe(token: &Token<'_>) -> String {
+    match token {
+        Token::Ident(word) => format!("{word:?}"),
+        Token::Not => "'!'".into(),
+        Token::Eq => "'='".into(),
+        Token::DoubleEq => "'=='".into(),
+        Token::NotEq => "'!='".into(),
+        Token::Gt => "'>'".into(),
+        Token::Lt => "'<'".into(),
+        Token::Open => "'('".into(),
+        Token::Close => "')'".into(),
+        Token::Comma => "','".into(),
+    }
+}
+
+/// `[prefix/]name`: prefix a DNS subdomain, name up to 63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends.
+fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && is_dns_subdomain(p));
+    if !prefix_ok || !is_label_name(name) || name.is_empty() {
+        return Err(format!(
+            "{key:?} is not a label key ([prefix/]name: name up to 63 letters, digits, '-', '_', '.', \
+             starting and ending with a letter or digit)"
+        ));
+    }
+    Ok(())
+}
+
+fn check_label_value(value: &str) -> Result<(), String> {
+    if !is_label_name(value) {
+        return Err(format!(
+            "{value:?} is not a label value (up to 63 letters, digits, '-', '_', '.', starting and \
+             ending with a letter or digit)"
+        ));
+    }
+    Ok(())
+}
+
+/// Empty, or up to 63 of `[A-Za-z0-9_.-]` with an alphanumeric first and last character.
+fn is_label_name(s: &str) -> bool {
+    s.is_empty()
+        || (s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+/// Field selector syntax as the API server parses it: comma-separated `field=value`,
+/// `field==value`, `field!=value`; `\`, `,` and `=` in values escaped with `\`.
+pub(crate) fn check_field_selector(selector: &str) -> Result<(), String> {
+    field_selector(selector)
+        .map_err(|detail| format!("invalid field selector {selector:?}: {detail}"))
+}
+
+fn field_selector(selector: &str) -> Result<(), String> {
+    for term in split_unescaped(selector, ',') {
+        if term.is_empty() {
+            continue;
+        }
+        let Some((field, value)) = split_field_term(term) else {
+            return Err(format!("{term:?} has no =, == or !="));
+        };
+        if field.trim().is_empty() {
+            return Err(format!("{term:?} has no field name"));
+        }
+        let mut chars = value.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if !matches!(chars.next(), Some('\\' | ',' | '=')) => {
+                    return Err(format!(
+                        "invalid escape in {value:?}: only \\\\, \\, and \\= are allowed"
+                    ));
+                }
+                '=' => return Err(format!("unescaped '=' in value {value:?}; write \\=")),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Splits at `sep` where it is not escaped by a backslash.
+fn split_unescaped(s: &str, sep: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == sep {
+            parts.push(&s[start..i]);
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+/// `field` and `value` around the leftmost operator, as apimachinery's `splitTerm`.
+fn split_field_term(term: &str) -> Option<(&str, &str)> {
+    for (i, _) in term.char_indices() {
+        let rest = &term[i..];
+        for op in ["!=", "==", "="] {
+            if let Some(value) = rest.strip_prefix(op) {
+                return Some((&term[..i], value));
+            }
+        }
+    }
+    None
+}
+
+/// Renders problems for `ConfigError`'s message.
+pub(crate) fn render(errors: &[FieldError]) -> String {
+    let mut out = String::new();
+    for e in errors {
+        let _ = write!(out, "\n  {e}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_label_selectors_the_api_server_accepts() {
+        for ok in [
+            "",
+            "tier=gold",
+            "tier==gold",
+            "tier!=gold",
+            "tier=",
+            "tier",
+            "!tier",
+            "tier in (gold, silver)",
+            "tier notin (bronze)",
+            "example.com/tier=gold,env in (prod,staging),!legacy",
+            "replicas>3",
+            "replicas < 10",
+        ] {
+            assert_eq!(check_label_selector(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_label_selectors() {
+        for (bad, detail) in [
+            (
+                "tier gold",
+                "expected an operator (=, ==, !=, in, notin, >, <) after \"tier\", found \"gold\"",
+            ),
+            ("tier=gold,", "trailing ','"),
+            (
+                "tier in gold",
+                "\"in\" needs a list in parentheses, like (in (a,b))",
+            ),
+            ("tier in ()", "\"in\" needs at least one value"),
+            ("tier in (a,b", "expected ',' or ')' in a value list"),
+            ("tier in (a,", "unterminated value list"),
+            (
+                "-tier=gold",
+                "\"-tier\" is not a label key ([prefix/]name: name up to 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)",
+            ),
+            ("tier=gold!", "expected ',' or the end, found '!'"),
+            ("tier==(", "expected a value after \"tier\"=, found '('"),
+            (
+                "tier=-gold",
+                "\"-gold\" is not a label value (up to 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)",
+            ),
+            (
+                "replicas>three",
+                "\"replicas\" with > or < needs an integer",
+            ),
+            (",", "expected a label key"),
+        ] {
+            assert_eq!(
+                check_label_selector(bad),
+                Err(format!("invalid label selector {bad:?}: {detail}")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn checks_field_selectors() {
+        for ok in [
+            "",
+            "metadata.name=x",
+            "metadata.name!=scratch,metadata.namespace==a",
+            "spec.x=a\\,b",
+        ] {
+            assert_eq!(check_field_selector(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            check_field_selector("metadata.name"),
+            Err(
+                r#"invalid field selector "metadata.name": "metadata.name" has no =, == or !="#
+                    .into()
+            )
+        );
+        assert_eq!(
+            check_field_selector("=x"),
+            Err(r#"invalid field selector "=x": "=x" has no field name"#.into())
+        );
+        assert_eq!(
+            check_field_selector("a=b=c"),
+            Err(r#"invalid field selector "a=b=c": unescaped '=' in value "b=c"; write \="#.into())
+        );
+        assert_eq!(
+            check_field_selector(r"a=b\x"),
+            Err(r#"invalid field selector "a=b\\x": invalid escape in "b\\x": only \\, \, and \= are allowed"#.into())
+        );
+    }
+
+    #[test]
+    fn checks_json_pointers() {
+        assert_eq!(check_json_pointer("/spec/password"), Ok(()));
+        assert_eq!(check_json_pointer("/metadata/annotations/a~1b~0c"), Ok(()));
+        assert_eq!(
+            check_json_pointer("spec/password"),
+            Err(r#""spec/password" is not a JSON pointer: it must start with '/', like /spec/password"#.into())
+        );
+        assert_eq!(
+            check_json_pointer("/a~2"),
+            Err(
+                r#""/a~2" is not a JSON pointer: '~' must be followed by 0 ('~') or 1 ('/')"#
+                    .into()
+            )
+        );
+        assert!(check_json_pointer("").is_err());
+    }
+}

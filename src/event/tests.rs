@@ -1,0 +1,298 @@
+//! One test per attribute rule of EVENT-FORMAT.md Part 1, and per op.
+
+use herald_sink_core::event::ExtensionValue;
+use serde_json::{Value, json};
+
+use super::*;
+
+fn resource() -> Resource {
+    Resource {
+        cluster: "prod-eu".into(),
+        group: "example.com".into(),
+        version: "v1".into(),
+        kind: "Database".into(),
+        plural: "databases".into(),
+        namespaced: true,
+        type_prefix: DEFAULT_TYPE_PREFIX.into(),
+        payload: Payload::DEFAULT,
+        redact: vec![],
+        keep_managed_fields: false,
+    }
+}
+
+fn db(rv: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Database",
+           "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1", "resourceVersion": rv, "generation": 3,
+                        "managedFields": [{"manager": "kubectl"}]},
+           "spec": {"replicas": replicas}})
+}
+
+fn at() -> jiff::Timestamp {
+    "2026-01-02T03:04:05.678912Z".parse().unwrap()
+}
+
+fn observed<'a>(op: Op, object: &'a Value, old: Option<&'a Value>) -> Observed<'a> {
+    Observed {
+        op,
+        object,
+        old,
+        resync: false,
+        resource_version: None,
+        observed_at: at(),
+    }
+}
+
+fn ext<'a>(ev: &'a herald_sink_core::event::CloudEvent, k: &str) -> Option<&'a ExtensionValue> {
+    ev.extensions.get(k)
+}
+
+fn s(v: &str) -> Option<ExtensionValue> {
+    Some(ExtensionValue::String(v.into()))
+}
+
+#[test]
+fn id_is_uid_resource_version_op() {
+    let o = db("42", 1);
+    assert_eq!(
+        normalize(&resource(), observed(Op::Updated, &o, None)).id,
+        "u-1:42:updated"
+    );
+    let synthesized = Observed {
+        resource_version: Some("99"),
+        ..observed(Op::Deleted, &o, None)
+    };
+    assert_eq!(
+        normalize(&resource(), synthesized).id,
+        "u-1:99:deleted",
+        "a missed deletion uses the list revision"
+    );
+}
+
+#[test]
+fn source_has_cluster_group_plural_and_core_for_the_core_group() {
+    let o = db("1", 1);
+    assert_eq!(
+        normalize(&resource(), observed(Op::Created, &o, None)).source,
+        "k8s://prod-eu/example.com/databases"
+    );
+    let core = Resource {
+        group: String::new(),
+        plural: "configmaps".into(),
+        ..resource()
+    };
+    assert_eq!(
+        normalize(&core, observed(Op::Created, &o, None)).source,
+        "k8s://prod-eu/core/configmaps"
+    );
+}
+
+#[test]
+fn type_is_prefix_dot_op_and_the_prefix_is_configurable() {
+    let o = db("1", 1);
+    for (op, want) in [
+        (Op::Created, "created"),
+        (Op::Updated, "updated"),
+        (Op::Deleted, "deleted"),
+    ] {
+        assert_eq!(
+            normalize(&resource(), observed(op, &o, None)).ty,
+            format!("dev.herald.resource.{want}")
+        );
+    }
+    let custom = Resource {
+        type_prefix: "com.acme.db".into(),
+        ..resource()
+    };
+    assert_eq!(
+        normalize(&custom, observed(Op::Created, &o, None)).ty,
+        "com.acme.db.created"
+    );
+}
+
+#[test]
+fn subject_and_partition_key_are_namespace_slash_name_or_name() {
+    let o = db("1", 1);
+    let ev = normalize(&resource(), observed(Op::Created, &o, None));
+    assert_eq!(ev.subject.as_deref(), Some("shop/orders"));
+    assert_eq!(ext(&ev, "partitionkey").cloned(), s("shop/orders"));
+    assert_eq!(ext(&ev, "k8snamespace").cloned(), s("shop"));
+
+    let cluster = Resource {
+        namespaced: false,
+        ..resource()
+    };
+    let co = json!({"metadata": {"name": "global", "uid": "u-2", "resourceVersion": "5"}});
+    let ev = normalize(&cluster, observed(Op::Created, &co, None));
+    assert_eq!(ev.subject.as_deref(), Some("global"));
+    assert_eq!(ext(&ev, "partitionkey").cloned(), s("global"));
+    assert!(
+        ext(&ev, "k8snamespace").is_none(),
+        "cluster-scoped objects carry no k8snamespace"
+    );
+}
+
+#[test]
+fn time_is_observation_time_in_milliseconds() {
+    let o = db("1", 1);
+    assert_eq!(
+        normalize(&resource(), observed(Op::Created, &o, None))
+            .time
+            .as_deref(),
+        Some("2026-01-02T03:04:05.678Z")
+    );
+}
+
+#[test]
+fn content_type_and_dataschema_are_fixed() {
+    let o = db("1", 1);
+    let ev = normalize(&resource(), observed(Op::Created, &o, None));
+    assert_eq!(ev.datacontenttype.as_deref(), Some("application/json"));
+    assert_eq!(ev.dataschema.as_deref(), Some("urn:herald:change:v1"));
+}
+
+#[test]
+fn extensions_are_strings_except_resync_and_sequence_is_zero_padded() {
+    let o = db("42", 1);
+    let ev = normalize(&resource(), observed(Op::Created, &o, None));
+    assert_eq!(ext(&ev, "k8sgroup").cloned(), s("example.com"));
+    assert_eq!(ext(&ev, "k8sversion").cloned(), s("v1"));
+    assert_eq!(ext(&ev, "k8skind").cloned(), s("Database"));
+    assert_eq!(ext(&ev, "k8sname").cloned(), s("orders"));
+    assert_eq!(ext(&ev, "k8suid").cloned(), s("u-1"));
+    assert_eq!(ext(&ev, "resourceversion").cloned(), s("42"));
+    assert_eq!(ext(&ev, "generation").cloned(), s("3"));
+    assert_eq!(ext(&ev, "sequence").cloned(), s("00000000000000000042"));
+    assert_eq!(
+        ext(&ev, "resync").cloned(),
+        Some(ExtensionValue::Bool(false))
+    );
+    assert!(ext(&ev, "truncated").is_none());
+    for name in ev.extensions.keys() {
+        assert!(
+            name.len() <= 20
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()),
+            "{name}"
+        );
+    }
+    let resync = Observed {
+        resync: true,
+        ..observed(Op::Created, &o, None)
+    };
+    assert_eq!(
+        ext(&normalize(&resource(), resync), "resync").cloned(),
+        Some(ExtensionValue::Bool(true))
+    );
+}
+
+#[test]
+fn created_carries_the_object_and_no_patch() {
+    let o = prepare(&resource(), &db("1", 1));
+    let data = normalize(&resource(), observed(Op::Created, &o, None))
+        .data
+        .unwrap();
+    assert_eq!(data["op"], "created");
+    assert_eq!(data["object"]["spec"]["replicas"], 1);
+    assert!(data.get("patch").is_none());
+    assert!(data.get("oldObject").is_none(), "oldObject is opt-in");
+    assert_eq!(data["resync"], false);
+}
+
+#[test]
+fn updated_carries_the_object_and_the_patch_from_the_recorded_state() {
+    let old = prepare(&resource(), &db("1", 1));
+    let new = prepare(&resource(), &db("2", 3));
+    let data = normalize(&resource(), observed(Op::Updated, &new, Some(&old)))
+        .data
+        .unwrap();
+    assert_eq!(data["op"], "updated");
+    assert_eq!(
+        data["patch"],
+        json!([{"op": "replace", "path": "/metadata/resourceVersion", "value": "2"},
+               {"op": "replace", "path": "/spec/replicas", "value": 3}])
+    );
+    let with_old = Resource {
+        payload: Payload {
+            old_object: true,
+            ..Payload::DEFAULT
+        },
+        ..resource()
+    };
+    let data = normalize(&with_old, observed(Op::Updated, &new, Some(&old)))
+        .data
+        .unwrap();
+    assert_eq!(data["oldObject"]["spec"]["replicas"], 1);
+}
+
+#[test]
+fn deleted_carries_the_last_known_state() {
+    let last = prepare(&resource(), &db("7", 2));
+    let data = normalize(&resource(), observed(Op::Deleted, &last, None))
+        .data
+        .unwrap();
+    assert_eq!(data["op"], "deleted");
+    assert_eq!(data["object"]["spec"]["replicas"], 2);
+    assert!(data.get("patch").is_none());
+}
+
+#[test]
+fn reference_only_payload_still_sends_op_and_resync() {
+    let r = Resource {
+        payload: Payload::REFERENCE,
+        ..resource()
+    };
+    let o = db("1", 1);
+    let ev = normalize(&r, observed(Op::Updated, &o, None));
+    assert_eq!(
+        ev.data,
+        Some(json!({"op": "updated", "resync": false})),
+        "never empty: an empty Kafka value is a tombstone"
+    );
+    let truncated = to_reference(&normalize(&resource(), observed(Op::Created, &o, None)));
+    assert_eq!(
+        truncated.data,
+        Some(json!({"op": "created", "resync": false}))
+    );
+    assert_eq!(ext(&truncated, "truncated").cloned(), s("true"));
+}
+
+#[test]
+fn managed_fields_are_stripped_and_redactions_applied_before_anything_is_recorded() {
+    let r = Resource {
+        redact: vec!["/spec/password".into(), "/spec/missing".into()],
+        ..resource()
+    };
+    let mut o = db("1", 1);
+    o["spec"]["password"] = json!("hunter2");
+    let p = prepare(&r, &o);
+    assert!(p["metadata"].get("managedFields").is_none());
+    assert_eq!(p["spec"]["password"], REDACTED);
+    assert!(
+        p["spec"].get("missing").is_none(),
+        "redacting an absent field adds nothing"
+    );
+    let kept = prepare(
+        &Resource {
+            keep_managed_fields: true,
+            ..resource()
+        },
+        &o,
+    );
+    assert!(kept["metadata"]["managedFields"].is_array());
+}
+
+#[test]
+fn status_only_changes_are_recognised() {
+    let mut a = db("1", 1);
+    let mut b = db("2", 1);
+    a["status"] = json!({"phase": "Pending"});
+    b["status"] = json!({"phase": "Ready"});
+    assert!(status_only_change(&a, &b));
+    b["spec"]["replicas"] = json!(2);
+    assert!(!status_only_change(&a, &b));
+    assert!(
+        !status_only_change(&a, &a),
+        "no change is not a status-only change"
+    );
+}

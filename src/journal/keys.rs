@@ -1,0 +1,142 @@
+//! The key layout of the journal's single sled tree (schema version 1).
+//!
+//! | prefix | key | value |
+//! |---|---|---|
+//! | `meta/schema_version` | | ASCII decimal, `1` |
+//! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
+//! | `e/` | u64 BE sequence number | u64 BE append time (ms since the epoch) + rendered CloudEvent |
+//! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen |
+//! | `c/` | stream | resourceVersion (UTF-8) |
+//! | `s/` | sink | u64 BE cursor: the last acknowledged sequence number |
+//!
+//! Big-endian sequence numbers make key order sequence order, so reads and retention are range scans.
+//! The NUL after the stream keeps `i/a\0…` from matching a prefix scan of stream `a` for stream `ab`.
+
+use super::error::{JournalError, Result};
+
+pub(super) const SCHEMA_VERSION_KEY: &[u8] = b"meta/schema_version";
+pub(super) const HEAD_KEY: &[u8] = b"meta/head";
+pub(super) const EVENT_PREFIX: &[u8] = b"e/";
+pub(super) const INDEX_PREFIX: &[u8] = b"i/";
+pub(super) const CHECKPOINT_PREFIX: &[u8] = b"c/";
+pub(super) const CURSOR_PREFIX: &[u8] = b"s/";
+
+/// Bytes of the append time in front of each stored event.
+const TIME_LEN: usize = 8;
+
+pub(super) fn check_name(what: &'static str, name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('\0') {
+        return Err(JournalError::InvalidName {
+            what,
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn prefixed(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + rest.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(rest);
+    k
+}
+
+pub(super) fn event(seq: u64) -> Vec<u8> {
+    prefixed(EVENT_PREFIX, &seq.to_be_bytes())
+}
+
+pub(super) fn index_prefix(stream: &str) -> Vec<u8> {
+    let mut k = prefixed(INDEX_PREFIX, stream.as_bytes());
+    k.push(0);
+    k
+}
+
+pub(super) fn index(stream: &str, key: &str) -> Vec<u8> {
+    let mut k = index_prefix(stream);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+pub(super) fn checkpoint(stream: &str) -> Vec<u8> {
+    prefixed(CHECKPOINT_PREFIX, stream.as_bytes())
+}
+
+pub(super) fn cursor(sink: &str) -> Vec<u8> {
+    prefixed(CURSOR_PREFIX, sink.as_bytes())
+}
+
+pub(super) fn printable(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).into_owned()
+}
+
+pub(super) fn decode_u64(key: &[u8], bytes: &[u8]) -> Result<u64> {
+    let arr: [u8; 8] = bytes.try_into().map_err(|_| JournalError::CorruptEntry {
+        key: printable(key),
+        reason: "expected an 8-byte big-endian integer",
+    })?;
+    Ok(u64::from_be_bytes(arr))
+}
+
+/// The sequence number of an `e/` key.
+pub(super) fn event_seq(key: &[u8]) -> Result<u64> {
+    decode_u64(key, key.get(EVENT_PREFIX.len()..).unwrap_or_default())
+}
+
+pub(super) fn event_value(append_ms: u64, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(TIME_LEN + payload.len());
+    v.extend_from_slice(&append_ms.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Splits a stored event into its append time and the rendered CloudEvent.
+pub(super) fn split_event<'a>(key: &[u8], value: &'a [u8]) -> Result<(u64, &'a [u8])> {
+    if value.len() < TIME_LEN {
+        return Err(JournalError::CorruptEntry {
+            key: printable(key),
+            reason: "event shorter than its timestamp",
+        });
+    }
+    let (time, payload) = value.split_at(TIME_LEN);
+    Ok((decode_u64(key, time)?, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_keys_sort_in_sequence_order() {
+        let mut keys: Vec<_> = [256u64, 1, 255, u64::from(u32::MAX) + 1, 2]
+            .into_iter()
+            .map(event)
+            .collect();
+        keys.sort();
+        let seqs: Vec<u64> = keys.iter().map(|k| event_seq(k).unwrap()).collect();
+        assert_eq!(seqs, [1, 2, 255, 256, u64::from(u32::MAX) + 1]);
+    }
+
+    #[test]
+    fn index_prefix_of_one_stream_excludes_longer_stream_names() {
+        let a = index_prefix("a");
+        assert!(index("a", "ns/x").starts_with(&a));
+        assert!(!index("ab", "ns/x").starts_with(&a));
+    }
+
+    #[test]
+    fn names_with_nul_or_empty_are_rejected() {
+        assert!(check_name("stream", "a\0b").is_err());
+        assert!(check_name("sink", "").is_err());
+        assert!(check_name("sink", "kafka-main").is_ok());
+    }
+
+    #[test]
+    fn short_event_value_is_corrupt() {
+        assert!(matches!(
+            split_event(b"e/x", b"1234"),
+            Err(JournalError::CorruptEntry { .. })
+        ));
+        let v = event_value(7, b"{}");
+        assert_eq!(split_event(b"e/x", &v).unwrap(), (7, &b"{}"[..]));
+    }
+}

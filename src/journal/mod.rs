@@ -1,0 +1,725 @@
+//! The durable spine of herald: watchers append rendered events, sinks read them through cursors;
+//! start at [`Journal`]. This is the only module that knows sled.
+//!
+//! # The invariant
+//! A stream's checkpoint never passes an event that is not durable. [`Journal::append`] writes a
+//! watch batch's events, the object-index updates they imply and the stream's new checkpoint in
+//! one `sled::Tree::apply_batch`, which sled recovers all-or-nothing after a crash; so whatever a
+//! crash leaves on disk, the checkpoint and the index agree with the events.
+//!
+//! # Layout (ADR 0002, `docs/adr/0002-journal-layout.md`)
+//! LAYOUT_DOC_PLACEHOLDER
+//!
+//! # Group commit
+//! `append` never waits for the disk. A flusher thread calls `sled::Db::flush` (write + `fsync`) at
+//! most `flush_interval` after the first unflushed write, or as soon as `flush_entries` entries
+//! are waiting; every [`Journal::durable`] waiter of that window is released by the same flush.
+//! Sinks only ever [`read`](Journal::read) durable events, so nothing is sent that a crash could
+//! take back. sled's own periodic flusher is turned off so this is the only cadence.
+//!
+//! # Things the rest of herald must know about sled 0.34
+//! - The store is beta and its on-disk format changes between versions: `sled` is pinned with
+//!   `=0.34.7` and `meta/schema_version` guards our own layout.
+//! - sled keeps a page cache (default 1 GiB!); [`JournalConfig::cache_capacity`] bounds it.
+//! - Deleted events do not shrink the files at once: sled rewrites segments in the background, so
+//!   [`Journal::size_on_disk`] lags retention and the journal needs headroom on its volume.
+//! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files
+//!   under `blobs/`.
+//! - Cursor moves ([`Journal::ack`]) reach disk with the next group commit; a crash may move a
+//!   cursor back (redelivery with the same ids), never forward.
+
+mod error;
+mod files;
+mod flusher;
+mod keys;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use error::{JournalError, Result};
+
+/// The journal layout this build reads and writes (`meta/schema_version`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Removals per sled batch during retention, so one pass never builds an unbounded batch.
+const RETENTION_CHUNK: usize = 1_024;
+
+/// How the journal is opened.
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// The journal directory (created 0700 when missing).
+    pub path: PathBuf,
+    /// Group commit: a write is flushed to disk at most this long after it was appended.
+    pub flush_interval: Duration,
+    /// Group commit: or as soon as this many entries wait to be flushed.
+    pub flush_entries: usize,
+    /// How long delivered events stay for replay; zero deletes an event once every sink passed it.
+    pub retain: Duration,
+    /// Bound on undelivered events (head minus the slowest cursor), see
+    /// [`Journal::over_backlog_bound`].
+    pub max_backlog: u64,
+    /// Bytes of sled's in-memory page cache.
+    pub cache_capacity: u64,
+}
+
+impl JournalConfig {
+    /// The defaults for everything but the path: flush every 10 ms or 1000 entries, keep nothing
+    /// once delivered, one million events of backlog, a 64 MiB cache.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            flush_interval: Duration::from_millis(10),
+            flush_entries: 1_000,
+            retain: Duration::ZERO,
+            max_backlog: 1_000_000,
+            cache_capacity: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// One atomic append: the events of one watch batch, the object-index updates they imply, and the
+/// stream's new checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The watch stream (one per watched resource); names the index and the checkpoint.
+    pub stream: String,
+    /// Rendered CloudEvents (JSON), in observation order; they get consecutive sequence numbers.
+    pub events: Vec<Vec<u8>>,
+    /// Changes to the stream's object index.
+    pub index: Vec<IndexUpdate>,
+    /// The stream's new resourceVersion checkpoint; `None` leaves it unchanged.
+    pub checkpoint: Option<String>,
+}
+
+/// A change to a stream's object index (the last state of each object, for the relist diff).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexUpdate {
+    /// Stores the last seen object.
+    Put {
+        /// `<namespace>/<name>`.
+        key: String,
+        /// The object as herald keeps it.
+        object: Vec<u8>,
+    },
+    /// Forgets a deleted object.
+    Remove {
+        /// `<namespace>/<name>`.
+        key: String,
+    },
+}
+
+/// The durable journal: events, the per-stream object index and checkpoints, per-sink cursors.
+///
+/// Cheap to clone; all clones share one store. Exclusive per directory: a second
+/// [`open`](Journal::open), in this or another process, fails with [`JournalError::AlreadyOpen`]
+/// until every clone of the first is dropped.
+#[derive(Clone)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    retain: Duration,
+    max_backlog: u64,
+    db: sled::Db,
+    flush: Arc<flusher::Shared>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+    /// Held while a batch gets its sequence numbers and is written, so seq order is key order
+    /// and `head` only ever covers batches already in sled. Holds the last append time (ms),
+    /// kept monotonic so that age order is sequence order even if the clock steps back.
+    append: Mutex<u64>,
+    /// Sink cursors, mirrored from the `s/` keys so `backlog` needs no disk read.
+    cursors: Mutex<BTreeMap<String, u64>>,
+    closed: AtomicBool,
+    /// Holds our directory lock for as long as the store is open.
+    _lock: File,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each guarded value is written in one step after the fallible work, so it is valid after a
+    // panic elsewhere.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Journal {
+    /// Opens or creates the journal.
+    ///
+    /// Exclusive: a second open of the same path, in this or another process, fails with
+    /// [`JournalError::AlreadyOpen`]. Creates the directory 0700 and restricts sled's files to
+    /// 0600. Writes `meta/schema_version` on a new store and refuses any version but
+    /// [`SCHEMA_VERSION`]. Sequence numbers and cursors continue where the last run left them.
+    pub fn open(cfg: JournalConfig) -> Result<Journal> {
+        let path = cfg.path;
+        files::private_dir(&path)?;
+        let dir_lock = files::lock(&path)?;
+        let db = sled::Config::new()
+            .path(&path)
+            .cache_capacity(cfg.cache_capacity)
+            // Our flusher is the only flush cadence (group commit).
+            .flush_every_ms(None)
+            .open()
+            .map_err(|source| {
+                if files::is_sled_lock_error(&source) {
+                    // Someone opened the store without going through `Journal`.
+                    JournalError::AlreadyOpen { path: path.clone() }
+                } else {
+                    JournalError::OpenFailed {
+                        path: path.clone(),
+                        source,
+                    }
+                }
+            })?;
+        let meta_failed = |source| JournalError::MetaFailed {
+            path: path.clone(),
+            source,
+        };
+        check_schema(&db, &path)?;
+        let head = load_head(&db).map_err(|e| e.or_meta(&path))?;
+        let cursors = load_cursors(&db).map_err(|e| e.or_meta(&path))?;
+        // Whatever recovery found may still sit in the OS cache only; make it the durable base.
+        db.flush().map_err(meta_failed)?;
+        files::restrict_tree(&path)?;
+
+        let flush = Arc::new(flusher::Shared::new(
+            head,
+            cfg.flush_interval,
+            cfg.flush_entries,
+        ));
+        let thread = std::thread::Builder::new()
+            .name("journal-flush".to_owned())
+            .spawn({
+                let db = db.clone();
+                let flush = Arc::clone(&flush);
+                move || flusher::run(db, flush)
+            })
+            .map_err(|source| JournalError::FlusherStartFailed { source })?;
+        tracing::debug!(message = "Journal opened.", path = %path.display(), head, sinks = cursors.len());
+        Ok(Journal {
+            inner: Arc::new(Inner {
+                path,
+                retain: cfg.retain,
+                max_backlog: cfg.max_backlog,
+                db,
+                flush,
+                flusher: Mutex::new(Some(thread)),
+                append: Mutex::new(0),
+                cursors: Mutex::new(cursors),
+                closed: AtomicBool::new(false),
+                _lock: dir_lock,
+            }),
+        })
+    }
+
+    /// The journal directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(JournalError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Appends atomically: the events get consecutive sequence numbers (returned), and the index
+    /// updates and the checkpoint are written in the same sled batch. Does not wait for disk:
+    /// see [`durable`](Journal::durable). Concurrent appenders are serialised, so each batch's
+    /// numbers are contiguous.
+    pub fn append(&self, batch: Batch) -> Result<Vec<u64>> {
+        self.check_open()?;
+        keys::check_name("stream", &batch.stream)?;
+        if batch.events.is_empty() && batch.index.is_empty() && batch.checkpoint.is_none() {
+            return Ok(Vec::new());
+        }
+        let Batch {
+            stream,
+            events,
+            index,
+            checkpoint,
+        } = batch;
+        let count = events.len() as u64;
+        let writes = events.len() + index.len();
+
+        let mut last_ms = lock(&self.inner.append);
+        let head = self.inner.flush.head.load(Ordering::Acquire);
+        let at = now_ms().max(*last_ms);
+        let mut b = sled::Batch::default();
+        for (seq, event) in (head + 1..).zip(&events) {
+            b.insert(keys::event(seq), keys::event_value(at, event));
+        }
+        for update in index {
+            match update {
+                IndexUpdate::Put { key, object } => b.insert(keys::index(&stream, &key), object),
+                IndexUpdate::Remove { key } => b.remove(keys::index(&stream, &key)),
+            }
+        }
+        if let Some(rv) = checkpoint {
+            b.insert(keys::checkpoint(&stream), rv.into_bytes());
+        }
+        let new_head = head + count;
+        if count > 0 {
+            // Kept beside the events so numbering survives retention deleting all of them.
+            b.insert(keys::HEAD_KEY, &new_head.to_be_bytes()[..]);
+        }
+        self.inner
+            .db
+            .apply_batch(b)
+            .map_err(|source| JournalError::AppendFailed { stream, source })?;
+        self.inner.flush.head.store(new_head, Ordering::Release);
+        *last_ms = at;
+        drop(last_ms);
+
+        self.inner.flush.note_write(writes.max(1));
+        Ok((head + 1..=new_head).collect())
+    }
+
+    /// Waits until every event up to `seq` (clamped to the head: `u64::MAX` means "everything
+    /// appended so far") is flushed to disk. Waiters share the next group commit.
+    ///
+    /// Fails with [`JournalError::FlushFailed`] while flushing fails (the flusher keeps
+    /// retrying), and with [`JournalError::Closed`] once the flusher stopped short of `seq`.
+    pub async fn durable(&self, seq: u64) -> Result<()> {
+        let target = seq.min(self.head());
+        let mut rx = self.inner.flush.flushed.subscribe();
+        let state = rx
+            .wait_for(|f| f.seq >= target || f.error.is_some() || f.stopped)
+            .await
+            .map_err(|_| JournalError::Closed)?;
+        if state.seq >= target {
+            Ok(())
+        } else if let Some(source) = state.error.clone() {
+            Err(JournalError::FlushFailed { source })
+        } else {
+            Err(JournalError::Closed)
+        }
+    }
+
+    /// The highest sequence number known to be on disk.
+    pub fn durable_seq(&self) -> u64 {
+        self.inner.flush.durable.load(Ordering::Acquire)
+    }
+
+    /// The last assigned sequence number (0 for a journal that never had an event).
+    pub fn head(&self) -> u64 {
+        self.inner.flush.head.load(Ordering::Acquire)
+    }
+
+    /// The stream's last stored resourceVersion checkpoint.
+    pub fn checkpoint(&self, stream: &str) -> Result<Option<String>> {
+        keys::check_name("stream", stream)?;
+        let key = keys::checkpoint(stream);
+        let value =
+            self.inner
+                .db
+                .get(&key)
+                .map_err(|source| JournalError::CheckpointReadFailed {
+                    stream: stream.to_owned(),
+                    source,
+                })?;
+        value
+            .map(|v| {
+                String::from_utf8(v.to_vec()).map_err(|_| JournalError::CorruptEntry {
+                    key: keys::printable(&key),
+                    reason: "checkpoint is not UTF-8",
+                })
+            })
+            .transpose()
+    }
+
+    /// The last stored object under `key` (`<namespace>/<name>`) in the stream's index.
+    pub fn index_get(&self, stream: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        keys::check_name("stream", stream)?;
+        self.inner
+            .db
+            .get(keys::index(stream, key))
+            .map(|v| v.map(|v| v.to_vec()))
+            .map_err(|source| JournalError::IndexReadFailed {
+                stream: stream.to_owned(),
+                source,
+            })
+    }
+
+    /// Every object in the stream's index, in key order (for the relist diff).
+    pub fn index_scan(&self, stream: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        keys::check_name("stream", stream)?;
+        let prefix = keys::index_prefix(stream);
+        let mut out = Vec::new();
+        for entry in self.inner.db.scan_prefix(&prefix) {
+            let (k, v) = entry.map_err(|source| JournalError::IndexReadFailed {
+                stream: stream.to_owned(),
+                source,
+            })?;
+            let key = k
+                .get(prefix.len()..)
+                .and_then(|rest| std::str::from_utf8(rest).ok())
+                .ok_or_else(|| JournalError::CorruptEntry {
+                    key: keys::printable(&k),
+                    reason: "index key is not UTF-8",
+                })?;
+            out.push((key.to_owned(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Registers a sink and returns its cursor (the last sequence number it has passed). A new
+    /// sink starts at the head (it gets what is appended from now on), or with `from_start` just
+    /// before the earliest event still kept. A known sink keeps its stored cursor.
+    pub fn register_sink(&self, sink: &str, from_start: bool) -> Result<u64> {
+        self.check_open()?;
+        keys::check_name("sink", sink)?;
+        let mut cursors = lock(&self.inner.cursors);
+        if let Some(&cursor) = cursors.get(sink) {
+            return Ok(cursor);
+        }
+        let failed = |source| JournalError::SinkRegisterFailed {
+            sink: sink.to_owned(),
+            source,
+        };
+        let head = self.head();
+        let cursor = if from_start {
+            match self.inner.db.scan_prefix(keys::EVENT_PREFIX).next() {
+                Some(entry) => {
+                    let (k, _) = entry.map_err(failed)?;
+                    keys::event_seq(&k)?.saturating_sub(1)
+                }
+                None => head,
+            }
+        } else {
+            head
+        };
+        self.inner
+            .db
+            .insert(keys::cursor(sink), &cursor.to_be_bytes()[..])
+            .map_err(failed)?;
+        cursors.insert(sink.to_owned(), cursor);
+        drop(cursors);
+        self.inner.flush.note_write(0);
+        tracing::info!(
+            message = "Sink registered with the journal.",
+            sink,
+            cursor,
+            from_start
+        );
+        Ok(cursor)
+    }
+
+    /// Forgets a sink that left the configuration, so it no longer holds back retention or counts
+    /// in the backlog. Unknown sinks are ignored.
+    pub fn remove_sink(&self, sink: &str) -> Result<()> {
+        self.check_open()?;
+        keys::check_name("sink", sink)?;
+        let mut cursors = lock(&self.inner.cursors);
+        self.inner.db.remove(keys::cursor(sink)).map_err(|source| {
+            JournalError::SinkRegisterFailed {
+                sink: sink.to_owned(),
+                source,
+            }
+        })?;
+        cursors.remove(sink);
+        drop(cursors);
+        self.inner.flush.note_write(0);
+        Ok(())
+    }
+
+    /// The names of the registered sinks.
+    pub fn sinks(&self) -> Vec<String> {
+        lock(&self.inner.cursors).keys().cloned().collect()
+    }
+
+    /// Up to `max` events after `after`, in sequence order, as `(seq, rendered CloudEvent)`. Only
+    /// durable events are returned (seq ≤ [`durable_seq`](Journal::durable_seq)); events removed
+    /// by retention are skipped.
+    pub fn read(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Vec<u8>)>> {
+        if !lock(&self.inner.cursors).contains_key(sink) {
+            return Err(JournalError::UnknownSink {
+                sink: sink.to_owned(),
+            });
+        }
+        let durable = self.durable_seq();
+        if after >= durable || max == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity(max.min(1_024));
+        let range = keys::event(after + 1)..=keys::event(durable);
+        for entry in self.inner.db.range(range).take(max) {
+            let (k, v) = entry.map_err(|source| JournalError::ReadFailed {
+                sink: sink.to_owned(),
+                source,
+            })?;
+            let seq = keys::event_seq(&k)?;
+            let (_, payload) = keys::split_event(&k, &v)?;
+            out.push((seq, payload.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Moves the sink's cursor to `upto`: every event up to it is delivered or dead-lettered (the
+    /// caller guarantees contiguity). Acknowledging at or behind the cursor is a no-op, so acks are
+    /// idempotent; acknowledging past [`durable_seq`](Journal::durable_seq) is a bug and fails.
+    pub fn ack(&self, sink: &str, upto: u64) -> Result<()> {
+        self.check_open()?;
+        let mut cursors = lock(&self.inner.cursors);
+        let Some(cursor) = cursors.get_mut(sink) else {
+            return Err(JournalError::UnknownSink {
+                sink: sink.to_owned(),
+            });
+        };
+        if upto <= *cursor {
+            return Ok(());
+        }
+        let durable = self.durable_seq();
+        if upto > durable {
+            return Err(JournalError::AckBeyondDurable {
+                sink: sink.to_owned(),
+                upto,
+                durable,
+            });
+        }
+        self.inner
+            .db
+            .insert(keys::cursor(sink), &upto.to_be_bytes()[..])
+            .map_err(|source| JournalError::AckFailed {
+                sink: sink.to_owned(),
+                source,
+            })?;
+        *cursor = upto;
+        drop(cursors);
+        self.inner.flush.note_write(0);
+        Ok(())
+    }
+
+    /// The sink's cursor: the last sequence number it has passed.
+    pub fn cursor(&self, sink: &str) -> Result<u64> {
+        lock(&self.inner.cursors)
+            .get(sink)
+            .copied()
+            .ok_or_else(|| JournalError::UnknownSink {
+                sink: sink.to_owned(),
+            })
+    }
+
+    /// Undelivered events: the head minus the slowest cursor (0 without sinks).
+    pub fn backlog(&self) -> u64 {
+        let slowest = lock(&self.inner.cursors).values().copied().min();
+        slowest.map_or(0, |c| self.head().saturating_sub(c))
+    }
+
+    /// Whether the backlog exceeds `max_backlog`. The journal still accepts appends then (an
+    /// observed change is never dropped here); the watch side is expected to stop pulling and
+    /// herald to report it.
+    pub fn over_backlog_bound(&self) -> bool {
+        self.backlog() > self.inner.max_backlog
+    }
+
+    /// Deletes the events every sink has passed and that are older than `retain`; returns how
+    /// many were removed. With no sink registered, every durable event older than `retain` goes:
+    /// register the configured sinks before the first pass.
+    ///
+    /// sled reclaims the space later, in the background.
+    pub fn apply_retention(&self) -> Result<u64> {
+        let slowest = lock(&self.inner.cursors).values().copied().min();
+        let bound = slowest.unwrap_or(u64::MAX).min(self.durable_seq());
+        let retain_ms = u64::try_from(self.inner.retain.as_millis()).unwrap_or(u64::MAX);
+        let cutoff = now_ms().saturating_sub(retain_ms);
+        let failed = |source| JournalError::RetentionFailed { source };
+
+        let mut removed = 0u64;
+        let mut chunk = sled::Batch::default();
+        let mut in_chunk = 0usize;
+        // Append times grow with sequence numbers, so the deletable events are a prefix.
+        for entry in self.inner.db.range(keys::event(0)..=keys::event(bound)) {
+            let (k, v) = entry.map_err(failed)?;
+            let (at, _) = keys::split_event(&k, &v)?;
+            if at > cutoff {
+                break;
+            }
+            chunk.remove(k);
+            in_chunk += 1;
+            if in_chunk == RETENTION_CHUNK {
+                self.inner
+                    .db
+                    .apply_batch(std::mem::take(&mut chunk))
+                    .map_err(failed)?;
+                removed += in_chunk as u64;
+                in_chunk = 0;
+            }
+        }
+        if in_chunk > 0 {
+            self.inner.db.apply_batch(chunk).map_err(failed)?;
+            removed += in_chunk as u64;
+        }
+        if removed > 0 {
+            self.inner.flush.note_write(0);
+            tracing::debug!(
+                message = "Journal retention removed events.",
+                removed,
+                upto = bound
+            );
+        }
+        // sled keeps creating snapshot and blob files with the umask.
+        if let Err(error) = files::restrict_tree(&self.inner.path) {
+            tracing::warn!(message = "Could not restrict journal file permissions.", %error);
+        }
+        Ok(removed)
+    }
+
+    /// Bytes the journal directory takes on disk (allocated blocks of every file, snapshots and
+    /// blobs included).
+    pub fn size_on_disk(&self) -> Result<u64> {
+        files::allocated_bytes(&self.inner.path)
+            .map_err(|source| JournalError::SizeFailed { source })
+    }
+
+    /// Stops taking writes, performs the final flush and stops the flusher. Other clones can still
+    /// read; the directory lock is released when the last clone is dropped.
+    pub async fn close(self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.flush.shutdown();
+        let thread = lock(&self.inner.flusher).take();
+        if let Some(thread) = thread {
+            let joined = tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .map_err(|_| JournalError::FlusherPanicked)?;
+            joined.map_err(|_| JournalError::FlusherPanicked)?;
+        }
+        // The flusher's last flush may have failed; this one reports it.
+        let db = self.inner.db.clone();
+        let flush = Arc::clone(&self.inner.flush);
+        tokio::task::spawn_blocking(move || flusher::flush_once(&db, &flush))
+            .await
+            .map_err(|_| JournalError::FlusherPanicked)?
+            .map_err(|source| JournalError::FlushFailed { source })?;
+        tracing::debug!(message = "Journal closed.", path = %self.inner.path.display(), head = self.head());
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Journal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Journal")
+            .field("path", &self.inner.path)
+            .field("head", &self.head())
+            .field("durable", &self.durable_seq())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Without `close`: still flush what was appended, and release sled's lock before ours.
+        self.flush.shutdown();
+        let thread = self
+            .flusher
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::warn!(message = "Journal flusher panicked.");
+        }
+    }
+}
+
+fn check_schema(db: &sled::Db, path: &Path) -> Result<()> {
+    let meta_failed = |source| JournalError::MetaFailed {
+        path: path.to_owned(),
+        source,
+    };
+    match db.get(keys::SCHEMA_VERSION_KEY).map_err(meta_failed)? {
+        Some(v) if v.as_ref() == SCHEMA_VERSION.to_string().as_bytes() => Ok(()),
+        Some(v) => Err(JournalError::UnsupportedSchema {
+            path: path.to_owned(),
+            found: Some(String::from_utf8_lossy(&v).into_owned()),
+            supported: SCHEMA_VERSION,
+        }),
+        None if db.is_empty() && db.tree_names().len() <= 1 => {
+            db.insert(
+                keys::SCHEMA_VERSION_KEY,
+                SCHEMA_VERSION.to_string().as_bytes(),
+            )
+            .map_err(meta_failed)?;
+            Ok(())
+        }
+        None => Err(JournalError::UnsupportedSchema {
+            path: path.to_owned(),
+            found: None,
+            supported: SCHEMA_VERSION,
+        }),
+    }
+}
+
+/// A load failure at open: sled errors become `MetaFailed` once the path is known.
+enum LoadError {
+    Sled(sled::Error),
+    Journal(JournalError),
+}
+
+impl From<sled::Error> for LoadError {
+    fn from(e: sled::Error) -> Self {
+        LoadError::Sled(e)
+    }
+}
+
+impl From<JournalError> for LoadError {
+    fn from(e: JournalError) -> Self {
+        LoadError::Journal(e)
+    }
+}
+
+impl LoadError {
+    fn or_meta(self, path: &Path) -> JournalError {
+        match self {
+            LoadError::Sled(source) => JournalError::MetaFailed {
+                path: path.to_owned(),
+                source,
+            },
+            LoadError::Journal(e) => e,
+        }
+    }
+}
+
+fn load_head(db: &sled::Db) -> Result<u64, LoadError> {
+    let stored = match db.get(keys::HEAD_KEY)? {
+        Some(v) => keys::decode_u64(keys::HEAD_KEY, &v)?,
+        None => 0,
+    };
+    let last = match db.scan_prefix(keys::EVENT_PREFIX).next_back() {
+        Some(entry) => keys::event_seq(&entry?.0)?,
+        None => 0,
+    };
+    Ok(stored.max(last))
+}
+
+fn load_cursors(db: &sled::Db) -> Result<BTreeMap<String, u64>, LoadError> {
+    let mut cursors = BTreeMap::new();
+    for entry in db.scan_prefix(keys::CURSOR_PREFIX) {
+        let (k, v) = entry?;
+        let sink = k
+            .get(keys::CURSOR_PREFIX.len()..)
+            .and_then(|rest| std::str::from_utf8(rest).ok())
+            .ok_or_else(|| JournalError::CorruptEntry {
+                key: keys::printable(&k),
+                reason: "sink name is not UTF-8",
+            })?;
+        cursors.insert(sink.to_owned(), keys::decode_u64(&k, &v)?);
+    }
+    Ok(cursors)
+}

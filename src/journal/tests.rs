@@ -1,0 +1,753 @@
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::*;
+
+/// Set in a child process re-executed by a test: the journal directory it must use.
+const CHILD_DIR_ENV: &str = "HERALD_JOURNAL_TEST_CHILD_DIR";
+
+fn cfg(dir: &Path) -> JournalConfig {
+    JournalConfig {
+        flush_interval: Duration::from_millis(2),
+        ..JournalConfig::new(dir.join("journal"))
+    }
+}
+
+fn event(stream: &str, rv: u64, key: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({ "stream": stream, "rv": rv, "key": key })).unwrap()
+}
+
+fn batch(stream: &str, rv: u64, keys: &[&str]) -> Batch {
+    Batch {
+        stream: stream.to_owned(),
+        events: keys.iter().map(|k| event(stream, rv, k)).collect(),
+        index: keys
+            .iter()
+            .map(|k| IndexUpdate::Put {
+                key: (*k).to_owned(),
+                object: serde_json::to_vec(&json!({ "rv": rv })).unwrap(),
+            })
+            .collect(),
+        checkpoint: Some(rv.to_string()),
+    }
+}
+
+fn rv_of(bytes: &[u8]) -> u64 {
+    serde_json::from_slice::<Value>(bytes).unwrap()["rv"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Re-runs `test` (a test of this module) in a child process with `CHILD_DIR_ENV` set.
+fn child(test: &str, dir: &Path) -> Command {
+    let module = module_path!()
+        .split_once("::")
+        .map_or(module_path!(), |(_, rest)| rest);
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        &format!("{module}::{test}"),
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_DIR_ENV, dir)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    cmd
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[cfg(unix)]
+fn assert_private(dir: &Path) {
+    assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            assert_private(&path);
+        } else {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+            seen += 1;
+        }
+    }
+    let _ = seen;
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn creates_a_private_directory_and_private_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.append(batch("pods", 1, &["ns/a"])).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    let dir = j.path().to_owned();
+    assert!(dir.join("db").exists() && dir.join("conf").exists());
+    assert_private(&dir);
+    j.register_sink("s", true).unwrap();
+    j.ack("s", 1).unwrap();
+    j.apply_retention().unwrap();
+    assert_private(&dir);
+    j.close().await.unwrap();
+    assert_private(&dir);
+}
+
+#[cfg(unix)]
+#[test]
+fn an_existing_directory_is_restricted_to_0700() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_private(j.path());
+}
+
+#[test]
+fn a_second_open_in_the_same_process_fails_naming_the_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = Journal::open(cfg(tmp.path())).unwrap();
+    let err = Journal::open(cfg(tmp.path())).unwrap_err();
+    let JournalError::AlreadyOpen { path } = &err else {
+        panic!("expected AlreadyOpen, got {err:?}");
+    };
+    assert_eq!(path, first.path());
+    assert!(
+        err.to_string()
+            .contains(&first.path().display().to_string())
+    );
+    // Clones share the lock; dropping the last one releases it.
+    let clone = first.clone();
+    drop(first);
+    assert!(matches!(
+        Journal::open(cfg(tmp.path())),
+        Err(JournalError::AlreadyOpen { .. })
+    ));
+    drop(clone);
+    Journal::open(cfg(tmp.path())).unwrap();
+}
+
+#[test]
+fn a_store_held_by_sled_directly_is_reported_as_already_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let raw = sled::Config::new().path(&dir).open().unwrap();
+    let err = Journal::open(cfg(tmp.path())).unwrap_err();
+    assert!(
+        matches!(err, JournalError::AlreadyOpen { .. }),
+        "expected AlreadyOpen, got {err:?}"
+    );
+    drop(raw);
+}
+
+#[test]
+fn a_second_open_from_another_process_fails() {
+    if let Some(dir) = std::env::var_os(CHILD_DIR_ENV) {
+        let outcome = match Journal::open(JournalConfig::new(dir)) {
+            Ok(_) => "opened".to_owned(),
+            Err(JournalError::AlreadyOpen { .. }) => "already-open".to_owned(),
+            Err(other) => format!("{other:?}"),
+        };
+        println!("open-result: {outcome}");
+        return;
+    }
+    let outcome_in_child = |dir: &Path| {
+        let out = child("a_second_open_from_another_process_fails", dir)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            // libtest prints the test name on the same line before `--nocapture` output.
+            .find_map(|l| l.split_once("open-result: ").map(|(_, r)| r))
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                panic!(
+                    "child said nothing: {stdout} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(outcome_in_child(j.path()), "already-open");
+    let dir = j.path().to_owned();
+    drop(j);
+    assert_eq!(outcome_in_child(&dir), "opened");
+}
+
+#[tokio::test]
+async fn writes_and_checks_the_schema_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    Journal::open(cfg(tmp.path()))
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"1");
+        raw.insert(b"meta/schema_version", b"2").unwrap();
+        raw.flush().unwrap();
+    }
+    let err = Journal::open(cfg(tmp.path())).unwrap_err();
+    assert!(
+        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 1, .. } if v == "2"),
+        "{err:?}"
+    );
+
+    // A store with data but no version was not written by herald.
+    let other = tmp.path().join("other");
+    {
+        let raw = sled::Config::new().path(&other).open().unwrap();
+        raw.insert(b"foreign", b"x").unwrap();
+        raw.flush().unwrap();
+    }
+    let err = Journal::open(JournalConfig::new(other)).unwrap_err();
+    assert!(
+        matches!(err, JournalError::UnsupportedSchema { found: None, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn append_assigns_consecutive_seqs_and_writes_index_and_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 0);
+    assert_eq!(j.checkpoint("pods").unwrap(), None);
+
+    assert_eq!(
+        j.append(batch("pods", 10, &["ns/a", "ns/b"])).unwrap(),
+        [1, 2]
+    );
+    assert_eq!(j.append(batch("pods", 11, &["ns/c"])).unwrap(), [3]);
+    let remove = Batch {
+        stream: "pods".to_owned(),
+        events: vec![event("pods", 12, "ns/b")],
+        index: vec![IndexUpdate::Remove {
+            key: "ns/b".to_owned(),
+        }],
+        checkpoint: Some("12".to_owned()),
+    };
+    assert_eq!(j.append(remove).unwrap(), [4]);
+    // A batch with only a checkpoint (a bookmark) moves no sequence number.
+    let bookmark = Batch {
+        stream: "pods".to_owned(),
+        checkpoint: Some("13".to_owned()),
+        ..Batch::default()
+    };
+    assert_eq!(j.append(bookmark).unwrap(), Vec::<u64>::new());
+    assert_eq!(
+        j.append(Batch {
+            stream: "pods".to_owned(),
+            ..Batch::default()
+        })
+        .unwrap(),
+        Vec::<u64>::new()
+    );
+    j.append(batch("podsx", 1, &["ns/a"])).unwrap();
+
+    assert_eq!(j.head(), 5);
+    assert_eq!(j.checkpoint("pods").unwrap().as_deref(), Some("13"));
+    assert_eq!(j.checkpoint("podsx").unwrap().as_deref(), Some("1"));
+    assert_eq!(rv_of(&j.index_get("pods", "ns/a").unwrap().unwrap()), 10);
+    assert_eq!(j.index_get("pods", "ns/b").unwrap(), None);
+    let scan: Vec<(String, u64)> = j
+        .index_scan("pods")
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, rv_of(&v)))
+        .collect();
+    assert_eq!(scan, [("ns/a".to_owned(), 10), ("ns/c".to_owned(), 11)]);
+
+    j.durable(u64::MAX).await.unwrap();
+    j.register_sink("s", true).unwrap();
+    let read = j.read("s", 0, 100).unwrap();
+    let seqs: Vec<u64> = read.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    assert_eq!(read[3].1, event("pods", 12, "ns/b"));
+    assert_eq!(j.read("s", 2, 2).unwrap().len(), 2);
+
+    assert!(matches!(
+        j.append(batch("a\0b", 1, &[])),
+        Err(JournalError::InvalidName { .. })
+    ));
+}
+
+#[tokio::test]
+async fn sequence_numbers_continue_after_reopen_even_when_retention_emptied_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.append(batch("pods", 1, &["ns/a", "ns/b", "ns/c"]))
+        .unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.close().await.unwrap();
+
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!((j.head(), j.durable_seq()), (3, 3));
+    assert_eq!(j.append(batch("pods", 2, &["ns/a"])).unwrap(), [4]);
+    j.durable(4).await.unwrap();
+    j.register_sink("s", false).unwrap();
+    // No sink has anything to read here: retention of everything up to the head.
+    j.register_sink("early", true).unwrap();
+    j.ack("early", 4).unwrap();
+    j.remove_sink("s").unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 4);
+    j.close().await.unwrap();
+
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 4);
+    assert_eq!(j.append(batch("pods", 3, &["ns/a"])).unwrap(), [5]);
+}
+
+#[tokio::test]
+async fn cursors_survive_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    for rv in 1..=5 {
+        j.append(batch("pods", rv, &["ns/a"])).unwrap();
+    }
+    j.durable(u64::MAX).await.unwrap();
+    assert_eq!(j.register_sink("kafka", true).unwrap(), 0);
+    assert_eq!(j.register_sink("webhook", false).unwrap(), 5);
+    j.ack("kafka", 3).unwrap();
+    // A second registration keeps the stored cursor, whatever `from_start` says.
+    assert_eq!(j.register_sink("kafka", false).unwrap(), 3);
+    j.close().await.unwrap();
+
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.cursor("kafka").unwrap(), 3);
+    assert_eq!(j.cursor("webhook").unwrap(), 5);
+    assert_eq!(j.sinks(), ["kafka", "webhook"]);
+    assert_eq!(j.register_sink("kafka", true).unwrap(), 3);
+    let next: Vec<u64> = j
+        .read("kafka", 3, 10)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(next, [4, 5]);
+}
+
+#[tokio::test]
+async fn ack_is_idempotent_and_refuses_unknown_sinks_and_non_durable_seqs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        flush_interval: Duration::from_secs(3_600),
+        flush_entries: 1_000_000,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    j.register_sink("s", true).unwrap();
+    j.append(batch("pods", 1, &["ns/a"])).unwrap();
+    assert!(matches!(
+        j.ack("s", 1),
+        Err(JournalError::AckBeyondDurable {
+            upto: 1,
+            durable: 0,
+            ..
+        })
+    ));
+    assert!(matches!(
+        j.ack("nope", 1),
+        Err(JournalError::UnknownSink { .. })
+    ));
+    assert!(matches!(
+        j.read("nope", 0, 1),
+        Err(JournalError::UnknownSink { .. })
+    ));
+    assert!(matches!(
+        j.cursor("nope"),
+        Err(JournalError::UnknownSink { .. })
+    ));
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn reading_never_returns_events_that_are_not_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        // Only the entry bound can trigger a flush in this test.
+        flush_interval: Duration::from_secs(3_600),
+        flush_entries: 5,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    j.register_sink("s", true).unwrap();
+    let seqs = j
+        .append(Batch {
+            stream: "pods".to_owned(),
+            events: (1..=3).map(|rv| event("pods", rv, "ns/a")).collect(),
+            ..Batch::default()
+        })
+        .unwrap();
+    assert_eq!(seqs, [1, 2, 3]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(j.head(), 3);
+    assert_eq!(j.durable_seq(), 0);
+    assert!(j.read("s", 0, 100).unwrap().is_empty());
+
+    let seqs = j
+        .append(Batch {
+            stream: "pods".to_owned(),
+            events: (4..=5).map(|rv| event("pods", rv, "ns/a")).collect(),
+            ..Batch::default()
+        })
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), j.durable(seqs[1]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(j.durable_seq() >= 5);
+    let read: Vec<u64> = j
+        .read("s", 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(read, [1, 2, 3, 4, 5]);
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_interval_flushes_a_small_group_and_waiters_share_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        flush_interval: Duration::from_millis(20),
+        flush_entries: 1_000_000,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    let mut waiters = Vec::new();
+    for rv in 1..=20 {
+        let seq = j.append(batch("pods", rv, &["ns/a"])).unwrap()[0];
+        let j = j.clone();
+        waiters.push(tokio::spawn(async move { j.durable(seq).await }));
+    }
+    let started = Instant::now();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(j.durable_seq(), 20);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn retention_removes_only_events_every_cursor_passed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("fast", true).unwrap();
+    j.register_sink("slow", true).unwrap();
+    for rv in 1..=10 {
+        j.append(batch("pods", rv, &["ns/a"])).unwrap();
+    }
+    j.durable(u64::MAX).await.unwrap();
+    j.ack("fast", 8).unwrap();
+    j.ack("slow", 3).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 3);
+    assert_eq!(j.apply_retention().unwrap(), 0);
+    let slow: Vec<u64> = j
+        .read("slow", 3, 100)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(slow, (4..=10).collect::<Vec<_>>());
+    // Gone events are skipped, not errors.
+    assert_eq!(j.read("slow", 0, 1).unwrap()[0].0, 4);
+    // A new sink from the start begins at the earliest kept event.
+    assert_eq!(j.register_sink("late", true).unwrap(), 3);
+    j.remove_sink("late").unwrap();
+
+    // Now `fast` is the slowest: 4..=8 go, 9 and 10 stay for it.
+    j.ack("slow", 10).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 5);
+    let left: Vec<u64> = j
+        .read("fast", 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(left, [9, 10]);
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn retain_keeps_delivered_events_for_replay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        retain: Duration::from_secs(3_600),
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    j.register_sink("s", true).unwrap();
+    j.append(batch("pods", 1, &["ns/a", "ns/b"])).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.ack("s", 2).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 0);
+    j.close().await.unwrap();
+
+    // The stored append time decides, not the time of the retention pass.
+    let j = Journal::open(JournalConfig {
+        retain: Duration::from_millis(100),
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 0);
+    std::thread::sleep(Duration::from_millis(150));
+    j.append(batch("pods", 2, &["ns/a"])).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.ack("s", 3).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 2);
+    assert_eq!(j.read("s", 0, 10).unwrap()[0].0, 3);
+}
+
+#[tokio::test]
+async fn backlog_is_head_minus_the_slowest_cursor_against_a_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        max_backlog: 3,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    j.append(batch("pods", 1, &["ns/a", "ns/b"])).unwrap();
+    assert_eq!(j.backlog(), 0, "no sink, no backlog");
+    assert!(!j.over_backlog_bound());
+    j.register_sink("a", true).unwrap();
+    j.register_sink("b", false).unwrap();
+    assert_eq!(j.backlog(), 2);
+    j.append(batch("pods", 2, &["ns/a", "ns/b"])).unwrap();
+    assert_eq!(j.backlog(), 4);
+    assert!(j.over_backlog_bound());
+    j.durable(u64::MAX).await.unwrap();
+    j.ack("a", 2).unwrap();
+    assert_eq!(j.backlog(), 2);
+    assert!(!j.over_backlog_bound());
+    j.close().await.unwrap();
+}
+
+#[test]
+fn concurrent_appenders_get_disjoint_consecutive_seqs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let per_thread = 300u64;
+    let handles: Vec<_> = ["left", "right"]
+        .into_iter()
+        .map(|stream| {
+            let j = j.clone();
+            std::thread::spawn(move || {
+                (1..=per_thread)
+                    .map(|rv| {
+                        let seqs = j
+                            .append(batch(stream, rv, &["ns/a", "ns/b", "ns/c"]))
+                            .unwrap();
+                        (rv, seqs)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut all = BTreeSet::new();
+    let mut owner = BTreeMap::new();
+    for (stream, h) in ["left", "right"].into_iter().zip(handles) {
+        for (rv, seqs) in h.join().unwrap() {
+            assert_eq!(seqs.len(), 3);
+            assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+            for s in seqs {
+                assert!(all.insert(s), "seq {s} assigned twice");
+                owner.insert(s, (stream, rv));
+            }
+        }
+    }
+    assert_eq!(all, (1..=per_thread * 6).collect());
+    assert_eq!(j.head(), per_thread * 6);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(j.durable(u64::MAX)).unwrap();
+    j.register_sink("s", true).unwrap();
+    let stored = j.read("s", 0, usize::MAX).unwrap();
+    assert_eq!(stored.len() as u64, per_thread * 6);
+    for (seq, bytes) in stored {
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        let (stream, rv) = owner[&seq];
+        assert_eq!((v["stream"].as_str().unwrap(), rv_of(&bytes)), (stream, rv));
+    }
+}
+
+#[tokio::test]
+async fn close_refuses_later_writes_and_lets_the_journal_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        flush_interval: Duration::from_secs(3_600),
+        flush_entries: 1_000_000,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    j.append(batch("pods", 7, &["ns/a"])).unwrap();
+    let other = j.clone();
+    j.close().await.unwrap();
+    // close flushed what the long interval had not.
+    assert_eq!(other.durable_seq(), 1);
+    assert!(matches!(
+        other.append(batch("pods", 8, &["ns/a"])),
+        Err(JournalError::Closed)
+    ));
+    drop(other);
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 1);
+    assert_eq!(j.checkpoint("pods").unwrap().as_deref(), Some("7"));
+}
+
+#[tokio::test]
+async fn size_on_disk_counts_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let before = j.size_on_disk().unwrap();
+    for rv in 1..=200 {
+        j.append(batch("pods", rv, &["ns/a"])).unwrap();
+    }
+    j.durable(u64::MAX).await.unwrap();
+    assert!(j.size_on_disk().unwrap() > before);
+}
+
+/// What the crash child reports on stdout after each `durable`.
+const DURABLE_LINE: &str = "durable ";
+
+fn crash_child(dir: &Path) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let j = Journal::open(JournalConfig {
+            flush_interval: Duration::from_millis(2),
+            flush_entries: 64,
+            ..JournalConfig::new(dir)
+        })
+        .unwrap();
+        let objects = ["ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g"];
+        // A later round goes on from what the previous kill left.
+        let first = j
+            .checkpoint("pods")
+            .unwrap()
+            .map_or(1, |rv| rv.parse::<u64>().unwrap() + 1);
+        for rv in first.. {
+            // Two objects per batch, rotating, so the index sees many overwrites.
+            let i = usize::try_from(rv).unwrap() % objects.len();
+            let keys = [objects[i], objects[(i + 3) % objects.len()]];
+            let seqs = j.append(batch("pods", rv, &keys)).unwrap();
+            // Keep writing while a flush is under way, so the kill lands among non-durable writes.
+            if rv % 10 == 0 {
+                j.durable(seqs[1]).await.unwrap();
+                println!("{DURABLE_LINE}{} {rv}", seqs[1]);
+            }
+        }
+    });
+}
+
+#[test]
+fn kill9_loses_no_durable_event_and_keeps_index_and_checkpoint_consistent() {
+    if let Some(dir) = std::env::var_os(CHILD_DIR_ENV) {
+        crash_child(Path::new(&dir));
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    // Several kills on one journal, each a little later after the last `durable`, so some land
+    // right after a flush and some among writes that are not durable yet.
+    for (round, delay_ms) in [0u64, 3, 11].into_iter().enumerate() {
+        let (durable_seq, durable_rv) = run_and_kill(&dir, Duration::from_millis(delay_ms));
+        let recovered = check_recovered(&dir, durable_seq, durable_rv);
+        eprintln!(
+            "crash round {round}: {durable_seq} durable before the kill, {recovered} recovered"
+        );
+    }
+}
+
+/// Runs the crash child until it reported 300 durable points, waits `delay`, SIGKILLs it; returns
+/// the last reported `(seq, rv)`.
+fn run_and_kill(dir: &Path, delay: Duration) -> (u64, u64) {
+    let mut proc = child(
+        "kill9_loses_no_durable_event_and_keeps_index_and_checkpoint_consistent",
+        dir,
+    )
+    .spawn()
+    .unwrap();
+    let stdout = proc.stdout.take().unwrap();
+    let mut last = (0u64, 0u64);
+    let mut reports = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some((_, rest)) = line.split_once(DURABLE_LINE) {
+            let (seq, rv) = rest.split_once(' ').unwrap();
+            last = (seq.parse().unwrap(), rv.parse().unwrap());
+            reports += 1;
+            if reports == 300 {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "child too slow");
+    }
+    std::thread::sleep(delay);
+    // `Child::kill` is SIGKILL on Unix: no destructor, no final flush.
+    proc.kill().unwrap();
+    let status = proc.wait().unwrap();
+    assert_eq!(reports, 300, "child stopped early: {status}");
+    last
+}
+
+/// Reopens after a kill and checks the journal against what the child saw durable; returns the
+/// recovered head.
+fn check_recovered(dir: &Path, durable_seq: u64, durable_rv: u64) -> u64 {
+    let j = Journal::open(JournalConfig::new(dir)).unwrap();
+    assert!(j.head() >= durable_seq, "{} < {durable_seq}", j.head());
+    j.register_sink("check", true).unwrap();
+    let events = j.read("check", 0, usize::MAX).unwrap();
+    let seqs: Vec<u64> = events.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, (1..=j.head()).collect::<Vec<_>>(), "gap or loss");
+
+    // Each batch wrote two events, two index entries and the checkpoint at once.
+    let mut latest: BTreeMap<String, u64> = BTreeMap::new();
+    let mut per_rv: BTreeMap<u64, usize> = BTreeMap::new();
+    for (_, bytes) in &events {
+        let v: Value = serde_json::from_slice(bytes).unwrap();
+        let rv = rv_of(bytes);
+        latest.insert(v["key"].as_str().unwrap().to_owned(), rv);
+        *per_rv.entry(rv).or_default() += 1;
+    }
+    assert!(per_rv.values().all(|&n| n == 2), "a torn batch");
+    let last_rv = *per_rv.keys().next_back().unwrap();
+    assert!(last_rv >= durable_rv);
+    let checkpoint: u64 = j.checkpoint("pods").unwrap().unwrap().parse().unwrap();
+    assert_eq!(checkpoint, last_rv, "checkpoint and events disagree");
+    let index: BTreeMap<String, u64> = j
+        .index_scan("pods")
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, rv_of(&v)))
+        .collect();
+    assert_eq!(index, latest, "index and events disagree");
+    j.remove_sink("check").unwrap();
+    j.head()
+}

@@ -1,0 +1,350 @@
+//! Watchers: one per configured resource and namespace scope, each an explicit state machine
+//! ([`State`]) over `Api::list`/`Api::watch` — kube's `watcher()` cannot start from a stored
+//! resourceVersion, and resuming is herald's core promise. Entry point: [`run`].
+//!
+//! Every batch of changes is appended to the journal atomically with the object index and the new
+//! checkpoint, so the checkpoint never passes an event that is not in the journal.
+
+mod resolve;
+mod sync;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{self, Op};
+use crate::journal::Journal;
+
+pub use resolve::Resolved;
+pub use sync::{NamespaceCache, Recorder, SyncError};
+
+/// What to watch, resolved from one `resources[i]` entry (and one namespace of its list).
+#[derive(Debug, Clone)]
+pub struct WatchSpec {
+    /// Position in `resources`, for messages (`resources[1]`).
+    pub index: usize,
+    /// API group.
+    pub group: String,
+    /// Version; `None` for the group's preferred version.
+    pub version: Option<String>,
+    /// Kind, if configured.
+    pub kind: Option<String>,
+    /// Plural, if configured.
+    pub plural: Option<String>,
+    /// Watch only this namespace (`namespaces: [a, b]` gives one watcher each); `None` for all.
+    pub namespace: Option<String>,
+    /// Only namespaces whose labels match (one cluster-wide watch, filtered here).
+    pub namespace_selector: Option<String>,
+    /// Server-side label selector.
+    pub label_selector: Option<String>,
+    /// Server-side field selector.
+    pub field_selector: Option<String>,
+    /// Which ops become events (the index is kept for all of them).
+    pub ops: Vec<Op>,
+    /// First start without a checkpoint: emit the current state as `created` with `resync`, or not.
+    pub initial_emit: bool,
+    /// Skip updates whose only change is `status`.
+    pub skip_status_only_updates: bool,
+    /// Everything the normalizer needs but the resolved names.
+    pub template: event::Resource,
+}
+
+/// Timings of the watch loop (defaults suit real clusters; tests shorten them).
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// LIST page size.
+    pub page_size: u32,
+    /// `timeoutSeconds` of each watch request.
+    pub watch_timeout: Duration,
+    /// A watch that delivers nothing (not even a bookmark) for this long is considered stalled and
+    /// reconnected.
+    pub stall_timeout: Duration,
+    /// How often a missing CRD is looked for again.
+    pub resolve_interval: Duration,
+    /// Events gathered into one journal append at most.
+    pub max_batch: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            page_size: 500,
+            watch_timeout: Duration::from_secs(290),
+            stall_timeout: Duration::from_secs(330),
+            resolve_interval: Duration::from_secs(5),
+            max_batch: 256,
+        }
+    }
+}
+
+/// What a watcher reports about itself (for readiness and `herald status`).
+#[derive(Debug, Default)]
+pub struct Health {
+    /// The resource is served (its CRD exists).
+    pub resolved: AtomicBool,
+    /// The first list after start (or the last relist) completed and a watch is open.
+    pub synced: AtomicBool,
+    /// Watch restarts (stream ends, errors, stalls).
+    pub restarts: AtomicU64,
+    /// Relists (first start and after 410).
+    pub relists: AtomicU64,
+    /// Events synthesized by relists.
+    pub resync_events: AtomicU64,
+}
+
+/// The watcher's state; each variant's doc says what the next step does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Discover plural, scope and version; while no CRD serves the resource, wait and look again.
+    Resolving,
+    /// List (paginated, one snapshot) and diff against the object index: the created, updated and
+    /// deleted events that happened while herald was not watching, with `resync`; then watch from the
+    /// list's revision. Also the first start without a checkpoint.
+    Listing,
+    /// Watch from this revision (a checkpoint, a list revision or the last event seen).
+    Watching {
+        /// The resume point.
+        rv: String,
+    },
+    /// The journal's undelivered backlog is at its bound: read nothing until it drains, then resume
+    /// from the checkpoint.
+    Paused,
+}
+
+/// Runs one watcher until `stop` fires.
+pub async fn run(
+    client: kube::Client,
+    journal: Journal,
+    spec: WatchSpec,
+    tuning: Tuning,
+    stop: CancellationToken,
+    health: Arc<Health>,
+) {
+    let mut state = State::Resolving;
+    let mut resolved: Option<Resolved> = None;
+    let mut backoff = Backoff::new();
+    let namespaces = NamespaceCache::default();
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let next = match (&state, &resolved) {
+            (State::Resolving, _) | (_, None) => match resolve::resolve(&client, &spec).await {
+                Ok(Some(r)) => {
+                    health.resolved.store(true, Ordering::SeqCst);
+                    let checkpoint = journal.checkpoint(&r.stream).ok().flatten();
+                    tracing::info!(
+                        message = "Watching resource.",
+                        resource = %r.display(),
+                        checkpoint = checkpoint.as_deref().unwrap_or("none"),
+                    );
+                    let next = match checkpoint {
+                        Some(rv) => State::Watching { rv },
+                        None => State::Listing,
+                    };
+                    resolved = Some(r);
+                    next
+                }
+                Ok(None) => {
+                    if health.resolved.swap(false, Ordering::SeqCst) || backoff.attempts == 0 {
+                        tracing::warn!(
+                            message = "Waiting for the resource to be served; not ready until it is.",
+                            resource = %format!("resources[{}]", spec.index),
+                            group = %spec.group,
+                            kind = spec.kind.as_deref().unwrap_or(""),
+                            plural = spec.plural.as_deref().unwrap_or(""),
+                        );
+                    }
+                    backoff.attempts += 1;
+                    sleep_or_stop(tuning.resolve_interval, &stop).await;
+                    State::Resolving
+                }
+                Err(error) => {
+                    tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), %error);
+                    sleep_or_stop(backoff.next(), &stop).await;
+                    State::Resolving
+                }
+            },
+            (State::Listing, Some(r)) => {
+                health.relists.fetch_add(1, Ordering::Relaxed);
+                let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
+                match sync::relist(&recorder, tuning.page_size).await {
+                    Ok(rv) => {
+                        backoff.reset();
+                        State::Watching { rv }
+                    }
+                    Err(sync::SyncError::NotServed) => State::Resolving,
+                    Err(error) => {
+                        tracing::warn!(message = "List failed; retrying.", resource = %r.display(), %error);
+                        sleep_or_stop(backoff.next(), &stop).await;
+                        State::Listing
+                    }
+                }
+            }
+            (State::Watching { rv }, Some(r)) => {
+                let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
+                let next = watch(&recorder, rv, &tuning, &stop, &health).await;
+                match &next {
+                    State::Watching { .. } => health.restarts.fetch_add(1, Ordering::Relaxed),
+                    _ => 0,
+                };
+                if matches!(next, State::Watching { .. }) && backoff.attempts > 0 {
+                    sleep_or_stop(backoff.next(), &stop).await;
+                }
+                next
+            }
+            (State::Paused, Some(r)) => {
+                health.synced.store(false, Ordering::SeqCst);
+                while journal.over_backlog_bound() && !stop.is_cancelled() {
+                    sleep_or_stop(Duration::from_millis(200), &stop).await;
+                }
+                tracing::info!(message = "Backlog drained; resuming from the checkpoint.", resource = %r.display());
+                match journal.checkpoint(&r.stream).ok().flatten() {
+                    Some(rv) => State::Watching { rv },
+                    None => State::Listing,
+                }
+            }
+        };
+        state = next;
+    }
+}
+
+/// Reads one watch stream until it ends; returns the next state.
+async fn watch(
+    rec: &Recorder<'_>,
+    from: &str,
+    tuning: &Tuning,
+    stop: &CancellationToken,
+    health: &Health,
+) -> State {
+    let r = rec.resolved;
+    let api: Api<DynamicObject> = r.api(r.client.clone());
+    let mut wp = WatchParams::default()
+        .timeout(u32::try_from(tuning.watch_timeout.as_secs()).unwrap_or(290));
+    if let Some(l) = &rec.spec.label_selector {
+        wp = wp.labels(l);
+    }
+    if let Some(f) = &rec.spec.field_selector {
+        wp = wp.fields(f);
+    }
+    let mut rv = from.to_string();
+    let stream = match api.watch(&wp, &rv).await {
+        Ok(s) => s,
+        Err(error) => {
+            if is_not_found(&error) {
+                return State::Resolving;
+            }
+            tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), %error);
+            sleep_or_stop(Duration::from_secs(1), stop).await;
+            return State::Watching { rv };
+        }
+    };
+    health.synced.store(true, Ordering::SeqCst);
+    let mut stream = stream.boxed();
+    loop {
+        if rec.journal.over_backlog_bound() {
+            tracing::warn!(message = "Journal backlog at its bound; pausing watches.", resource = %r.display());
+            return State::Paused;
+        }
+        let first = tokio::select! {
+            () = stop.cancelled() => return State::Watching { rv },
+            next = tokio::time::timeout(tuning.stall_timeout, stream.next()) => next,
+        };
+        let first = match first {
+            Err(_) => {
+                tracing::warn!(message = "Watch stalled; reconnecting.", resource = %r.display(), rv = %rv);
+                return State::Watching { rv };
+            }
+            Ok(None) => return State::Watching { rv },
+            Ok(Some(ev)) => ev,
+        };
+        // Gather what is already there into one journal append.
+        let mut events = vec![first];
+        while events.len() < tuning.max_batch {
+            match futures::FutureExt::now_or_never(stream.next()) {
+                Some(Some(ev)) => events.push(ev),
+                _ => break,
+            }
+        }
+        let mut changes = Vec::with_capacity(events.len());
+        for ev in events {
+            match ev {
+                Ok(WatchEvent::Added(o)) => changes.push((sync::Seen::Added, to_value(o))),
+                Ok(WatchEvent::Modified(o)) => changes.push((sync::Seen::Modified, to_value(o))),
+                Ok(WatchEvent::Deleted(o)) => changes.push((sync::Seen::Deleted, to_value(o))),
+                Ok(WatchEvent::Bookmark(b)) => changes.push((
+                    sync::Seen::Bookmark,
+                    Value::String(b.metadata.resource_version),
+                )),
+                Ok(WatchEvent::Error(status)) if status.code == 410 => {
+                    // Flush what came before the gap, then relist.
+                    if let Err(error) = rec.record_watch(&changes, &mut rv).await {
+                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
+                    }
+                    tracing::info!(message = "Resume point expired (410); relisting.", resource = %r.display(), rv = %rv);
+                    return State::Listing;
+                }
+                Ok(WatchEvent::Error(status)) => {
+                    tracing::warn!(message = "Watch error event.", resource = %r.display(), code = status.code, reason = %status.reason, error = %status.message);
+                }
+                Err(error) => {
+                    // A line that does not parse: kube-rs drops it; the resume point stays where it was.
+                    tracing::warn!(message = "Watch stream error.", resource = %r.display(), %error);
+                }
+            }
+        }
+        if let Err(error) = rec.record_watch(&changes, &mut rv).await {
+            tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), %error);
+            sleep_or_stop(Duration::from_millis(500), stop).await;
+            return match rec.journal.checkpoint(&r.stream).ok().flatten() {
+                Some(cp) => State::Watching { rv: cp },
+                None => State::Listing,
+            };
+        }
+    }
+}
+
+fn to_value(o: DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 404)
+}
+
+async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {
+    tokio::select! {
+        () = tokio::time::sleep(d) => {}
+        () = stop.cancelled() => {}
+    }
+}
+
+/// Exponential backoff with full jitter, 800 ms doubling to 30 s (kube-runtime's default shape).
+struct Backoff {
+    attempts: u32,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Self { attempts: 0 }
+    }
+
+    fn next(&mut self) -> Duration {
+        use rand::Rng;
+        let cap = Duration::from_millis(800)
+            .saturating_mul(1 << self.attempts.min(6))
+            .min(Duration::from_secs(30));
+        self.attempts = self.attempts.saturating_add(1);
+        let ms = u64::try_from(cap.as_millis()).unwrap_or(30_000);
+        Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
+    }
+
+    fn reset(&mut self) {
+        self.attempts = 0;
+    }
+}

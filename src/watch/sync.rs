@@ -1,0 +1,421 @@
+//! Turning what the API server shows into journal batches: the relist diff against the object index,
+//! and watch events classified by the object's lifecycle (never by selector membership).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, ListParams};
+use serde_json::Value;
+
+use super::{Health, Resolved, WatchSpec};
+use crate::event::{self, Observed, Op};
+use crate::journal::{Batch, IndexUpdate, Journal, JournalError};
+
+/// Events synthesized by a relist are appended in chunks of this many; only the last carries the
+/// checkpoint, so a crash mid-way relists again and the index makes the rest come out once.
+const RELIST_CHUNK: usize = 500;
+/// How long a namespace-selector answer is trusted.
+const NAMESPACE_CACHE: Duration = Duration::from_secs(30);
+
+/// What a watch line said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// ADDED.
+    Added,
+    /// MODIFIED.
+    Modified,
+    /// DELETED.
+    Deleted,
+    /// BOOKMARK (the value is the resourceVersion).
+    Bookmark,
+}
+
+/// Why recording failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A LIST request failed.
+    #[error("listing failed")]
+    ListFailed(#[source] kube::Error),
+    /// The resource is no longer served (its CRD went away).
+    #[error("the resource is no longer served")]
+    NotServed,
+    /// Reading one object (to tell a selector exit from a deletion) failed.
+    #[error("reading an object failed")]
+    GetFailed(#[source] kube::Error),
+    /// Listing namespaces for a namespace selector failed.
+    #[error("listing namespaces failed")]
+    NamespacesFailed(#[source] kube::Error),
+    /// The journal refused a batch.
+    #[error("the journal refused the batch")]
+    JournalFailed(#[source] JournalError),
+}
+
+/// Cached answer to "which namespaces match the namespace selector".
+#[derive(Debug, Default)]
+pub struct NamespaceCache(Mutex<Option<(Instant, HashSet<String>)>>);
+
+/// Records what one watcher sees into the journal.
+pub struct Recorder<'a> {
+    /// The journal.
+    pub journal: &'a Journal,
+    /// The watcher's configuration.
+    pub spec: &'a WatchSpec,
+    /// The resolved resource.
+    pub resolved: &'a Resolved,
+    health: &'a Health,
+    namespaces: &'a NamespaceCache,
+}
+
+/// A batch being built: rendered events and index updates.
+#[derive(Default)]
+struct Pending {
+    events: Vec<Vec<u8>>,
+    index: Vec<IndexUpdate>,
+    /// Index state changed within this batch, so a second change to the same object sees the first.
+    overlay: HashMap<String, Option<Value>>,
+}
+
+fn meta<'v>(v: &'v Value, key: &str) -> &'v str {
+    v.get("metadata")
+        .and_then(|m| m.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+impl<'a> Recorder<'a> {
+    /// A recorder for one watcher.
+    pub fn new(
+        journal: &'a Journal,
+        spec: &'a WatchSpec,
+        resolved: &'a Resolved,
+        health: &'a Health,
+        namespaces: &'a NamespaceCache,
+    ) -> Self {
+        Self {
+            journal,
+            spec,
+            resolved,
+            health,
+            namespaces,
+        }
+    }
+
+    fn selective(&self) -> bool {
+        self.spec.label_selector.is_some()
+            || self.spec.field_selector.is_some()
+            || self.spec.namespace_selector.is_some()
+    }
+
+    fn recorded(&self, p: &Pending, key: &str) -> Result<Option<Value>, SyncError> {
+        if let Some(v) = p.overlay.get(key) {
+            return Ok(v.clone());
+        }
+        let raw = self
+            .journal
+            .index_get(&self.resolved.stream, key)
+            .map_err(SyncError::JournalFailed)?;
+        Ok(raw.and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    fn put(&self, p: &mut Pending, key: &str, obj: &Value) {
+        p.index.push(IndexUpdate::Put {
+            key: key.to_string(),
+            object: serde_json::to_vec(obj).unwrap_or_default(),
+        });
+        p.overlay.insert(key.to_string(), Some(obj.clone()));
+    }
+
+    fn remove(&self, p: &mut Pending, key: &str) {
+        p.index.push(IndexUpdate::Remove {
+            key: key.to_string(),
+        });
+        p.overlay.insert(key.to_string(), None);
+    }
+
+    fn emit(
+        &self,
+        p: &mut Pending,
+        op: Op,
+        obj: &Value,
+        old: Option<&Value>,
+        resync: bool,
+        rv: Option<&str>,
+    ) {
+        if !self.spec.ops.contains(&op) {
+            return;
+        }
+        let ev = event::normalize(
+            &self.resolved.resource,
+            Observed {
+                op,
+                object: obj,
+                old,
+                resync,
+                resource_version: rv,
+                observed_at: jiff::Timestamp::now(),
+            },
+        );
+        if resync {
+            self.health
+                .resync_events
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        p.events.push(ev.to_structured_json());
+    }
+
+    /// An object that exists now, against what was recorded.
+    fn present(
+        &self,
+        p: &mut Pending,
+        key: &str,
+        new: &Value,
+        old: Option<Value>,
+        resync: bool,
+        rv: Option<&str>,
+    ) {
+        match old {
+            None => self.emit(p, Op::Created, new, None, resync, None),
+            Some(old) if meta(&old, "uid") != meta(new, "uid") => {
+                // Deleted and re-created under the same name while we were not looking.
+                self.emit(
+                    p,
+                    Op::Deleted,
+                    &old,
+                    None,
+                    resync,
+                    rv.or(Some(meta(new, "resourceVersion"))),
+                );
+                self.emit(p, Op::Created, new, None, resync, None);
+            }
+            Some(old) if meta(&old, "resourceVersion") == meta(new, "resourceVersion") => return,
+            Some(old) => {
+                if !(self.spec.skip_status_only_updates && event::status_only_change(&old, new)) {
+                    self.emit(p, Op::Updated, new, Some(&old), resync, None);
+                }
+            }
+        }
+        self.put(p, key, new);
+    }
+
+    fn append(&self, p: Pending, checkpoint: Option<String>) -> Result<(), SyncError> {
+        if p.events.is_empty() && p.index.is_empty() && checkpoint.is_none() {
+            return Ok(());
+        }
+        let batch = Batch {
+            stream: self.resolved.stream.clone(),
+            events: p.events,
+            index: p.index,
+            checkpoint,
+        };
+        self.journal
+            .append(batch)
+            .map(|_| ())
+            .map_err(SyncError::JournalFailed)
+    }
+
+    /// Whether `namespace` passes the namespace selector (always, without one).
+    async fn namespace_allowed(&self, namespace: &str) -> Result<bool, SyncError> {
+        let Some(selector) = &self.spec.namespace_selector else {
+            return Ok(true);
+        };
+        if namespace.is_empty() {
+            return Ok(true);
+        }
+        if let Ok(guard) = self.namespaces.0.lock()
+            && let Some((at, set)) = guard.as_ref()
+            && at.elapsed() < NAMESPACE_CACHE
+        {
+            return Ok(set.contains(namespace));
+        }
+        let api: Api<Namespace> = Api::all(self.resolved.client.clone());
+        let list = api
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(SyncError::NamespacesFailed)?;
+        let set: HashSet<String> = list
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        let allowed = set.contains(namespace);
+        if let Ok(mut guard) = self.namespaces.0.lock() {
+            *guard = Some((Instant::now(), set));
+        }
+        Ok(allowed)
+    }
+
+    /// Whether the object still exists with the same uid (a selector exit rather than a deletion).
+    async fn still_exists(&self, recorded: &Value) -> Result<Option<Value>, SyncError> {
+        let ns = meta(recorded, "namespace");
+        let api: Api<DynamicObject> = if self.resolved.namespaced && !ns.is_empty() {
+            Api::namespaced_with(
+                self.resolved.client.clone(),
+                ns,
+                &self.resolved.api_resource,
+            )
+        } else {
+            Api::all_with(self.resolved.client.clone(), &self.resolved.api_resource)
+        };
+        match api.get_opt(meta(recorded, "name")).await {
+            Ok(Some(o)) => {
+                let v = event::prepare(
+                    &self.resolved.resource,
+                    &serde_json::to_value(o).unwrap_or(Value::Null),
+                );
+                Ok((meta(&v, "uid") == meta(recorded, "uid")).then_some(v))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(SyncError::GetFailed(e)),
+        }
+    }
+
+    /// Records a run of watch events and moves `rv` past them (the checkpoint goes with them).
+    pub async fn record_watch(
+        &self,
+        changes: &[(Seen, Value)],
+        rv: &mut String,
+    ) -> Result<(), SyncError> {
+        let mut p = Pending::default();
+        let mut next = rv.clone();
+        for (seen, raw) in changes {
+            if *seen == Seen::Bookmark {
+                if let Some(b) = raw.as_str().filter(|b| !b.is_empty()) {
+                    next = b.to_string();
+                }
+                continue;
+            }
+            let obj = event::prepare(&self.resolved.resource, raw);
+            let obj_rv = meta(&obj, "resourceVersion").to_string();
+            if !obj_rv.is_empty() {
+                next.clone_from(&obj_rv);
+            }
+            if !self.namespace_allowed(meta(&obj, "namespace")).await? {
+                continue;
+            }
+            let key = event::object_key(&self.resolved.resource, &obj);
+            let old = self.recorded(&p, &key)?;
+            match seen {
+                Seen::Added | Seen::Modified => self.present(&mut p, &key, &obj, old, false, None),
+                Seen::Deleted if self.selective() => match self.still_exists(&obj).await? {
+                    // It stopped matching but lives on: an update if it changed, then nothing more.
+                    Some(current) => self.present(&mut p, &key, &current, old, false, None),
+                    None => {
+                        self.emit(&mut p, Op::Deleted, &obj, None, false, None);
+                        self.remove(&mut p, &key);
+                    }
+                },
+                Seen::Deleted => {
+                    self.emit(&mut p, Op::Deleted, &obj, None, false, None);
+                    self.remove(&mut p, &key);
+                }
+                Seen::Bookmark => {}
+            }
+        }
+        let checkpoint = (next != *rv).then(|| next.clone());
+        self.append(p, checkpoint)?;
+        *rv = next;
+        Ok(())
+    }
+}
+
+/// Lists the resource (paginated, one snapshot), diffs it against the object index and appends the
+/// missed changes; returns the list's revision, the resume point.
+pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncError> {
+    let r = rec.resolved;
+    let api = r.api(r.client.clone());
+    let first_start = rec
+        .journal
+        .checkpoint(&r.stream)
+        .map_err(SyncError::JournalFailed)?
+        .is_none();
+    let (listed, list_rv) = 'list: loop {
+        let mut lp = ListParams::default().limit(page_size);
+        if let Some(l) = &rec.spec.label_selector {
+            lp = lp.labels(l);
+        }
+        if let Some(f) = &rec.spec.field_selector {
+            lp = lp.fields(f);
+        }
+        let mut listed: BTreeMap<String, Value> = BTreeMap::new();
+        let mut list_rv: Option<String> = None;
+        loop {
+            let page = match api.list(&lp).await {
+                Ok(page) => page,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Err(SyncError::NotServed),
+                // The snapshot of a long list expired under us: start over.
+                Err(kube::Error::Api(s)) if s.code == 410 => continue 'list,
+                Err(e) => return Err(SyncError::ListFailed(e)),
+            };
+            if list_rv.is_none() {
+                list_rv = page.metadata.resource_version.clone();
+            }
+            for item in page.items {
+                let v = event::prepare(
+                    &r.resource,
+                    &serde_json::to_value(item).unwrap_or(Value::Null),
+                );
+                if rec.namespace_allowed(meta(&v, "namespace")).await? {
+                    listed.insert(event::object_key(&r.resource, &v), v);
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => lp = lp.continue_token(&token),
+                None => break,
+            }
+        }
+        break (listed, list_rv.unwrap_or_default());
+    };
+
+    let index: BTreeMap<String, Value> = rec
+        .journal
+        .index_scan(&r.stream)
+        .map_err(SyncError::JournalFailed)?
+        .into_iter()
+        .filter_map(|(k, b)| serde_json::from_slice(&b).ok().map(|v| (k, v)))
+        .collect();
+    let emit = !first_start || rec.spec.initial_emit;
+    let mut p = Pending::default();
+    let flush = |p: &mut Pending| -> Result<(), SyncError> {
+        if p.events.len() >= RELIST_CHUNK {
+            rec.append(std::mem::take(p), None)?;
+        }
+        Ok(())
+    };
+    for (key, new) in &listed {
+        let old = index.get(key).cloned();
+        if emit {
+            rec.present(&mut p, key, new, old, true, Some(&list_rv));
+        } else {
+            rec.put(&mut p, key, new);
+        }
+        flush(&mut p)?;
+    }
+    for (key, old) in &index {
+        if listed.contains_key(key) {
+            continue;
+        }
+        if rec.selective()
+            && let Some(current) = rec.still_exists(old).await?
+        {
+            // Outside the selection but alive: not a deletion.
+            rec.present(
+                &mut p,
+                key,
+                &current,
+                Some(old.clone()),
+                true,
+                Some(&list_rv),
+            );
+            flush(&mut p)?;
+            continue;
+        }
+        rec.emit(&mut p, Op::Deleted, old, None, true, Some(&list_rv));
+        rec.remove(&mut p, key);
+        flush(&mut p)?;
+    }
+    rec.append(p, Some(list_rv.clone()))?;
+    tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects = listed.len(), rv = %list_rv);
+    Ok(list_rv)
+}
