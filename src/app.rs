@@ -14,6 +14,9 @@ use crate::route::{Route, Router};
 use crate::sim::{LoadError, SimConfig, SimError, Simulator};
 use crate::{delivery, watch};
 
+/// How often delivered events are removed from the journal.
+const RETENTION_EVERY: Duration = Duration::from_secs(5);
+
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -139,7 +142,10 @@ async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), Start
     let unreachable = StartError::ClusterUnreachable;
     match &cfg.cluster.source {
         ClusterSource::Embedded(embedded) => {
-            let sim = Simulator::start(SimConfig::default())
+            // The embedded cluster keeps its state beside the journal: its resourceVersions must never go
+            // backwards under a stored checkpoint.
+            let data = cfg.journal.path.join("embedded-cluster");
+            let sim = Simulator::start(SimConfig::default().data_dir(data))
                 .await
                 .map_err(StartError::EmbeddedFailed)?;
             if let Some(file) = &embedded.load {
@@ -265,6 +271,26 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
             h,
         )));
     }
+    let retention = {
+        let (journal, stop) = (journal.clone(), stop_delivery.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(RETENTION_EVERY) => {}
+                }
+                match journal.apply_retention() {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(
+                        message = "Retention removed delivered events.",
+                        removed = n
+                    ),
+                    Err(error) => tracing::warn!(message = "Journal retention failed.", %error),
+                }
+            }
+        })
+    };
+    deliveries.push(retention);
     tracing::info!(
         message = "herald running.",
         resources = cfg.resources.len(),
