@@ -154,10 +154,7 @@ pub async fn run(
                     if health.resolved.swap(false, Ordering::SeqCst) || backoff.attempts == 0 {
                         tracing::warn!(
                             message = "Waiting for the resource to be served; not ready until it is.",
-                            resource = %format!("resources[{}]", spec.index),
-                            group = %spec.group,
-                            kind = spec.kind.as_deref().unwrap_or(""),
-                            plural = spec.plural.as_deref().unwrap_or(""),
+                            error = %resolve::unserved(&spec),
                         );
                     }
                     backoff.attempts += 1;

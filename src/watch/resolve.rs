@@ -127,3 +127,25 @@ pub async fn resolve(
     }
     Ok(None)
 }
+
+/// Why a configured resource is not served, naming the configuration path: `resources[1].kind: unknown
+/// kind "Databse" in group example.com`.
+pub fn unserved(spec: &WatchSpec) -> String {
+    let group = if spec.group.is_empty() {
+        "core"
+    } else {
+        spec.group.as_str()
+    };
+    let at = format!("resources[{}]", spec.index);
+    let what = match (&spec.kind, &spec.plural) {
+        (Some(kind), _) => format!("{at}.kind: unknown kind {kind:?} in group {group}"),
+        (None, Some(plural)) => {
+            format!("{at}.plural: unknown resource {plural:?} in group {group}")
+        }
+        (None, None) => format!("{at}: no kind or plural"),
+    };
+    match &spec.version {
+        Some(v) => format!("{what}, version {v}"),
+        None => what,
+    }
+}
