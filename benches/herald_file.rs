@@ -8,24 +8,14 @@
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
 #![allow(clippy::expect_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use herald::sim::{ResourceRef, SimConfig, Simulator};
 use serde_json::json;
-
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
+use support::{cpu_seconds, raw_reader};
 
 fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -47,23 +37,6 @@ async fn wait_delivered(running: &herald::app::Running, n: u64) {
     while running.delivered() < n {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-async fn raw_reader(url: String, want: u64) -> u64 {
-    let resp = reqwest::get(url).await.expect("watch starts");
-    let mut body = resp.bytes_stream();
-    let mut seen = 0;
-    while let Some(chunk) = body.next().await {
-        seen += chunk
-            .expect("chunk")
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count() as u64;
-        if seen >= want {
-            break;
-        }
-    }
-    seen
 }
 
 fn main() {

@@ -8,6 +8,9 @@
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
 #![allow(clippy::expect_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -15,24 +18,9 @@ use herald::sim::{ResourceRef, SimConfig, Simulator};
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
+use support::{cpu_seconds, raw_reader};
 
 const OBJECTS: usize = 1000;
-
-/// User + system CPU time of this process (simulator and readers together), from /proc: clock ticks,
-/// so 10 ms resolution, plenty for runs of seconds.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15 overall.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
 
 struct Row {
     reader: &'static str,
@@ -67,23 +55,6 @@ where
         "every watcher saw the whole backlog"
     );
     row
-}
-
-async fn raw_reader(url: String, want: u64) -> u64 {
-    let resp = reqwest::get(url).await.expect("watch starts");
-    let mut body = resp.bytes_stream();
-    let mut seen = 0;
-    while let Some(chunk) = body.next().await {
-        seen += chunk
-            .expect("chunk")
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count() as u64;
-        if seen >= want {
-            break;
-        }
-    }
-    seen
 }
 
 async fn kube_reader(api: Api<DynamicObject>, from: String, want: u64) -> u64 {

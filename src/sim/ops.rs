@@ -248,6 +248,19 @@ impl State {
         Ok(())
     }
 
+    /// Fills a missing body name from the URL and refuses a different one, as PUT and apply do.
+    fn check_name(obj: &mut Value, name: &str) -> ApiResult<()> {
+        let body_name = meta::name(obj).to_string();
+        if body_name.is_empty() {
+            meta::meta_mut(obj).insert("name".into(), Value::String(name.to_string()));
+        } else if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks the body's namespace against the URL and sets it (clears it for cluster-scoped resources).
     fn place(def: &ResourceDef, target: &Target, obj: &mut Value) -> ApiResult<()> {
         let m = meta::meta_mut(obj);
@@ -455,14 +468,7 @@ impl State {
     ) -> ApiResult<Written> {
         let def = self.def(&target.gr)?.clone();
         Self::check_type(&def, &target.version, &mut obj)?;
-        let body_name = meta::name(&obj).to_string();
-        if body_name.is_empty() {
-            meta::meta_mut(&mut obj).insert("name".into(), Value::String(name.to_string()));
-        } else if body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
+        Self::check_name(&mut obj, name)?;
         Self::place(&def, target, &mut obj)?;
         let key = target.key(name);
         let old = self
@@ -598,14 +604,7 @@ impl State {
             return Err(ApiError::bad_request("the apply body must be an object"));
         }
         Self::check_type(&def, &target.version, &mut body)?;
-        let body_name = meta::name(&body).to_string();
-        if body_name.is_empty() {
-            meta::meta_mut(&mut body).insert("name".into(), Value::String(name.to_string()));
-        } else if body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
+        Self::check_name(&mut body, name)?;
         Self::place(&def, target, &mut body)?;
         if meta::meta(&body).is_some_and(|m| m.contains_key("managedFields")) {
             return Err(ApiError::bad_request("metadata.managedFields must be nil"));

@@ -1,0 +1,36 @@
+//! Helpers both benchmarks share: process CPU time and a bare watch line reader (the ceiling).
+
+use futures::StreamExt;
+
+/// User + system CPU time of this process, from /proc: clock ticks (10 ms), plenty for runs of seconds.
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15 overall.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Reads a watch as bare lines until `want` arrived; the fastest a client can take them.
+pub async fn raw_reader(url: String, want: u64) -> u64 {
+    let resp = reqwest::get(url).await.expect("watch starts");
+    let mut body = resp.bytes_stream();
+    let mut seen = 0;
+    while let Some(chunk) = body.next().await {
+        seen += chunk
+            .expect("chunk")
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count() as u64;
+        if seen >= want {
+            break;
+        }
+    }
+    seen
+}
