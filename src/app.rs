@@ -248,9 +248,11 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
                     s,
                     journal.clone(),
                     router.clone(),
+                    delivery::Settings::default(),
                     f.start == config::SinkStart::Earliest,
                     stop_delivery.clone(),
                     st,
+                    None,
                 )));
             }
         }

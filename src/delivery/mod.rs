@@ -1,22 +1,74 @@
-//! Delivery: moves events from the journal to one sink through that sink's cursor. Entry point:
-//! [`run`]. This is the first, simple driver: one batch in flight, retried whole with backoff until the
-//! sink takes it; per-key windows, dead letters and pausing come with the delivery engine.
+//! Delivery: moves events from the journal into one sink through that sink's cursor — the only place
+//! that knows about retries. Entry point: [`run`].
+//!
+//! - A bounded window of pending events; at most one event in flight per `partitionkey`, so each
+//!   object's events arrive in order; up to `concurrency` send calls at once, each a batch of distinct
+//!   keys.
+//! - Retryable outcomes retry with exponential backoff and full jitter (or the sink's `Retry-After`),
+//!   without limit unless `max_attempts`/`max_age` say otherwise.
+//! - A sink that fails everything is paused: one probe at a time, with backoff, and those probes do not
+//!   count as attempts. The first success resumes it; it then catches up from the journal.
+//! - `Reject`, or an exhausted explicit budget, dead-letters the event; later events of its key go on.
+//!   A budget runs out only for an event that kept failing while the sink was taking other events: an
+//!   outage delays events, it never dead-letters them.
+//! - The cursor advances over the contiguous prefix of finished events only, so a crash redelivers
+//!   (at least once) and never skips.
+
+mod window;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
+use backon::BackoffBuilder;
+use futures::stream::{FuturesUnordered, StreamExt};
 use herald_sink_core::event::CloudEvent;
-use herald_sink_core::sink::{Envelope, Outcome, Sink};
+use herald_sink_core::sink::{Envelope, Outcome, Reason, Sink};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::journal::Journal;
 use crate::route::Router;
+pub use window::{Pending, Window};
 
-/// Events read from the journal per batch.
-const BATCH: usize = 256;
 /// How often an idle driver looks for new durable events.
 const IDLE_POLL: Duration = Duration::from_millis(5);
+
+/// Delivery settings of one sink.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Concurrent `send` calls.
+    pub concurrency: usize,
+    /// Events per `send` call at most (distinct keys).
+    pub batch_max: usize,
+    /// Pending events held in memory at most (the journal holds the rest).
+    pub window: usize,
+    /// Dead-letter an event after this many failed attempts (unlimited when `None`).
+    pub max_attempts: Option<u32>,
+    /// Dead-letter an event still failing this long after its first failure (unlimited when `None`).
+    pub max_age: Option<Duration>,
+    /// Consecutive send calls failing every event before the sink is paused.
+    pub pause_after: u32,
+    /// Backoff: the first delay, doubling up to `max_backoff`, each drawn with full jitter.
+    pub min_backoff: Duration,
+    /// Backoff cap.
+    pub max_backoff: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            concurrency: 1,
+            batch_max: 256,
+            window: 4096,
+            max_attempts: None,
+            max_age: None,
+            pause_after: 3,
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
 
 /// Counters of one sink's delivery.
 #[derive(Debug, Default)]
@@ -25,121 +77,350 @@ pub struct Stats {
     pub delivered: AtomicU64,
     /// Events not routed to this sink (acknowledged without sending).
     pub skipped: AtomicU64,
-    /// Batches retried.
+    /// Retries scheduled.
     pub retried: AtomicU64,
-    /// Events the sink rejected (logged; the dead-letter queue comes with the delivery engine).
-    pub rejected: AtomicU64,
+    /// Events dead-lettered.
+    pub dead_lettered: AtomicU64,
+    /// The sink is paused (failing everything; probing).
+    pub paused: AtomicBool,
 }
 
-/// Delivers to `sink` until `stop` fires and everything appended has been delivered.
+/// A dead letter: the event and why it could not be delivered (EVENT-FORMAT.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The journal sequence of the event.
+    pub seq: u64,
+    /// The event, as structured JSON.
+    pub event: Vec<u8>,
+    /// The sink that gave up.
+    pub sink: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// First failure time (RFC 3339).
+    pub first_failure: String,
+    /// Last failure time (RFC 3339).
+    pub last_failure: String,
+    /// `retryable` (a budget ran out) or `permanent` (the sink rejected it).
+    pub class: &'static str,
+    /// The low-cardinality reason code.
+    pub code: String,
+    /// The last error message.
+    pub error: String,
+}
+
+/// Where dead letters go.
+pub trait DeadLetters: Send + Sync + 'static {
+    /// Stores one dead letter; an error is logged and the letter is kept in the log line.
+    fn dead_letter(&self, letter: &DeadLetter) -> Result<(), String>;
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    herald_sink_core::event::format_time(t)
+}
+
+/// The delay before attempt `n + 1`: exponential from `min` to `max` (backon), drawn with full jitter.
+fn backoff(settings: &Settings, n: u32) -> Duration {
+    use rand::Rng;
+    let cap = backon::ExponentialBuilder::default()
+        .with_min_delay(settings.min_backoff)
+        .with_max_delay(settings.max_backoff)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(usize::try_from(n).unwrap_or(usize::MAX).min(64))
+        .unwrap_or(settings.max_backoff);
+    let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(rand::rng().random_range(0..=ms))
+}
+
+struct Breaker {
+    /// The last time the sink took an event: a budget only runs out for an event that kept failing
+    /// while the sink was taking others, so an outage never dead-letters what it delays.
+    last_ok: Option<Instant>,
+    failing_calls: u32,
+    paused: bool,
+    probes: u32,
+    probe_at: Instant,
+}
+
+type SendResult = (Vec<Envelope>, Vec<Outcome>, bool);
+
+/// Delivers to `sink` until `stop` fires and everything journaled has been delivered (the caller bounds
+/// how long that may take).
+#[allow(clippy::too_many_arguments)]
 pub async fn run<S: Sink>(
     name: String,
     sink: Arc<S>,
     journal: Journal,
     router: Arc<Router>,
+    settings: Settings,
     from_start: bool,
     stop: CancellationToken,
     stats: Arc<Stats>,
+    dead: Option<Arc<dyn DeadLetters>>,
 ) {
-    let mut cursor = match journal.register_sink(&name, from_start) {
+    let cursor = match journal.register_sink(&name, from_start) {
         Ok(c) => c,
         Err(error) => {
             tracing::error!(message = "Cannot register the sink's cursor.", sink = %name, %error);
             return;
         }
     };
+    let mut window = Window::new(cursor);
+    let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, SendResult>> =
+        FuturesUnordered::new();
+    let mut breaker = Breaker {
+        last_ok: None,
+        failing_calls: 0,
+        paused: false,
+        probes: 0,
+        probe_at: Instant::now(),
+    };
     loop {
-        let rows = match journal.read(&name, cursor, BATCH) {
-            Ok(rows) => rows,
-            Err(error) => {
-                tracing::error!(message = "Reading the journal failed.", sink = %name, %error);
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+        fill(&name, &journal, &router, &settings, &mut window, &stats);
+        let now = Instant::now();
+        if breaker.paused {
+            if inflight.is_empty()
+                && now >= breaker.probe_at
+                && let Some(probe) = window.take_probe()
+            {
+                inflight.push(send(sink.clone(), vec![probe], true));
             }
-        };
-        let Some(&(last, _)) = rows.last() else {
-            if stop.is_cancelled() && cursor >= journal.head() {
-                return;
+        } else {
+            while inflight.len() < settings.concurrency.max(1) {
+                let batch = window.take_ready(now, settings.batch_max.max(1));
+                if batch.is_empty() {
+                    break;
+                }
+                inflight.push(send(sink.clone(), batch, false));
             }
-            tokio::time::sleep(IDLE_POLL).await;
-            continue;
-        };
-        let mut envelopes = Vec::with_capacity(rows.len());
-        for (seq, bytes) in rows {
-            match CloudEvent::from_structured_json(&bytes) {
-                Ok(event) if router.wants(&name, &event) => {
-                    envelopes.push(Envelope::new(seq, event))
-                }
-                Ok(_) => {
-                    stats.skipped.fetch_add(1, Ordering::Relaxed);
-                }
+        }
+        let ack = window.ack_point();
+        if ack > window.acked_upto {
+            match journal.ack(&name, ack) {
+                Ok(()) => window.acked_upto = ack,
                 Err(error) => {
-                    tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, %error)
+                    tracing::error!(message = "Cannot advance the sink's cursor.", sink = %name, %error)
                 }
             }
         }
-        send_until_taken(&name, sink.as_ref(), &envelopes, &stats).await;
-        if let Err(error) = journal.ack(&name, last) {
-            tracing::error!(message = "Cannot advance the sink's cursor.", sink = %name, %error);
-        }
-        cursor = last;
-    }
-}
-
-async fn send_until_taken<S: Sink>(name: &str, sink: &S, envelopes: &[Envelope], stats: &Stats) {
-    if envelopes.is_empty() {
-        return;
-    }
-    let mut pending: Vec<Envelope> = envelopes.to_vec();
-    let mut attempt: u32 = 0;
-    while !pending.is_empty() {
-        let outcomes = sink.send(&pending).await;
-        let mut retry = Vec::new();
-        let mut hint = None;
-        for (envelope, outcome) in
-            pending
-                .iter()
-                .zip(outcomes.iter().chain(std::iter::repeat(&Outcome::Retry {
-                    after: None,
-                    reason: herald_sink_core::sink::Reason::new(
-                        "missing_outcome",
-                        "the sink returned fewer outcomes than events",
-                    ),
-                })))
+        if stop.is_cancelled()
+            && window.is_empty()
+            && inflight.is_empty()
+            && window.read_upto >= journal.head()
         {
-            match outcome {
-                Outcome::Ok => {
-                    stats.delivered.fetch_add(1, Ordering::Relaxed);
-                }
-                Outcome::Retry { after, reason } => {
-                    hint = hint.max(*after);
-                    if attempt == 0 {
-                        tracing::warn!(message = "Retrying events.", sink = %name, code = reason.code, error = %reason.detail);
-                    }
-                    retry.push(envelope.clone());
-                }
-                Outcome::Reject { reason } => {
-                    stats.rejected.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(message = "Event rejected by the sink.", sink = %name, id = %envelope.event.id, code = reason.code, error = %reason.detail);
-                }
-            }
-        }
-        if retry.is_empty() {
             return;
         }
-        stats.retried.fetch_add(1, Ordering::Relaxed);
-        attempt = attempt.saturating_add(1);
-        tokio::time::sleep(hint.unwrap_or_else(|| backoff(attempt))).await;
-        pending = retry;
+        let wake = if breaker.paused {
+            Some(breaker.probe_at)
+        } else {
+            window.next_due()
+        };
+        let idle = wake.map_or(IDLE_POLL, |w| {
+            w.saturating_duration_since(now).min(IDLE_POLL)
+        });
+        tokio::select! {
+            Some((batch, outcomes, probe)) = inflight.next(), if !inflight.is_empty() => {
+                settle(&name, &settings, &mut window, &mut breaker, &stats, dead.as_deref(), batch, outcomes, probe);
+            }
+            () = tokio::time::sleep(idle) => {}
+        }
     }
 }
 
-/// Full jitter over 100 ms doubling to 30 s.
-fn backoff(attempt: u32) -> Duration {
-    use rand::Rng;
-    let cap = Duration::from_millis(100)
-        .saturating_mul(1 << attempt.min(9))
-        .min(Duration::from_secs(30));
-    let ms = u64::try_from(cap.as_millis()).unwrap_or(30_000);
-    Duration::from_millis(rand::rng().random_range(0..=ms))
+fn send<S: Sink>(
+    sink: Arc<S>,
+    batch: Vec<Envelope>,
+    probe: bool,
+) -> futures::future::BoxFuture<'static, SendResult> {
+    Box::pin(async move {
+        let outcomes = sink.send(&batch).await;
+        (batch, outcomes, probe)
+    })
 }
+
+/// Reads durable events into the window, skipping what the router does not send this sink.
+fn fill(
+    name: &str,
+    journal: &Journal,
+    router: &Router,
+    settings: &Settings,
+    window: &mut Window,
+    stats: &Stats,
+) {
+    let room = settings.window.saturating_sub(window.len());
+    if room == 0 {
+        return;
+    }
+    let rows = match journal.read(name, window.read_upto, room) {
+        Ok(rows) => rows,
+        Err(error) => {
+            tracing::error!(message = "Reading the journal failed.", sink = %name, %error);
+            return;
+        }
+    };
+    let now = Instant::now();
+    for (seq, bytes) in rows {
+        match CloudEvent::from_structured_json(&bytes) {
+            Ok(event) if router.wants(name, &event) => window.push(Envelope::new(seq, event), now),
+            Ok(_) => {
+                stats.skipped.fetch_add(1, Ordering::Relaxed);
+                window.read_through(seq);
+            }
+            Err(error) => {
+                tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, %error);
+                window.read_through(seq);
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    name: &str,
+    settings: &Settings,
+    window: &mut Window,
+    breaker: &mut Breaker,
+    stats: &Stats,
+    dead: Option<&dyn DeadLetters>,
+    batch: Vec<Envelope>,
+    outcomes: Vec<Outcome>,
+    probe: bool,
+) {
+    debug_assert_eq!(
+        batch.len(),
+        outcomes.len(),
+        "a sink must return one outcome per event"
+    );
+    let now = Instant::now();
+    if outcomes.iter().any(Outcome::is_ok) {
+        breaker.last_ok = Some(now);
+    }
+    let mut any_ok = false;
+    let missing = Outcome::Retry {
+        after: None,
+        reason: Reason::new(
+            herald_sink_core::sink::codes::MISSING_OUTCOME,
+            "the sink returned fewer outcomes than events",
+        ),
+    };
+    for (envelope, outcome) in batch
+        .iter()
+        .zip(outcomes.iter().chain(std::iter::repeat(&missing)))
+    {
+        let seq = envelope.seq;
+        match outcome {
+            Outcome::Ok => {
+                window.done(seq);
+                any_ok = true;
+                stats.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Reject { reason } => {
+                if let Some(p) = window.done(seq) {
+                    bury(name, dead, stats, &p, "permanent", reason);
+                }
+            }
+            Outcome::Retry { after, reason } => {
+                let Some(p) = window.retry(seq, Duration::ZERO, reason.clone(), !probe, now) else {
+                    continue;
+                };
+                let attempts = p.attempts;
+                let too_many = settings.max_attempts.is_some_and(|m| attempts >= m);
+                let too_old = settings.max_age.is_some_and(|age| {
+                    p.first_failure
+                        .and_then(|f| f.elapsed().ok())
+                        .is_some_and(|e| e >= age)
+                });
+                let sink_took_others = breaker
+                    .last_ok
+                    .zip(p.failing_since)
+                    .is_some_and(|(ok, since)| ok >= since);
+                if !probe && (too_many || too_old) && sink_took_others {
+                    if let Some(p) = window.done(seq) {
+                        let exhausted = Reason::new(
+                            herald_sink_core::sink::codes::RETRIES_EXHAUSTED,
+                            format!("{} ({})", reason.detail, reason.code),
+                        );
+                        bury(name, dead, stats, &p, "retryable", &exhausted);
+                    }
+                    continue;
+                }
+                let delay = after
+                    .unwrap_or_default()
+                    .max(backoff(settings, attempts.saturating_sub(1)));
+                window.retry(seq, delay, reason.clone(), false, now);
+                stats.retried.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if any_ok {
+        breaker.failing_calls = 0;
+        if breaker.paused {
+            breaker.paused = false;
+            stats.paused.store(false, Ordering::SeqCst);
+            tracing::info!(message = "Sink recovered; resuming delivery.", sink = %name);
+        }
+        return;
+    }
+    let all_retry = outcomes.iter().all(|o| matches!(o, Outcome::Retry { .. }));
+    if !all_retry {
+        return;
+    }
+    if breaker.paused {
+        breaker.probes = breaker.probes.saturating_add(1);
+        breaker.probe_at = now + backoff(settings, breaker.probes);
+        return;
+    }
+    breaker.failing_calls = breaker.failing_calls.saturating_add(1);
+    if breaker.failing_calls >= settings.pause_after {
+        breaker.paused = true;
+        breaker.probes = 0;
+        breaker.probe_at = now + backoff(settings, 0);
+        stats.paused.store(true, Ordering::SeqCst);
+        let reason = outcomes
+            .iter()
+            .find_map(Outcome::reason)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        tracing::warn!(message = "Sink failing every event; pausing and probing.", sink = %name, error = %reason);
+    }
+}
+
+fn bury(
+    name: &str,
+    dead: Option<&dyn DeadLetters>,
+    stats: &Stats,
+    p: &Pending,
+    class: &'static str,
+    reason: &Reason,
+) {
+    stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now();
+    let letter = DeadLetter {
+        seq: p.envelope.seq,
+        event: p.envelope.event.to_structured_json(),
+        sink: name.to_string(),
+        attempts: p.attempts.max(1),
+        first_failure: rfc3339(p.first_failure.unwrap_or(now)),
+        last_failure: rfc3339(now),
+        class,
+        code: reason.code.to_string(),
+        error: reason.detail.to_string(),
+    };
+    tracing::error!(
+        message = "Event dead-lettered.",
+        sink = %name,
+        id = %p.envelope.event.id,
+        class,
+        code = reason.code,
+        error = %reason.detail,
+    );
+    if let Some(store) = dead
+        && let Err(error) = store.dead_letter(&letter)
+    {
+        tracing::error!(message = "Cannot store a dead letter.", sink = %name, id = %p.envelope.event.id, %error);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,282 @@
+//! The driver against a real journal and a scripted sink (a real peer cannot be told to fail the third
+//! call exactly): ordering per key, retries, dead letters, pausing and recovery.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use herald_sink_core::event::ExtensionValue;
+use herald_sink_core::sink::SinkError;
+
+use super::*;
+use crate::journal::{Batch, JournalConfig};
+
+/// Answers from a script, keyed by event id and attempt; records what it took, in order.
+#[derive(Default)]
+struct Scripted {
+    /// id → outcomes for its first attempts (then Ok).
+    script: Mutex<HashMap<String, Vec<Outcome>>>,
+    /// Fail every call while set.
+    down: AtomicBool,
+    taken: Mutex<Vec<String>>,
+    calls: AtomicU64,
+}
+
+impl Sink for Scripted {
+    const NAME: &'static str = "scripted";
+
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    async fn send(&self, batch: &[Envelope]) -> Vec<Outcome> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        batch
+            .iter()
+            .map(|e| {
+                if self.down.load(Ordering::SeqCst) {
+                    return Outcome::retry(Reason::new("down", "receiver down"));
+                }
+                let next = self
+                    .script
+                    .lock()
+                    .unwrap()
+                    .get_mut(&e.event.id)
+                    .and_then(|v| (!v.is_empty()).then(|| v.remove(0)));
+                let o = next.unwrap_or(Outcome::Ok);
+                if o.is_ok() {
+                    self.taken.lock().unwrap().push(e.event.id.clone());
+                }
+                o
+            })
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct Graveyard(Mutex<Vec<DeadLetter>>);
+
+impl DeadLetters for Graveyard {
+    fn dead_letter(&self, letter: &DeadLetter) -> Result<(), String> {
+        self.0.lock().unwrap().push(letter.clone());
+        Ok(())
+    }
+}
+
+fn event(id: &str, key: &str) -> Vec<u8> {
+    CloudEvent::new(id, "k8s://c/g/p", "dev.herald.resource.updated")
+        .extension("partitionkey", ExtensionValue::String(key.into()))
+        .to_structured_json()
+}
+
+fn journal(dir: &std::path::Path) -> Journal {
+    let mut cfg = JournalConfig::new(dir.join("journal"));
+    cfg.flush_interval = Duration::from_millis(1);
+    Journal::open(cfg).unwrap()
+}
+
+fn fast() -> Settings {
+    Settings {
+        concurrency: 4,
+        batch_max: 8,
+        min_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(20),
+        ..Settings::default()
+    }
+}
+
+async fn append(j: &Journal, events: Vec<Vec<u8>>) {
+    let seqs = j
+        .append(Batch {
+            stream: "s".into(),
+            events,
+            index: vec![],
+            checkpoint: None,
+        })
+        .unwrap();
+    j.durable(*seqs.last().unwrap()).await.unwrap();
+}
+
+async fn until(f: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !f() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "condition not reached in time"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn retries_keep_per_key_order_and_the_cursor_never_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    // a1 fails twice; a2 must wait behind it; b flows meanwhile.
+    sink.script.lock().unwrap().insert(
+        "a1".into(),
+        vec![
+            Outcome::retry(Reason::new("x", "503")),
+            Outcome::retry(Reason::new("x", "503")),
+        ],
+    );
+    let stop = CancellationToken::new();
+    let stats = Arc::new(Stats::default());
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        fast(),
+        true,
+        stop.clone(),
+        stats.clone(),
+        None,
+    ));
+    append(
+        &j,
+        vec![
+            event("a1", "a"),
+            event("b1", "b"),
+            event("a2", "a"),
+            event("b2", "b"),
+        ],
+    )
+    .await;
+    until(|| stats.delivered.load(Ordering::SeqCst) == 4).await;
+    let taken = sink.taken.lock().unwrap().clone();
+    let pos = |id: &str| taken.iter().position(|t| t == id).unwrap();
+    assert!(pos("a1") < pos("a2"), "{taken:?}");
+    assert!(pos("b1") < pos("b2"), "{taken:?}");
+    assert!(
+        pos("b1") < pos("a1"),
+        "b was not held back by a's retries: {taken:?}"
+    );
+    assert_eq!(stats.retried.load(Ordering::SeqCst), 2);
+    stop.cancel();
+    driver.await.unwrap();
+    assert_eq!(j.cursor("s").unwrap(), 4);
+}
+
+#[tokio::test]
+async fn rejects_and_exhausted_budgets_become_dead_letters_and_the_key_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    sink.script.lock().unwrap().insert(
+        "bad".into(),
+        vec![Outcome::reject(Reason::new("http_4xx", "400 Bad Request"))],
+    );
+    sink.script.lock().unwrap().insert(
+        "slow".into(),
+        vec![Outcome::retry(Reason::new("http_5xx", "503")); 10],
+    );
+    let grave = Arc::new(Graveyard::default());
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let settings = Settings {
+        max_attempts: Some(3),
+        ..fast()
+    };
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        settings,
+        true,
+        stop.clone(),
+        stats.clone(),
+        Some(grave.clone() as Arc<dyn DeadLetters>),
+    ));
+    append(
+        &j,
+        vec![
+            event("bad", "k"),
+            event("after-bad", "k"),
+            event("slow", "m"),
+            event("after-slow", "m"),
+        ],
+    )
+    .await;
+    until(|| {
+        stats.delivered.load(Ordering::SeqCst) == 2
+            && stats.dead_lettered.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    let letters = grave.0.lock().unwrap().clone();
+    let bad = letters.iter().find(|l| l.seq == 1).unwrap();
+    assert_eq!(
+        (bad.class, bad.code.as_str(), bad.attempts),
+        ("permanent", "http_4xx", 1)
+    );
+    let slow = letters.iter().find(|l| l.seq == 3).unwrap();
+    assert_eq!(
+        (slow.class, slow.code.as_str(), slow.attempts),
+        ("retryable", "retries_exhausted", 3)
+    );
+    assert!(slow.error.contains("503"));
+    assert_eq!(*sink.taken.lock().unwrap(), ["after-bad", "after-slow"]);
+    stop.cancel();
+    driver.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sink_failing_everything_is_paused_probed_and_catches_up_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    sink.down.store(true, Ordering::SeqCst);
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let settings = Settings {
+        max_attempts: Some(2),
+        ..fast()
+    };
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        settings,
+        true,
+        stop.clone(),
+        stats.clone(),
+        None,
+    ));
+    let events: Vec<Vec<u8>> = (0..20)
+        .map(|i| event(&format!("e{i}"), &format!("k{}", i % 3)))
+        .collect();
+    append(&j, events).await;
+    until(|| stats.paused.load(Ordering::SeqCst)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        stats.dead_lettered.load(Ordering::SeqCst),
+        0,
+        "probes of a paused sink do not use up the budget"
+    );
+    let calls_while_paused = sink.calls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        sink.calls.load(Ordering::SeqCst) - calls_while_paused < 15,
+        "a paused sink is probed, not hammered"
+    );
+    sink.down.store(false, Ordering::SeqCst);
+    until(|| stats.delivered.load(Ordering::SeqCst) == 20).await;
+    assert!(!stats.paused.load(Ordering::SeqCst));
+    let taken = sink.taken.lock().unwrap().clone();
+    for k in 0..3 {
+        let of_key: Vec<usize> = taken
+            .iter()
+            .filter_map(|id| id[1..].parse::<usize>().ok())
+            .filter(|i| i % 3 == k)
+            .collect();
+        assert!(
+            of_key.windows(2).all(|w| w[0] < w[1]),
+            "order per key: {of_key:?}"
+        );
+    }
+    stop.cancel();
+    driver.await.unwrap();
+}

@@ -1,0 +1,267 @@
+//! The delivery window of one sink: which journaled events are pending, which may be sent now (at most
+//! one in flight per partition key, in sequence order per key), and how far the cursor may advance.
+//! Pure bookkeeping, no I/O, so ordering rules are tested directly.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use herald_sink_core::sink::{Envelope, Reason};
+use tokio::time::Instant;
+
+/// One event waiting for its sink.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The journaled event.
+    pub envelope: Envelope,
+    /// Its partition key (events with equal keys are delivered in order, one at a time).
+    pub key: String,
+    /// Attempts that counted (probes of a paused sink do not).
+    pub attempts: u32,
+    /// When the first attempt failed (wall clock, for dead letters).
+    pub first_failure: Option<SystemTime>,
+    /// When the first attempt failed (monotonic, for budgets).
+    pub failing_since: Option<Instant>,
+    /// The last failure's reason.
+    pub last_reason: Option<Reason>,
+    /// Not to be sent before this instant (backoff or `Retry-After`).
+    pub not_before: Instant,
+    /// In a send call right now.
+    pub in_flight: bool,
+}
+
+/// The pending events of one sink, in sequence order.
+#[derive(Debug, Default)]
+pub struct Window {
+    pending: BTreeMap<u64, Pending>,
+    /// Everything up to here was read from the journal.
+    pub read_upto: u64,
+    /// Everything up to here is done (delivered, skipped or dead-lettered) and acknowledged.
+    pub acked_upto: u64,
+}
+
+impl Window {
+    /// A window whose cursor stands at `cursor`.
+    pub fn new(cursor: u64) -> Self {
+        Self {
+            pending: BTreeMap::new(),
+            read_upto: cursor,
+            acked_upto: cursor,
+        }
+    }
+
+    /// Pending events (in flight or waiting).
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// No pending event.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Adds an event read from the journal.
+    pub fn push(&mut self, envelope: Envelope, now: Instant) {
+        let seq = envelope.seq;
+        let key = envelope
+            .event
+            .partition_key()
+            .unwrap_or(&envelope.event.id)
+            .to_string();
+        self.read_upto = self.read_upto.max(seq);
+        self.pending.insert(
+            seq,
+            Pending {
+                envelope,
+                key,
+                attempts: 0,
+                first_failure: None,
+                failing_since: None,
+                last_reason: None,
+                not_before: now,
+                in_flight: false,
+            },
+        );
+    }
+
+    /// Notes that everything up to `seq` was read even if nothing was pushed (skipped events).
+    pub fn read_through(&mut self, seq: u64) {
+        self.read_upto = self.read_upto.max(seq);
+    }
+
+    /// Up to `max` events that may be sent now: for each key only its oldest pending event, and only if
+    /// no event of that key is in flight and its backoff has passed. Marks them in flight.
+    pub fn take_ready(&mut self, now: Instant, max: usize) -> Vec<Envelope> {
+        let mut seen_keys: HashSet<&str> = HashSet::new();
+        let mut chosen = Vec::new();
+        for (seq, p) in &self.pending {
+            if chosen.len() >= max {
+                break;
+            }
+            // The first pending event of a key decides for the whole key: later ones wait behind it.
+            if !seen_keys.insert(p.key.as_str()) {
+                continue;
+            }
+            if !p.in_flight && p.not_before <= now {
+                chosen.push(*seq);
+            }
+        }
+        chosen
+            .into_iter()
+            .filter_map(|seq| {
+                let p = self.pending.get_mut(&seq)?;
+                p.in_flight = true;
+                Some(p.envelope.clone())
+            })
+            .collect()
+    }
+
+    /// The oldest pending event that is not in flight, for probing a paused sink. Marks it in flight.
+    pub fn take_probe(&mut self) -> Option<Envelope> {
+        let mut seen_keys: HashSet<&str> = HashSet::new();
+        let mut found = None;
+        for (seq, p) in &self.pending {
+            if seen_keys.insert(p.key.as_str()) && !p.in_flight {
+                found = Some(*seq);
+                break;
+            }
+        }
+        let p = self.pending.get_mut(&found?)?;
+        p.in_flight = true;
+        Some(p.envelope.clone())
+    }
+
+    /// The earliest instant at which something waiting may be sent.
+    pub fn next_due(&self) -> Option<Instant> {
+        // Only the first pending event of each key can become sendable; the others wait behind it, and
+        // counting them would wake the driver for nothing.
+        let mut seen_keys: HashSet<&str> = HashSet::new();
+        self.pending
+            .values()
+            .filter(|p| seen_keys.insert(p.key.as_str()) && !p.in_flight)
+            .map(|p| p.not_before)
+            .min()
+    }
+
+    /// The event `seq` was taken: it leaves the window.
+    pub fn done(&mut self, seq: u64) -> Option<Pending> {
+        self.pending.remove(&seq)
+    }
+
+    /// The event `seq` must be tried again after `delay`; `counts` is false for probes of a paused sink.
+    /// Returns the pending entry after the update.
+    pub fn retry(
+        &mut self,
+        seq: u64,
+        delay: Duration,
+        reason: Reason,
+        counts: bool,
+        now: Instant,
+    ) -> Option<&Pending> {
+        let p = self.pending.get_mut(&seq)?;
+        p.in_flight = false;
+        if counts {
+            p.attempts = p.attempts.saturating_add(1);
+        }
+        p.first_failure.get_or_insert_with(SystemTime::now);
+        p.failing_since.get_or_insert(now);
+        p.last_reason = Some(reason);
+        p.not_before = now + delay;
+        Some(p)
+    }
+
+    /// Puts an in-flight event back without counting an attempt (the send was abandoned).
+    pub fn release(&mut self, seq: u64) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.in_flight = false;
+        }
+    }
+
+    /// How far the cursor may move: to just before the oldest pending event, or to what was read.
+    pub fn ack_point(&self) -> u64 {
+        match self.pending.keys().next() {
+            Some(first) => first.saturating_sub(1).max(self.acked_upto),
+            None => self.read_upto,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_sink_core::event::{CloudEvent, ExtensionValue};
+
+    fn env(seq: u64, key: &str) -> Envelope {
+        let ev = CloudEvent::new(format!("id-{seq}"), "k8s://c/g/p", "t.created")
+            .extension("partitionkey", ExtensionValue::String(key.into()));
+        Envelope::new(seq, ev)
+    }
+
+    fn seqs(v: &[Envelope]) -> Vec<u64> {
+        v.iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn one_event_per_key_in_flight_and_keys_in_order() {
+        let now = Instant::now();
+        let mut w = Window::new(0);
+        for (seq, key) in [(1, "a"), (2, "b"), (3, "a"), (4, "c"), (5, "b")] {
+            w.push(env(seq, key), now);
+        }
+        assert_eq!(seqs(&w.take_ready(now, 10)), [1, 2, 4]);
+        assert!(
+            w.take_ready(now, 10).is_empty(),
+            "a and b are in flight, c has nothing else"
+        );
+        w.done(1);
+        assert_eq!(seqs(&w.take_ready(now, 10)), [3]);
+    }
+
+    #[test]
+    fn a_retrying_event_holds_back_its_key_only() {
+        let now = Instant::now();
+        let mut w = Window::new(0);
+        for (seq, key) in [(1, "a"), (2, "a"), (3, "b")] {
+            w.push(env(seq, key), now);
+        }
+        assert_eq!(seqs(&w.take_ready(now, 10)), [1, 3]);
+        w.retry(1, Duration::from_secs(5), Reason::new("x", "y"), true, now);
+        w.done(3);
+        assert!(
+            w.take_ready(now, 10).is_empty(),
+            "2 waits behind 1's backoff"
+        );
+        let later = now + Duration::from_secs(5);
+        assert_eq!(seqs(&w.take_ready(later, 10)), [1]);
+        assert_eq!(w.next_due(), None);
+    }
+
+    #[test]
+    fn the_cursor_only_moves_over_a_contiguous_done_prefix() {
+        let now = Instant::now();
+        let mut w = Window::new(10);
+        for (seq, key) in [(11, "a"), (12, "b"), (13, "c")] {
+            w.push(env(seq, key), now);
+        }
+        w.take_ready(now, 10);
+        w.done(12);
+        assert_eq!(w.ack_point(), 10);
+        w.done(11);
+        assert_eq!(w.ack_point(), 12);
+        w.done(13);
+        w.read_through(20);
+        assert_eq!(w.ack_point(), 20, "skipped events count as done");
+    }
+
+    #[test]
+    fn batches_respect_the_limit_and_probes_take_the_oldest() {
+        let now = Instant::now();
+        let mut w = Window::new(0);
+        for seq in 1..=5 {
+            w.push(env(seq, &format!("k{seq}")), now);
+        }
+        assert_eq!(seqs(&w.take_ready(now, 2)), [1, 2]);
+        assert_eq!(w.take_probe().map(|e| e.seq), Some(3));
+        w.release(3);
+        assert_eq!(w.take_probe().map(|e| e.seq), Some(3));
+    }
+}
