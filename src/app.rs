@@ -32,6 +32,15 @@ pub enum StartError {
     /// The journal could not be opened.
     #[error("cannot open the journal")]
     JournalFailed(#[source] JournalError),
+    /// The admin endpoint's address could not be bound.
+    #[error("cannot listen on the admin address {addr}")]
+    AdminBindFailed {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A sink could not be set up.
     #[error("sink {sink:?} failed its health check: {reason}")]
     SinkFailed {
@@ -44,6 +53,9 @@ pub enum StartError {
 
 /// A running bridge.
 pub struct Running {
+    admin: Option<(CancellationToken, JoinHandle<()>)>,
+    /// Where the admin endpoint listens.
+    pub admin_addr: std::net::SocketAddr,
     stop_watch: CancellationToken,
     stop_delivery: CancellationToken,
     watchers: Vec<JoinHandle<()>>,
@@ -51,8 +63,9 @@ pub struct Running {
     file_sinks: Vec<Arc<herald_sink_file::FileSink>>,
     journal: Journal,
     sim: Option<Simulator>,
-    /// Health of each watcher, in configuration order.
-    pub health: Vec<Arc<watch::Health>>,
+    /// Health of each watcher, in configuration order, with its metric label (`widgets.example.com`,
+    /// plus `/namespace` for a listed namespace).
+    pub health: Vec<(String, Arc<watch::Health>)>,
     /// Delivery counters per sink name.
     pub stats: Vec<(String, Arc<delivery::Stats>)>,
 }
@@ -71,6 +84,44 @@ fn op(e: config::EventType) -> Op {
         config::EventType::Created => Op::Created,
         config::EventType::Updated => Op::Updated,
         config::EventType::Deleted => Op::Deleted,
+    }
+}
+
+/// Runs one of herald's loops; if it ends (or panics) before its stop token fired, `/healthz` turns
+/// unhealthy: a dead loop is what a liveness probe is for.
+async fn guarded(
+    alive: Arc<std::sync::atomic::AtomicBool>,
+    stop: CancellationToken,
+    task: impl std::future::Future<Output = ()>,
+) {
+    struct Guard(Arc<std::sync::atomic::AtomicBool>, CancellationToken);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if !self.1.is_cancelled() {
+                self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+                tracing::error!(message = "A herald loop ended unexpectedly; /healthz now fails.");
+            }
+        }
+    }
+    let _guard = Guard(alive, stop);
+    task.await;
+}
+
+/// A watcher's metric label: `plural.group` (or `Kind.group`), `/namespace` when limited to one.
+fn watch_label(spec: &watch::WatchSpec) -> String {
+    let name = spec
+        .plural
+        .as_deref()
+        .or(spec.kind.as_deref())
+        .unwrap_or("");
+    let base = if spec.group.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}.{}", spec.group)
+    };
+    match &spec.namespace {
+        Some(ns) => format!("{base}/{ns}"),
+        None => base,
     }
 }
 
@@ -188,6 +239,12 @@ async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), Start
 /// Starts the bridge: cluster client, journal, sinks and their delivery, then one watcher per resource
 /// scope. `tuning` is for tests and benchmarks; `None` uses the defaults.
 pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Running, StartError> {
+    let admin_listener = crate::telemetry::admin::bind(cfg.admin.listen)
+        .await
+        .map_err(|source| StartError::AdminBindFailed {
+            addr: cfg.admin.listen,
+            source,
+        })?;
     let (client, sim) = client(cfg).await?;
     let journal = Journal::open(JournalConfig {
         flush_interval: cfg.journal.flush_interval,
@@ -210,6 +267,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     ));
 
     let stop_delivery = CancellationToken::new();
+    let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let mut deliveries = Vec::new();
     let mut file_sinks = Vec::new();
     let mut stats = Vec::new();
@@ -243,16 +301,20 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
                 file_sinks.push(s.clone());
                 let st = Arc::new(delivery::Stats::default());
                 stats.push((sink.name.clone(), st.clone()));
-                deliveries.push(tokio::spawn(delivery::run(
-                    sink.name.clone(),
-                    s,
-                    journal.clone(),
-                    router.clone(),
-                    delivery::Settings::default(),
-                    f.start == config::SinkStart::Earliest,
+                deliveries.push(tokio::spawn(guarded(
+                    alive.clone(),
                     stop_delivery.clone(),
-                    st,
-                    None,
+                    delivery::run(
+                        sink.name.clone(),
+                        s,
+                        journal.clone(),
+                        router.clone(),
+                        delivery::Settings::default(),
+                        f.start == config::SinkStart::Earliest,
+                        stop_delivery.clone(),
+                        st,
+                        None,
+                    ),
                 )));
             }
         }
@@ -263,14 +325,18 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     let mut health = Vec::new();
     for spec in watch_specs(cfg) {
         let h = Arc::new(watch::Health::default());
-        health.push(h.clone());
-        watchers.push(tokio::spawn(watch::run(
-            client.clone(),
-            journal.clone(),
-            spec,
-            tuning.clone().unwrap_or_default(),
+        health.push((watch_label(&spec), h.clone()));
+        watchers.push(tokio::spawn(guarded(
+            alive.clone(),
             stop_watch.clone(),
-            h,
+            watch::run(
+                client.clone(),
+                journal.clone(),
+                spec,
+                tuning.clone().unwrap_or_default(),
+                stop_watch.clone(),
+                h,
+            ),
         )));
     }
     let retention = {
@@ -293,12 +359,33 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         })
     };
     deliveries.push(retention);
+    let stop_admin = CancellationToken::new();
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| StartError::AdminBindFailed {
+            addr: cfg.admin.listen,
+            source,
+        })?;
+    let admin_state = crate::telemetry::admin::AdminState {
+        watchers: health.clone(),
+        sinks: stats.clone(),
+        journal: journal.clone(),
+        alive: alive.clone(),
+    };
+    let admin = tokio::spawn(crate::telemetry::admin::serve(
+        admin_listener,
+        admin_state,
+        stop_admin.clone(),
+    ));
+    tracing::info!(message = "Admin endpoint listening.", addr = %admin_addr);
     tracing::info!(
         message = "herald running.",
         resources = cfg.resources.len(),
         sinks = cfg.sinks.len()
     );
     Ok(Running {
+        admin: Some((stop_admin, admin)),
+        admin_addr,
         stop_watch,
         stop_delivery,
         watchers,
@@ -316,7 +403,7 @@ impl Running {
     pub fn synced(&self) -> bool {
         self.health
             .iter()
-            .all(|h| h.synced.load(std::sync::atomic::Ordering::SeqCst))
+            .all(|(_, h)| h.synced.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Events delivered across all sinks.
@@ -358,6 +445,10 @@ impl Running {
             }
         }
         self.journal.close().await?;
+        if let Some((stop, task)) = self.admin {
+            stop.cancel();
+            let _ = task.await;
+        }
         if let Some(sim) = self.sim {
             sim.shutdown().await;
         }

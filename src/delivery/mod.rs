@@ -83,6 +83,67 @@ pub struct Stats {
     pub dead_lettered: AtomicU64,
     /// The sink is paused (failing everything; probing).
     pub paused: AtomicBool,
+    /// Change-to-delivery latency: from the event's `time` (herald's observation) to the sink's Ok.
+    pub latency: Histogram,
+}
+
+/// Upper bounds (seconds) of the latency histogram's buckets.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// A fixed-bucket histogram of seconds, lock-free (Prometheus semantics: cumulative at render time).
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add(
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Cumulative bucket counts, the total count and the sum in seconds.
+    pub fn snapshot(&self) -> (Vec<(f64, u64)>, u64, f64) {
+        let mut running = 0;
+        let buckets = LATENCY_BUCKETS
+            .iter()
+            .zip(&self.buckets)
+            .map(|(b, c)| {
+                running += c.load(Ordering::Relaxed);
+                (*b, running)
+            })
+            .collect();
+        #[allow(clippy::cast_precision_loss)]
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        (buckets, self.count.load(Ordering::Relaxed), sum)
+    }
+
+    /// The smallest bucket bound under which at least `q` of the observations fall (an upper estimate).
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let (buckets, count, _) = self.snapshot();
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let want = (count as f64 * q).ceil() as u64;
+        buckets
+            .into_iter()
+            .find(|(_, c)| *c >= want.max(1))
+            .map(|(b, _)| b)
+    }
 }
 
 /// A dead letter: the event and why it could not be delivered (EVENT-FORMAT.md).
@@ -314,6 +375,17 @@ fn settle(
                 window.done(seq);
                 any_ok = true;
                 stats.delivered.fetch_add(1, Ordering::Relaxed);
+                if let Some(observed) = envelope
+                    .event
+                    .time
+                    .as_deref()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                {
+                    let age = jiff::Timestamp::now().duration_since(observed);
+                    stats
+                        .latency
+                        .observe(Duration::try_from(age).unwrap_or_default());
+                }
             }
             Outcome::Reject { reason } => {
                 if let Some(p) = window.done(seq) {

@@ -1,4 +1,7 @@
-//! Logging set-up: human or JSON logs, always to stderr so stdout stays for data.
+//! Telemetry: logging (human or JSON, always to stderr so stdout stays for data) and the admin endpoint
+//! ([`admin`]).
+
+pub mod admin;
 
 use tracing_subscriber::EnvFilter;
 

@@ -95,6 +95,10 @@ pub struct Health {
     pub relists: AtomicU64,
     /// Events synthesized by relists.
     pub resync_events: AtomicU64,
+    /// Events journaled (observed changes that became events).
+    pub emitted: AtomicU64,
+    /// Changes observed but not emitted (event-type filter, status-only updates when skipped).
+    pub filtered: AtomicU64,
 }
 
 /// The watcher's state; each variant's doc says what the next step does.

@@ -144,8 +144,14 @@ impl<'a> Recorder<'a> {
         rv: Option<&str>,
     ) {
         if !self.spec.ops.contains(&op) {
+            self.health
+                .filtered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         }
+        self.health
+            .emitted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ev = event::normalize(
             &self.resolved.resource,
             Observed {
@@ -191,7 +197,11 @@ impl<'a> Recorder<'a> {
             }
             Some(old) if meta(&old, "resourceVersion") == meta(new, "resourceVersion") => return,
             Some(old) => {
-                if !(self.spec.skip_status_only_updates && event::status_only_change(&old, new)) {
+                if self.spec.skip_status_only_updates && event::status_only_change(&old, new) {
+                    self.health
+                        .filtered
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                } else {
                     self.emit(p, Op::Updated, new, Some(&old), resync, None);
                 }
             }

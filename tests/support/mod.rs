@@ -324,11 +324,30 @@ pub struct Herald {
 /// `dir/journal`, fsync always; `resources` is the YAML list body (indented two spaces).
 pub fn herald_config(sim: &Simulator, dir: &Path, resources: &str) -> String {
     format!(
-        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\nresources:\n{resources}\nsinks:\n  - name: out\n    type: file\n    path: {events}\n    fsync: always\njournal:\n  path: {journal}\n  flushInterval: 2ms\n",
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\nresources:\n{resources}\nsinks:\n  - name: out\n    type: file\n    path: {events}\n    fsync: always\njournal:\n  path: {journal}\n  flushInterval: 2ms\nadmin:\n  listen: 127.0.0.1:{port}\n",
+        port = free_port(),
         kc = sim.kubeconfig_path().display(),
         events = dir.join("events.jsonl").display(),
         journal = dir.join("journal").display(),
     )
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// The admin address written into a `herald_config`.
+pub fn admin_addr(config: &str) -> String {
+    config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("listen: "))
+        .expect("an admin listen line")
+        .to_string()
 }
 
 /// The usual resource list: every Widget of example.com.

@@ -1,0 +1,96 @@
+//! The admin endpoint of a running herald: liveness, readiness, Prometheus metrics and status.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    Herald, Raw, WIDGETS_RESOURCE, admin_addr, herald_config, sim, widget, widgets_crd,
+};
+
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    let started = Instant::now();
+    loop {
+        match reqwest::get(format!("http://{addr}{path}")).await {
+            Ok(r) => {
+                let code = r.status().as_u16();
+                return (code, r.text().await.unwrap_or_default());
+            }
+            Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("admin endpoint unreachable: {e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_metrics_and_status() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(&sim, dir.path(), WIDGETS_RESOURCE);
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+
+    assert_eq!(
+        get(&addr, "/healthz").await.0,
+        200,
+        "herald's loops are fine even without the CRD"
+    );
+    let (code, body) = get(&addr, "/readyz").await;
+    assert_eq!(code, 503, "not ready while the CRD is missing");
+    assert!(
+        body.contains("widgets.example.com") || body.contains("Widget.example.com"),
+        "{body}"
+    );
+
+    raw.install_crd(&widgets_crd()).await;
+    for i in 0..3 {
+        raw.post(
+            "/apis/example.com/v1/namespaces/default/widgets",
+            &widget(&format!("w{i}"), json!({}), json!({})),
+        )
+        .await;
+    }
+    herald.wait_for(3).await;
+    let started = Instant::now();
+    while get(&addr, "/readyz").await.0 != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "ready once synced"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (code, metrics) = get(&addr, "/metrics").await;
+    assert_eq!(code, 200);
+    let sample = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing in:\n{metrics}"))
+    };
+    assert_eq!(sample("herald_sink_sent_events_total{sink=\"out\"}"), 3.0);
+    assert_eq!(
+        sample("herald_observed_changes_total{resource=\"Widget.example.com\"}"),
+        3.0
+    );
+    assert_eq!(sample("herald_journal_lag_events{sink=\"out\"}"), 0.0);
+    assert_eq!(
+        sample("herald_change_to_delivery_seconds_count{sink=\"out\"}"),
+        3.0
+    );
+    assert!(metrics.contains("# TYPE herald_change_to_delivery_seconds histogram"));
+
+    let (code, status) = get(&addr, "/status").await;
+    assert_eq!(code, 200);
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["sinks"][0]["sink"], "out");
+    assert_eq!(status["sinks"][0]["lag"], 0);
+    assert_eq!(status["sinks"][0]["paused"], false);
+    assert_eq!(status["resources"][0]["synced"], true);
+}
