@@ -87,6 +87,24 @@ fn op(e: config::EventType) -> Op {
     }
 }
 
+/// Opens a sink and runs its health check, as a start would (for `herald check --connect`).
+pub async fn check_sink(sink: &config::SinkConfig) -> Result<(), String> {
+    match &sink.kind {
+        SinkKind::File(f) => {
+            let path = (f.path.as_os_str() != config::STDOUT_PATH).then(|| f.path.clone());
+            let s = herald_sink_file::FileSink::open(herald_sink_file::FileConfig {
+                path,
+                fsync: herald_sink_file::Fsync::Never,
+                rotate: None,
+            })
+            .map_err(|e| e.to_string())?;
+            herald_sink_core::sink::Sink::healthcheck(&s)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
 /// Runs one of herald's loops; if it ends (or panics) before its stop token fired, `/healthz` turns
 /// unhealthy: a dead loop is what a liveness probe is for.
 async fn guarded(
@@ -126,7 +144,7 @@ fn watch_label(spec: &watch::WatchSpec) -> String {
 }
 
 /// The watchers one `resources[i]` entry needs: one per listed namespace, else one.
-fn watch_specs(cfg: &Config) -> Vec<watch::WatchSpec> {
+pub fn watch_specs(cfg: &Config) -> Vec<watch::WatchSpec> {
     let mut out = Vec::new();
     for (index, r) in cfg.resources.iter().enumerate() {
         let template = resource_template(cfg, r);
@@ -189,7 +207,8 @@ fn resource_template(cfg: &Config, r: &ResourceConfig) -> event::Resource {
     }
 }
 
-async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), StartError> {
+/// A client for the configured cluster (and the embedded simulator when that is the cluster).
+pub async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), StartError> {
     let unreachable = StartError::ClusterUnreachable;
     match &cfg.cluster.source {
         ClusterSource::Embedded(embedded) => {

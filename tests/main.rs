@@ -5,6 +5,7 @@ mod support;
 
 mod cli;
 mod run_admin;
+mod run_check;
 mod run_events;
 mod sim_apply;
 mod sim_builtins;

@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand, clap derive, errors mapped to [`crate::exit_code`].
 
+mod check;
 mod run;
 mod sim;
 
@@ -31,6 +32,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Validate a configuration (offline; with --connect also against the cluster and the sinks).
+    Check(check::CheckArgs),
     /// Watch the configured resources and deliver their changes as CloudEvents until SIGTERM/SIGINT.
     Run(run::RunArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
@@ -46,6 +49,9 @@ pub enum CliError {
     /// The configuration is invalid.
     #[error("invalid configuration")]
     ConfigInvalid(#[source] crate::config::ConfigError),
+    /// `herald check --connect` found problems.
+    #[error("{}", .0.join("\n"))]
+    CheckFailed(Vec<String>),
     /// The bridge could not start.
     #[error("cannot start")]
     StartFailed(#[source] crate::app::StartError),
@@ -77,6 +83,7 @@ impl CliError {
                 crate::app::StartError::EmbeddedFailed(_) => exit_code::UNEXPECTED,
             },
             CliError::JournalFailed(_) => exit_code::JOURNAL_ERROR,
+            CliError::CheckFailed(_) => exit_code::HEALTHCHECK_FAILED,
             CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) => exit_code::UNEXPECTED,
         }
     }
@@ -103,6 +110,7 @@ pub fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<(), CliError> {
     match command {
+        Command::Check(args) => check::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Sim(args) => sim::run(args).await,
     }

@@ -5,7 +5,7 @@
 //! Every batch of changes is appended to the journal atomically with the object index and the new
 //! checkpoint, so the checkpoint never passes an event that is not in the journal.
 
-mod resolve;
+pub mod resolve;
 mod sync;
 
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{self, Op};
 use crate::journal::Journal;
 
-pub use resolve::Resolved;
+pub use resolve::{Resolved, resolve};
 pub use sync::{NamespaceCache, Recorder, SyncError};
 
 /// What to watch, resolved from one `resources[i]` entry (and one namespace of its list).
