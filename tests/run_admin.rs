@@ -94,3 +94,62 @@ async fn health_readiness_metrics_and_status() {
     assert_eq!(status["sinks"][0]["paused"], false);
     assert_eq!(status["resources"][0]["synced"], true);
 }
+
+#[tokio::test]
+async fn herald_status_reads_a_running_herald_or_its_journal() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(&sim, dir.path(), WIDGETS_RESOURCE);
+    let mut herald = Herald::start(dir.path(), &config);
+    raw.post(
+        "/apis/example.com/v1/namespaces/default/widgets",
+        &widget("a", json!({}), json!({})),
+    )
+    .await;
+    herald.wait_for(1).await;
+    let config_path = herald.config.clone();
+    let status = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herald"));
+        cmd.args(["status", "-c"]).arg(&config_path);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd
+    };
+    let mut running = status(true);
+    let out = tokio::task::spawn_blocking(move || running.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let live: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        live["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("admin endpoint"),
+        "{live}"
+    );
+    assert_eq!(live["sinks"][0]["delivered"], 1);
+
+    assert_eq!(herald.terminate().await, Some(0));
+    let mut stopped = status(true);
+    let out = tokio::task::spawn_blocking(move || stopped.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        offline["source"].as_str().unwrap().contains("not running"),
+        "{offline}"
+    );
+    assert_eq!(offline["sinks"][0]["sink"], "out");
+    assert_eq!(offline["sinks"][0]["lag"], 0);
+    let mut human = status(false);
+    let out = tokio::task::spawn_blocking(move || human.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SINK"));
+}

@@ -3,6 +3,7 @@
 mod check;
 mod run;
 mod sim;
+mod status;
 
 use std::process::ExitCode;
 
@@ -36,6 +37,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Watch the configured resources and deliver their changes as CloudEvents until SIGTERM/SIGINT.
     Run(run::RunArgs),
+    /// Show where herald stands (from its admin endpoint, or its journal when it is stopped).
+    Status(status::StatusArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
     Sim(sim::SimArgs),
 }
@@ -113,6 +116,7 @@ async fn run(command: Command) -> Result<(), CliError> {
         Command::Check(args) => check::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Sim(args) => sim::run(args).await,
+        Command::Status(args) => status::run(args).await,
     }
 }
 
