@@ -102,6 +102,13 @@ pub async fn check_sink(sink: &config::SinkConfig) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())
         }
+        SinkKind::Webhook(w) => {
+            let s = herald_sink_webhook::WebhookSink::new(webhook_config(w)?)
+                .map_err(|e| error_chain(&e))?;
+            herald_sink_core::sink::Sink::healthcheck(&s)
+                .await
+                .map_err(|e| error_chain(&e))
+        }
     }
 }
 
@@ -332,6 +339,48 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
                         f.start == config::SinkStart::Earliest,
                         stop_delivery.clone(),
                         st,
+                        Some(Arc::new(journal.clone()) as Arc<dyn delivery::DeadLetters>),
+                    ),
+                )));
+            }
+            SinkKind::Webhook(w) => {
+                let failed = |reason: String| StartError::SinkFailed {
+                    sink: sink.name.clone(),
+                    reason,
+                };
+                let s = herald_sink_webhook::WebhookSink::new(webhook_config(w).map_err(failed)?)
+                    .map_err(|e| failed(error_chain(&e)))?;
+                let s = Arc::new(s);
+                herald_sink_core::sink::Sink::healthcheck(s.as_ref())
+                    .await
+                    .map_err(|e| failed(error_chain(&e)))?;
+                let settings = delivery::Settings {
+                    concurrency: w.concurrency,
+                    batch_max: match w.mode {
+                        config::WebhookMode::Batched => w.batch_max_events,
+                        config::WebhookMode::Binary | config::WebhookMode::Structured => {
+                            delivery::Settings::default().batch_max
+                        }
+                    },
+                    max_attempts: w.max_attempts,
+                    max_age: w.max_age,
+                    ..delivery::Settings::default()
+                };
+                let st = Arc::new(delivery::Stats::default());
+                stats.push((sink.name.clone(), st.clone()));
+                deliveries.push(tokio::spawn(guarded(
+                    alive.clone(),
+                    stop_delivery.clone(),
+                    delivery::run(
+                        sink.name.clone(),
+                        s,
+                        journal.clone(),
+                        router.clone(),
+                        settings,
+                        w.start == config::SinkStart::Earliest,
+                        stop_delivery.clone(),
+                        st,
+                        // As for file sinks; forwarding to `w.dead_letter_sink` is the DLQ wiring's.
                         None,
                     ),
                 )));
@@ -473,4 +522,79 @@ impl Running {
         }
         Ok(())
     }
+}
+
+/// The webhook sink's settings from its configuration: secrets resolved, PEM files read. Messages
+/// name the key and the file or variable, never a secret.
+fn webhook_config(
+    w: &config::WebhookSinkConfig,
+) -> Result<herald_sink_webhook::WebhookConfig, String> {
+    use herald_sink_webhook as webhook;
+    let secret = |key: &str, secret: &config::SecretRef| {
+        secret
+            .resolve()
+            .map_err(|e| format!("{key}: {}", error_chain(&e)))
+    };
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))
+    };
+    let mut out = webhook::WebhookConfig::new(w.url.clone())
+        .timeout(w.timeout)
+        .mode(match w.mode {
+            config::WebhookMode::Binary => webhook::Mode::Binary,
+            config::WebhookMode::Structured => webhook::Mode::Structured,
+            config::WebhookMode::Batched => webhook::Mode::Batched {
+                max_events: w.batch_max_events,
+            },
+        });
+    for (name, value) in &w.headers {
+        out = out.header(name.clone(), value.clone());
+    }
+    match &w.auth {
+        None => {}
+        Some(config::WebhookAuth::Bearer(token)) => {
+            out = out.auth(webhook::Auth::Bearer(secret("auth.bearer", token)?));
+        }
+        Some(config::WebhookAuth::Basic(basic)) => {
+            out = out.auth(webhook::Auth::Basic {
+                user: basic.username.clone(),
+                password: secret("auth.basic.password", &basic.password)?,
+            });
+        }
+    }
+    if let Some(tls) = &w.tls {
+        let mut t = webhook::TlsConfig::default();
+        if let Some(ca) = &tls.ca_file {
+            t.ca_pem = Some(read("tls.caFile", ca)?);
+        }
+        if let (Some(cert), Some(key)) = (&tls.client_cert_file, &tls.client_key_file) {
+            t.client_identity = Some(webhook::ClientIdentity {
+                cert_pem: read("tls.clientCertFile", cert)?,
+                key_pem: read("tls.clientKeyFile", key)?,
+            });
+        }
+        out = out.tls(t);
+    }
+    if let Some(signing) = &w.signing {
+        let text = secret("signing.secret", &signing.secret)?;
+        let mut s = webhook::SigningConfig::standard(&text)
+            .map_err(|e| format!("signing.secret: {}", error_chain(&e)))?;
+        if signing.hub_signature_256 {
+            s = s.with_hub_signature_256(text.into_bytes());
+        }
+        out = out.signing(s);
+    }
+    Ok(out)
+}
+
+/// `error: cause: cause`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

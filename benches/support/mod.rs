@@ -19,6 +19,8 @@ pub fn cpu_seconds() -> f64 {
 
 /// Reads a watch as bare lines until `want` arrived; the fastest a client can take them.
 pub async fn raw_reader(url: String, want: u64) -> u64 {
+    // reqwest's rustls has no bundled provider: install herald's one, ring, before any client.
+    herald::sim::install_crypto_provider();
     let resp = reqwest::get(url).await.expect("watch starts");
     let mut body = resp.bytes_stream();
     let mut seen = 0;

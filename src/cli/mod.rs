@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, clap derive, errors mapped to [`crate::exit_code`].
 
 mod check;
+mod dlq;
 mod run;
 mod sim;
 mod status;
@@ -37,6 +38,10 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Watch the configured resources and deliver their changes as CloudEvents until SIGTERM/SIGINT.
     Run(run::RunArgs),
+    /// Dead-letter queues: list, show, replay, purge (on the journal of a stopped herald).
+    Dlq(dlq::DlqArgs),
+    /// Queue journaled events for redelivery to a sink (from a sequence number or a time).
+    Replay(dlq::ReplayArgs),
     /// Show where herald stands (from its admin endpoint, or its journal when it is stopped).
     Status(status::StatusArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
@@ -52,6 +57,9 @@ pub enum CliError {
     /// The configuration is invalid.
     #[error("invalid configuration")]
     ConfigInvalid(#[source] crate::config::ConfigError),
+    /// Bad usage clap cannot see (a missing combination of flags).
+    #[error("{0}")]
+    Usage(String),
     /// `herald check --connect` found problems.
     #[error("{}", .0.join("\n"))]
     CheckFailed(Vec<String>),
@@ -87,6 +95,7 @@ impl CliError {
             },
             CliError::JournalFailed(_) => exit_code::JOURNAL_ERROR,
             CliError::CheckFailed(_) => exit_code::HEALTHCHECK_FAILED,
+            CliError::Usage(_) => exit_code::USAGE,
             CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) => exit_code::UNEXPECTED,
         }
     }
@@ -117,6 +126,8 @@ async fn run(command: Command) -> Result<(), CliError> {
         Command::Run(args) => run::run(args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Status(args) => status::run(args).await,
+        Command::Dlq(args) => dlq::dlq(args).await,
+        Command::Replay(args) => dlq::replay(args).await,
     }
 }
 

@@ -38,6 +38,7 @@ pub use route::{ANY_RESOURCE, RouteConfig};
 pub use secret::{SecretError, SecretRef};
 pub use sink::{
     FileSinkConfig, Fsync, Rotate, STDOUT_PATH, SinkConfig, SinkKind, SinkStart, SinkType,
+    WebhookAuth, WebhookBasicAuth, WebhookMode, WebhookSigning, WebhookSinkConfig, WebhookTls,
 };
 
 use interpolate::EnvLookup;
@@ -211,6 +212,19 @@ fn resolve(config: &mut Config, env: EnvLookup<'_>, problems: &mut Problems) {
     for (i, sink) in config.sinks.iter_mut().enumerate() {
         match &mut sink.kind {
             SinkKind::File(file) => expand(&mut file.path, format!("sinks[{i}].path")),
+            SinkKind::Webhook(webhook) => {
+                if let Some(tls) = &mut webhook.tls {
+                    for (path, key) in [
+                        (&mut tls.ca_file, "caFile"),
+                        (&mut tls.client_cert_file, "clientCertFile"),
+                        (&mut tls.client_key_file, "clientKeyFile"),
+                    ] {
+                        if let Some(path) = path {
+                            expand(path, format!("sinks[{i}].tls.{key}"));
+                        }
+                    }
+                }
+            }
         }
     }
     expand(&mut config.journal.path, "journal.path".into());

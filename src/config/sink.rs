@@ -1,5 +1,6 @@
 //! The `sinks` section: where events go. One [`SinkKind`] variant per sink crate.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use schemars::JsonSchema;
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use super::secret::SecretRef;
 use super::units::{deserialize_duration, deserialize_size};
 
 /// The `path` of a file sink that writes to standard output.
@@ -31,9 +33,13 @@ pub struct SinkConfig {
 /// The sink type and its settings; `type` in YAML, matching the sink crate's name and `Sink::NAME`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
+// Read once at start-up for a handful of sinks: plain variants beat boxing for the size.
+#[allow(clippy::large_enum_variant)]
 pub enum SinkKind {
     /// `type: file`: JSON lines (structured-mode CloudEvents) appended to a file or stdout.
     File(FileSinkConfig),
+    /// `type: webhook`: CloudEvents POSTed to an HTTP endpoint, signed per Standard Webhooks.
+    Webhook(WebhookSinkConfig),
 }
 
 /// The value of `type`, without settings: for metric labels and messages.
@@ -42,6 +48,8 @@ pub enum SinkKind {
 pub enum SinkType {
     /// `file`.
     File,
+    /// `webhook`.
+    Webhook,
 }
 
 impl SinkType {
@@ -50,6 +58,7 @@ impl SinkType {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::File => "file",
+            Self::Webhook => "webhook",
         }
     }
 }
@@ -68,6 +77,25 @@ impl SinkKind {
         // `SinkConfigVisitor`, or this does not compile.
         match self {
             Self::File(_) => SinkType::File,
+            Self::Webhook(_) => SinkType::Webhook,
+        }
+    }
+
+    /// Where the sink starts without a cursor (`start`, which every type has).
+    #[must_use]
+    pub const fn start(&self) -> SinkStart {
+        match self {
+            Self::File(file) => file.start,
+            Self::Webhook(webhook) => webhook.start,
+        }
+    }
+
+    /// The sink that receives this sink's dead letters (`deadLetterSink`), if any.
+    #[must_use]
+    pub fn dead_letter_sink(&self) -> Option<&str> {
+        match self {
+            Self::File(_) => None,
+            Self::Webhook(webhook) => webhook.dead_letter_sink.as_deref(),
         }
     }
 }
@@ -147,6 +175,185 @@ pub struct Rotate {
 
 fn default_max_files() -> usize {
     5
+}
+
+/// `type: webhook` settings: each event (or batch) is an HTTP POST to `url`; 2xx is delivered, 408,
+/// 429 and 5xx except 501 are retried (honouring `Retry-After`), redirects are not followed, and
+/// 3xx, 501 and other 4xx dead-letter the event.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookSinkConfig {
+    /// The receiver: an `http` or `https` URL, without credentials (use `auth`). Required.
+    /// Example: `https://events.example.com/herald`.
+    pub url: String,
+    /// Extra headers sent with every request, name to value. Names herald sets itself
+    /// (`Content-Type`, `ce-*`, `webhook-*`, `Authorization`, `X-Hub-Signature-256`,
+    /// `herald-error-*`, connection headers) are refused. Values are literal text, so never put a
+    /// secret here. Default: none. Example: `{X-Tenant: payments}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The `Authorization` header: `{bearer: SECRET}` or
+    /// `{basic: {username: NAME, password: SECRET}}`, secrets as references. Default: none.
+    /// Example: `{bearer: ${WEBHOOK_TOKEN}}`.
+    #[serde(default)]
+    pub auth: Option<WebhookAuth>,
+    /// TLS for `https` URLs: a private CA and a client certificate. Default: the system's root
+    /// certificates, no client certificate. Example: `{caFile: /etc/herald/ca.pem}`.
+    #[serde(default)]
+    pub tls: Option<WebhookTls>,
+    /// Per-request timeout (connect, send, receive the answer); greater than zero. A timed-out
+    /// request is retried. Default `10s`. Example: `30s`.
+    #[serde(
+        default = "default_webhook_timeout",
+        deserialize_with = "deserialize_duration"
+    )]
+    #[schemars(with = "String", extend("default" = "10s"))]
+    pub timeout: Duration,
+    /// CloudEvents HTTP binding: `binary` (attributes as `ce-` headers, `data` as the body),
+    /// `structured` (the JSON event as the body) or `batched` (a JSON array of up to
+    /// `batchMaxEvents` events; only for receivers that asked for batches). Default `binary`.
+    /// Example: `structured`.
+    #[serde(default)]
+    pub mode: WebhookMode,
+    /// Most events per request in `batched` mode; at least 1. Default `100`. Example: `500`.
+    #[serde(default = "default_batch_max_events")]
+    pub batch_max_events: usize,
+    /// Standard Webhooks signing (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+    /// Default: unsigned. Example: `{secret: ${WEBHOOK_SECRET}}`.
+    #[serde(default)]
+    pub signing: Option<WebhookSigning>,
+    /// Concurrent send calls (each a batch of events with distinct partition keys); at least 1.
+    /// Default `8`. Example: `16`.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Dead-letter an event after this many failed attempts; at least 1. Default: none (retryable
+    /// failures retry without limit). Example: `20`.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// Dead-letter an event still failing this long after its first failure; greater than zero.
+    /// Default: none. Example: `24h`.
+    #[serde(default, deserialize_with = "deserialize_some_duration")]
+    #[schemars(with = "Option<String>")]
+    pub max_age: Option<Duration>,
+    /// Name of the sink that receives this sink's dead letters, with `herald-error-*` headers; it
+    /// must exist and not be this sink. Default: none (dead letters stay in herald's dead-letter
+    /// queue). Example: `audit-dlq`.
+    #[serde(default)]
+    pub dead_letter_sink: Option<String>,
+    /// Where this sink starts when it has no cursor yet: `head` or `earliest`. Default `head`.
+    /// Example: `earliest`.
+    #[serde(default)]
+    pub start: SinkStart,
+}
+
+fn default_webhook_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_batch_max_events() -> usize {
+    100
+}
+
+fn default_concurrency() -> usize {
+    8
+}
+
+/// `deserialize_with` for an optional duration key (serde calls it only when the key is present).
+fn deserialize_some_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    deserialize_duration(d).map(Some)
+}
+
+/// `auth` of a webhook sink: a mapping with exactly one key.
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub enum WebhookAuth {
+    /// `{bearer: SECRET}`: `Authorization: Bearer <token>`.
+    Bearer(SecretRef),
+    /// `{basic: {username: NAME, password: SECRET}}`: HTTP Basic authentication.
+    Basic(WebhookBasicAuth),
+}
+
+/// `auth` as written: serde's externally tagged enums want a YAML tag (`!bearer`) once the
+/// document has gone through `serde_yaml_ng::Value`, so the one-key mapping is read as a struct.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct WebhookAuthKeys {
+    #[serde(default)]
+    bearer: Option<SecretRef>,
+    #[serde(default)]
+    basic: Option<WebhookBasicAuth>,
+}
+
+impl<'de> Deserialize<'de> for WebhookAuth {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match WebhookAuthKeys::deserialize(d)? {
+            WebhookAuthKeys {
+                bearer: Some(token),
+                basic: None,
+            } => Ok(Self::Bearer(token)),
+            WebhookAuthKeys {
+                bearer: None,
+                basic: Some(basic),
+            } => Ok(Self::Basic(basic)),
+            _ => Err(de::Error::custom("give exactly one of bearer and basic")),
+        }
+    }
+}
+
+/// `auth.basic` of a webhook sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookBasicAuth {
+    /// The user name, literal text without `:`. Required. Example: `herald`.
+    pub username: String,
+    /// The password, as a secret reference. Required. Example: `{fromFile: /run/secrets/pw}`.
+    pub password: SecretRef,
+}
+
+/// `tls` of a webhook sink. Paths are PEM files, read at start-up; `${VAR}` is expanded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookTls {
+    /// CA certificates (PEM) that verify the receiver, instead of the system's roots. Default:
+    /// the system's roots. Example: `/etc/herald/ca.pem`.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM) for mutual TLS; needs `clientKeyFile`. Default: none.
+    /// Example: `/etc/herald/client.pem`.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `clientCertFile`. Default: none. Example: `/etc/herald/client-key.pem`.
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
+}
+
+/// `mode` of a webhook sink: the CloudEvents HTTP binding mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WebhookMode {
+    /// One request per event: `ce-` headers, `data` as the body.
+    #[default]
+    Binary,
+    /// One request per event: `application/cloudevents+json`.
+    Structured,
+    /// One request per `batchMaxEvents` events: `application/cloudevents-batch+json`.
+    Batched,
+}
+
+/// `signing` of a webhook sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookSigning {
+    /// The Standard Webhooks secret, `whsec_` followed by base64 (the form receivers' libraries
+    /// take), as a secret reference; checked at start-up. Required.
+    /// Example: `${WEBHOOK_SECRET}`.
+    pub secret: SecretRef,
+    /// Also send GitHub-style `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, keyed
+    /// with the same secret's text as written. Default `false`. Example: `true`.
+    #[serde(default)]
+    pub hub_signature_256: bool,
 }
 
 /// `start`: where a sink without a cursor begins reading the journal. Every sink type has it.
@@ -235,6 +442,7 @@ impl<'de> Visitor<'de> for SinkConfigVisitor {
         });
         let kind = match sink_type {
             SinkType::File => SinkKind::File(FileSinkConfig::deserialize(rest)?),
+            SinkType::Webhook => SinkKind::Webhook(WebhookSinkConfig::deserialize(rest)?),
         };
         common.finish(kind)
     }

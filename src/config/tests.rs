@@ -101,7 +101,9 @@ fn minimal_config_gets_every_default() {
     let s = &config.sinks[0];
     assert_eq!(s.name, "archive");
     assert_eq!(s.kind.sink_type(), SinkType::File);
-    let SinkKind::File(file) = &s.kind;
+    let SinkKind::File(file) = &s.kind else {
+        panic!("a file sink")
+    };
     assert_eq!(file.path, PathBuf::from("events.jsonl"));
     assert_eq!(file.fsync, Fsync::Interval);
     assert_eq!(file.fsync_interval, Duration::from_secs(1));
@@ -275,7 +277,9 @@ admin:
         cm.payload,
         PayloadParts::Parts(vec![PayloadPart::OldObject])
     );
-    let SinkKind::File(archive) = &config.sinks[0].kind;
+    let SinkKind::File(archive) = &config.sinks[0].kind else {
+        panic!("a file sink")
+    };
     assert_eq!(
         archive.rotate,
         Some(Rotate {
@@ -284,7 +288,9 @@ admin:
         })
     );
     let console = &config.sinks[1];
-    let SinkKind::File(console_file) = &console.kind;
+    let SinkKind::File(console_file) = &console.kind else {
+        panic!("a file sink")
+    };
     assert!(console_file.is_stdout());
     assert_eq!(console_file.start, SinkStart::Earliest);
     assert_eq!(console_file.fsync, Fsync::Never);
@@ -340,7 +346,7 @@ fn misspelled_enum_values_name_the_path_and_the_choices() {
         ),
         (
             format!("{RESOURCE}sinks:\n- {{name: a, type: kafak, path: x}}\n"),
-            "sinks[0].type: unknown variant `kafak`, expected `file`",
+            "sinks[0].type: unknown variant `kafak`, expected `file` or `webhook`",
         ),
         (
             base("routes:\n- {events: [removed], sinks: [archive]}\n"),
@@ -450,7 +456,9 @@ fn sink_config_deserializes_without_the_reordering_too() {
         serde_yaml_ng::from_str("path: x\nname: a\nstart: earliest\ntype: file\nfsync: always\n")
             .unwrap();
     assert_eq!(sink.name, "a");
-    let SinkKind::File(file) = sink.kind;
+    let SinkKind::File(file) = sink.kind else {
+        panic!("a file sink")
+    };
     assert_eq!(file.start, SinkStart::Earliest);
     assert_eq!(file.fsync, Fsync::Always);
     let bad = serde_yaml_ng::from_str::<SinkConfig>("path: x\nname: a\ntype: file\nbogus: 1\n")
@@ -714,7 +722,9 @@ fn durations_and_sizes_need_units() {
     let config = ok(&format!(
         "{RESOURCE}sinks:\n- {{name: a, type: file, path: x, fsyncInterval: 250ms, rotate: {{maxSize: 512 KiB}}}}\njournal: {{flushInterval: 1s, retain: 1h 30m}}\n"
     ));
-    let SinkKind::File(file) = &config.sinks[0].kind;
+    let SinkKind::File(file) = &config.sinks[0].kind else {
+        panic!("a file sink")
+    };
     assert_eq!(file.fsync_interval, Duration::from_millis(250));
     assert_eq!(
         file.rotate,
@@ -770,7 +780,9 @@ fn expands_variables_in_path_fields() {
             context: None
         })
     );
-    let SinkKind::File(file) = &config.sinks[0].kind;
+    let SinkKind::File(file) = &config.sinks[0].kind else {
+        panic!("a file sink")
+    };
     assert_eq!(file.path, PathBuf::from("/var/lib/herald/events.jsonl"));
     assert_eq!(
         config.journal.path,
@@ -1086,9 +1098,385 @@ fn every_sink_type_is_dispatched() {
         .map(|v| v["properties"]["type"]["const"].as_str().unwrap())
         .collect();
     for ty in &variants {
-        let yaml = format!("{RESOURCE}sinks:\n- {{name: a, type: {ty}, path: x}}\n");
+        let required = match *ty {
+            "file" => "path: x",
+            "webhook" => "url: 'http://127.0.0.1:8080/'",
+            other => panic!("no minimal settings for sink type {other}"),
+        };
+        let yaml = format!("{RESOURCE}sinks:\n- {{name: a, type: {ty}, {required}}}\n");
         let config = ok(&yaml);
         assert_eq!(config.sinks[0].kind.sink_type().as_str(), *ty);
     }
-    assert_eq!(variants, ["file"]);
+    assert_eq!(variants, ["file", "webhook"]);
+}
+
+// ----- webhook sinks ----------------------------------------------------------------------------
+
+/// A valid configuration whose only sink is a webhook with `fields` added.
+fn webhook(fields: &str) -> String {
+    format!(
+        "{RESOURCE}sinks:\n- {{name: hook, type: webhook, url: 'https://events.example.com/herald', {fields}}}\n"
+    )
+}
+
+fn webhook_of(config: &Config) -> &WebhookSinkConfig {
+    match &config.sinks[0].kind {
+        SinkKind::Webhook(w) => w,
+        other => panic!("not a webhook sink: {other:?}"),
+    }
+}
+
+#[test]
+fn webhook_sink_defaults() {
+    let config = ok(&format!(
+        "{RESOURCE}sinks:\n- {{name: hook, type: webhook, url: 'http://127.0.0.1:8080/events'}}\n"
+    ));
+    let sink = &config.sinks[0];
+    assert_eq!(sink.kind.sink_type(), SinkType::Webhook);
+    assert_eq!(sink.kind.sink_type().to_string(), "webhook");
+    assert_eq!(sink.kind.start(), SinkStart::Head);
+    assert_eq!(sink.kind.dead_letter_sink(), None);
+    assert_eq!(
+        *webhook_of(&config),
+        WebhookSinkConfig {
+            url: "http://127.0.0.1:8080/events".into(),
+            headers: std::collections::BTreeMap::new(),
+            auth: None,
+            tls: None,
+            timeout: Duration::from_secs(10),
+            mode: WebhookMode::Binary,
+            batch_max_events: 100,
+            signing: None,
+            concurrency: 8,
+            max_attempts: None,
+            max_age: None,
+            dead_letter_sink: None,
+            start: SinkStart::Head,
+        }
+    );
+}
+
+#[test]
+fn webhook_sink_reads_every_key() {
+    let config = ok(&format!(
+        r#"{RESOURCE}sinks:
+- name: hook
+  type: webhook
+  url: https://events.example.com/herald?tenant=a
+  headers: {{X-Tenant: payments, X-Trace: "on"}}
+  auth: {{bearer: "${{WEBHOOK_TOKEN}}"}}
+  tls:
+    caFile: ${{STATE}}/ca.pem
+    clientCertFile: /etc/herald/client.pem
+    clientKeyFile: ${{STATE}}/client-key.pem
+  timeout: 2500ms
+  mode: batched
+  batchMaxEvents: 500
+  signing: {{secret: {{fromFile: /run/secrets/whsec}}, hubSignature256: true}}
+  concurrency: 16
+  maxAttempts: 20
+  maxAge: 24h
+  deadLetterSink: archive
+  start: earliest
+- {{name: archive, type: file, path: dead.jsonl}}
+"#
+    ));
+    let w = webhook_of(&config);
+    assert_eq!(w.url, "https://events.example.com/herald?tenant=a");
+    assert_eq!(
+        w.headers.iter().collect::<Vec<_>>(),
+        [
+            (&"X-Tenant".to_owned(), &"payments".to_owned()),
+            (&"X-Trace".to_owned(), &"on".to_owned())
+        ]
+    );
+    assert_eq!(
+        w.auth,
+        Some(WebhookAuth::Bearer(SecretRef::Env("WEBHOOK_TOKEN".into())))
+    );
+    assert_eq!(
+        w.tls,
+        Some(WebhookTls {
+            ca_file: Some("/var/lib/herald/ca.pem".into()),
+            client_cert_file: Some("/etc/herald/client.pem".into()),
+            client_key_file: Some("/var/lib/herald/client-key.pem".into()),
+        })
+    );
+    assert_eq!(w.timeout, Duration::from_millis(2500));
+    assert_eq!(w.mode, WebhookMode::Batched);
+    assert_eq!(w.batch_max_events, 500);
+    assert_eq!(
+        w.signing,
+        Some(WebhookSigning {
+            secret: SecretRef::File("/run/secrets/whsec".into()),
+            hub_signature_256: true,
+        })
+    );
+    assert_eq!(w.concurrency, 16);
+    assert_eq!(w.max_attempts, Some(20));
+    assert_eq!(w.max_age, Some(Duration::from_secs(86_400)));
+    assert_eq!(config.sinks[0].kind.dead_letter_sink(), Some("archive"));
+    assert_eq!(config.sinks[0].kind.start(), SinkStart::Earliest);
+    assert_eq!(config.routes[0].sinks, ["hook", "archive"]);
+}
+
+#[test]
+fn webhook_auth_takes_bearer_or_basic_with_secret_references() {
+    let basic = ok(&webhook(
+        "auth: {basic: {username: herald, password: {fromFile: /run/secrets/pw}}}",
+    ));
+    assert_eq!(
+        webhook_of(&basic).auth,
+        Some(WebhookAuth::Basic(WebhookBasicAuth {
+            username: "herald".into(),
+            password: SecretRef::File("/run/secrets/pw".into()),
+        }))
+    );
+    let literal = error(&webhook("auth: {bearer: hunter2}"));
+    assert!(
+        literal.starts_with("sinks[0].auth.bearer: secrets must come from the environment"),
+        "{literal}"
+    );
+    assert!(!literal.contains("hunter2"), "{literal}");
+    let literal = error(&webhook("auth: {basic: {username: u, password: hunter2}}"));
+    assert!(
+        literal.starts_with("sinks[0].auth.basic.password: secrets must come from"),
+        "{literal}"
+    );
+    assert!(!literal.contains("hunter2"), "{literal}");
+    assert_eq!(
+        error(&webhook("auth: {token: '${T}'}")),
+        "sinks[0].auth.token: unknown field `token`, expected `bearer` or `basic`"
+    );
+    for both_or_none in [
+        "auth: {bearer: '${T}', basic: {username: u, password: '${P}'}}",
+        "auth: {}",
+    ] {
+        assert_eq!(
+            error(&webhook(both_or_none)),
+            "sinks[0].auth: give exactly one of bearer and basic",
+            "{both_or_none}"
+        );
+    }
+    assert_eq!(
+        error(&webhook("auth: {basic: {user: u, password: '${P}'}}")),
+        "sinks[0].auth.basic.user: unknown field `user`, expected `username` or `password`"
+    );
+    let secret = error(&webhook(
+        "signing: {secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}",
+    ));
+    assert!(
+        secret.starts_with("sinks[0].signing.secret: secrets must come from"),
+        "{secret}"
+    );
+    assert!(!secret.contains("MfKQ"), "{secret}");
+}
+
+#[test]
+fn webhook_keys_are_spelled_exactly() {
+    for (yaml, expected) in [
+        (
+            webhook("mode: batch"),
+            "sinks[0].mode: unknown variant `batch`, expected one of `binary`, `structured`, `batched`",
+        ),
+        (
+            webhook("signing: {secret: '${S}', hubSignature: true}"),
+            "sinks[0].signing.hubSignature: unknown field `hubSignature`, expected `secret` or `hubSignature256`",
+        ),
+        (
+            webhook("tls: {ca: /x}"),
+            "sinks[0].tls.ca: unknown field `ca`, expected one of `caFile`, `clientCertFile`, `clientKeyFile`",
+        ),
+        (
+            webhook("timeout: 10"),
+            "sinks[0].timeout: invalid type: integer `10`, expected a duration with a unit, like 500ms, 10s or 1h",
+        ),
+        (
+            webhook("maxAge: forever"),
+            "sinks[0].maxAge: invalid duration \"forever\": expected number at 0",
+        ),
+        (
+            webhook("headers: {X-Count: 5}"),
+            "sinks[0].headers.X-Count: invalid type: integer `5`, expected a string",
+        ),
+        (
+            webhook("path: x"),
+            "sinks[0].path: unknown field `path`, expected one of `url`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+        ),
+        (
+            format!("{RESOURCE}sinks:\n- {{name: hook, type: webhook}}\n"),
+            "sinks[0]: missing field `url`",
+        ),
+    ] {
+        assert_eq!(error(&yaml), expected, "{yaml}");
+    }
+}
+
+#[test]
+fn webhook_urls_must_be_http_or_https_without_credentials() {
+    for url in [
+        "http://127.0.0.1:8080/events",
+        "https://events.example.com",
+        "HTTPS://events.example.com:8443/a?b=c#d",
+        "http://[::1]:9000/x",
+    ] {
+        ok(&format!(
+            "{RESOURCE}sinks:\n- {{name: hook, type: webhook, url: '{url}'}}\n"
+        ));
+    }
+    for (url, expected) in [
+        (
+            "ftp://events.example.com/",
+            "sinks[0].url: \"ftp://events.example.com/\" is not an http or https URL (like https://events.example.com/herald)",
+        ),
+        (
+            "events.example.com/herald",
+            "sinks[0].url: \"events.example.com/herald\" is not an http or https URL (like https://events.example.com/herald)",
+        ),
+        (
+            "https:///path",
+            "sinks[0].url: \"https:///path\" has no host",
+        ),
+        (
+            "http://:8080/",
+            "sinks[0].url: \"http://:8080/\" has no host",
+        ),
+        (
+            "https://events.example.com/a b",
+            "sinks[0].url: \"https://events.example.com/a b\" contains spaces or control characters",
+        ),
+        (
+            "https://herald:hunter2@events.example.com/",
+            "sinks[0].url: credentials in the URL are refused; use auth, whose secrets are references",
+        ),
+    ] {
+        let yaml = format!("{RESOURCE}sinks:\n- {{name: hook, type: webhook, url: '{url}'}}\n");
+        assert_eq!(error(&yaml), expected, "{url}");
+    }
+}
+
+#[test]
+fn webhook_sink_rules() {
+    let yaml = webhook(
+        "headers: {Content-Type: text/plain, ce-id: x, Authorization: Bearer x, X-A: a, x-a: b, 'bad name': c}, \
+         auth: {basic: {username: 'a:b', password: '${P}'}}, \
+         tls: {clientCertFile: /c.pem, caFile: ''}, \
+         timeout: 0s, batchMaxEvents: 0, concurrency: 0, maxAttempts: 0, maxAge: 0s",
+    );
+    assert_eq!(
+        errors(&yaml),
+        [
+            "sinks[0].headers.Authorization: use auth for the Authorization header; its secrets are references",
+            "sinks[0].headers.Content-Type: \"Content-Type\" is set by herald and cannot be configured",
+            "sinks[0].headers.bad name: \"bad name\" is not an HTTP header name",
+            "sinks[0].headers.ce-id: \"ce-id\" is set by herald and cannot be configured",
+            "sinks[0].headers.x-a: header names ignore case: \"x-a\" repeats \"X-A\"",
+            "sinks[0].auth.basic.username: \"a:b\" cannot be a basic auth user name (no ':' or control characters)",
+            "sinks[0].tls.caFile: must not be empty",
+            "sinks[0].tls.clientKeyFile: required with clientCertFile",
+            "sinks[0].timeout: must be greater than 0s",
+            "sinks[0].batchMaxEvents: must be at least 1",
+            "sinks[0].concurrency: must be at least 1",
+            "sinks[0].maxAttempts: must be at least 1; omit it to retry without limit",
+            "sinks[0].maxAge: must be greater than 0s; omit it to retry without limit",
+        ]
+    );
+    assert_eq!(
+        error(&webhook("tls: {clientKeyFile: /k.pem}")),
+        "sinks[0].tls.clientCertFile: required with clientKeyFile"
+    );
+    assert_eq!(
+        error(&webhook("auth: {basic: {username: '', password: '${P}'}}")),
+        "sinks[0].auth.basic.username: must not be empty"
+    );
+    assert_eq!(
+        errors(&webhook(
+            "headers: {herald-error-code: x, webhook-id: y, X-Ok: \"a\\u0001\", X-Tab: \"a\\tb\"}"
+        )),
+        [
+            "sinks[0].headers.X-Ok: the value of \"X-Ok\" contains a control character",
+            "sinks[0].headers.herald-error-code: \"herald-error-code\" is set by herald and cannot be configured",
+            "sinks[0].headers.webhook-id: \"webhook-id\" is set by herald and cannot be configured",
+        ]
+    );
+}
+
+#[test]
+fn dead_letter_sinks_must_exist_and_not_circle() {
+    let sinks = |a: &str, b: &str| {
+        format!(
+            "{RESOURCE}sinks:\n\
+             - {{name: a, type: webhook, url: 'http://127.0.0.1:1/', {a}}}\n\
+             - {{name: b, type: webhook, url: 'http://127.0.0.1:2/', {b}}}\n\
+             - {{name: c, type: file, path: c.jsonl}}\n"
+        )
+    };
+    let config = ok(&sinks("deadLetterSink: b", "deadLetterSink: c"));
+    assert_eq!(config.sinks[0].kind.dead_letter_sink(), Some("b"));
+    assert_eq!(config.sinks[2].kind.dead_letter_sink(), None);
+    assert_eq!(
+        error(&sinks("deadLetterSink: a", "start: head")),
+        "sinks[0].deadLetterSink: a sink cannot be its own dead-letter sink"
+    );
+    assert_eq!(
+        error(&sinks("deadLetterSink: archiv", "start: head")),
+        "sinks[0].deadLetterSink: unknown sink \"archiv\""
+    );
+    assert_eq!(
+        errors(&sinks("deadLetterSink: b", "deadLetterSink: a")),
+        [
+            "sinks[0].deadLetterSink: dead letters would circle: a -> b -> a",
+            "sinks[1].deadLetterSink: dead letters would circle: b -> a -> b",
+        ]
+    );
+}
+
+#[test]
+fn webhook_tls_paths_expand_variables() {
+    let config = ok(&webhook("tls: {caFile: '${STATE}/ca.pem'}"));
+    assert_eq!(
+        webhook_of(&config)
+            .tls
+            .as_ref()
+            .and_then(|t| t.ca_file.clone()),
+        Some(PathBuf::from("/var/lib/herald/ca.pem"))
+    );
+    assert_eq!(
+        errors(&webhook(
+            "tls: {clientCertFile: '${CERTS}/c.pem', clientKeyFile: '${EMPTY}/k.pem'}"
+        )),
+        [
+            "sinks[0].tls.clientCertFile: environment variable \"CERTS\" is not set",
+            "sinks[0].tls.clientKeyFile: environment variable \"EMPTY\" is empty",
+        ]
+    );
+    // Other webhook keys are not paths and are not expanded.
+    let config = ok(&webhook("headers: {X-Literal: '${STATE}'}"));
+    assert_eq!(webhook_of(&config).headers["X-Literal"], "${STATE}");
+}
+
+#[test]
+fn webhook_sink_deserializes_without_the_reordering_too() {
+    let sink: SinkConfig = serde_yaml_ng::from_str(
+        "url: http://127.0.0.1:1/\nname: hook\nmode: structured\ntype: webhook\n",
+    )
+    .unwrap();
+    assert_eq!(sink.name, "hook");
+    let SinkKind::Webhook(w) = sink.kind else {
+        panic!("a webhook sink")
+    };
+    assert_eq!(w.mode, WebhookMode::Structured);
+}
+
+#[test]
+fn docs_webhook_example_parses() {
+    let yaml = DOCS
+        .split_once("A webhook sink:\n\n```yaml\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(yaml, _)| yaml)
+        .expect("the webhook example in docs/configuration.md");
+    let config = from_str_with_env(&format!("{RESOURCE}{yaml}\n"), &|_| Ok("x".to_owned()))
+        .unwrap_or_else(|e| panic!("the webhook example does not parse: {e}"));
+    assert_eq!(config.sinks[0].kind.sink_type(), SinkType::Webhook);
+    assert_eq!(config.sinks[0].kind.dead_letter_sink(), Some("archive"));
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::resource::{Namespaces, ResourceConfig};
 use super::route::split_resource;
-use super::sink::{Fsync, SinkKind};
+use super::sink::{Fsync, SinkKind, WebhookAuth, WebhookSinkConfig};
 use super::{Config, FieldError};
 
 /// Collects problems in document order.
@@ -247,8 +247,194 @@ fn check_sinks(config: &Config, problems: &mut Problems) {
                     }
                 }
             }
+            SinkKind::Webhook(webhook) => check_webhook(webhook, &at, problems),
         }
     }
+    check_dead_letter_sinks(config, problems);
+}
+
+fn check_webhook(w: &WebhookSinkConfig, at: &str, problems: &mut Problems) {
+    if let Err(message) = check_http_url(&w.url) {
+        problems.add(format!("{at}.url"), message);
+    }
+    let mut seen: HashMap<String, &str> = HashMap::new();
+    for (name, value) in &w.headers {
+        let path = format!("{at}.headers.{name}");
+        if let Err(message) = check_extra_header(name, value) {
+            problems.add(path, message);
+        } else if let Some(first) = seen.insert(name.to_ascii_lowercase(), name) {
+            problems.add(
+                path,
+                format!("header names ignore case: {name:?} repeats {first:?}"),
+            );
+        }
+    }
+    if let Some(WebhookAuth::Basic(basic)) = &w.auth {
+        if basic.username.is_empty() {
+            problems.add(format!("{at}.auth.basic.username"), "must not be empty");
+        } else if basic.username.contains(':') || basic.username.chars().any(char::is_control) {
+            problems.add(
+                format!("{at}.auth.basic.username"),
+                format!(
+                    "{:?} cannot be a basic auth user name (no ':' or control characters)",
+                    basic.username
+                ),
+            );
+        }
+    }
+    if let Some(tls) = &w.tls {
+        for (path, key) in [
+            (&tls.ca_file, "caFile"),
+            (&tls.client_cert_file, "clientCertFile"),
+            (&tls.client_key_file, "clientKeyFile"),
+        ] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                problems.add(format!("{at}.tls.{key}"), "must not be empty");
+            }
+        }
+        match (&tls.client_cert_file, &tls.client_key_file) {
+            (Some(_), None) => problems.add(
+                format!("{at}.tls.clientKeyFile"),
+                "required with clientCertFile",
+            ),
+            (None, Some(_)) => problems.add(
+                format!("{at}.tls.clientCertFile"),
+                "required with clientKeyFile",
+            ),
+            _ => {}
+        }
+    }
+    if w.timeout.is_zero() {
+        problems.add(format!("{at}.timeout"), "must be greater than 0s");
+    }
+    if w.batch_max_events == 0 {
+        problems.add(format!("{at}.batchMaxEvents"), "must be at least 1");
+    }
+    if w.concurrency == 0 {
+        problems.add(format!("{at}.concurrency"), "must be at least 1");
+    }
+    if w.max_attempts == Some(0) {
+        problems.add(
+            format!("{at}.maxAttempts"),
+            "must be at least 1; omit it to retry without limit",
+        );
+    }
+    if w.max_age.is_some_and(|age| age.is_zero()) {
+        problems.add(
+            format!("{at}.maxAge"),
+            "must be greater than 0s; omit it to retry without limit",
+        );
+    }
+}
+
+/// `deadLetterSink` names another configured sink, and following those names never comes back to
+/// where it started (a dead letter would circle).
+fn check_dead_letter_sinks(config: &Config, problems: &mut Problems) {
+    let target = |name: &str| {
+        config
+            .sinks
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.kind.dead_letter_sink())
+    };
+    for (i, sink) in config.sinks.iter().enumerate() {
+        let Some(dlq) = sink.kind.dead_letter_sink() else {
+            continue;
+        };
+        let at = format!("sinks[{i}].deadLetterSink");
+        if dlq == sink.name {
+            problems.add(at, "a sink cannot be its own dead-letter sink");
+        } else if !config.sinks.iter().any(|s| s.name == dlq) {
+            problems.add(at, format!("unknown sink {dlq:?}"));
+        } else {
+            let mut chain = vec![sink.name.as_str(), dlq];
+            let mut next = target(dlq);
+            while let Some(name) = next {
+                if chain.contains(&name) {
+                    if name == sink.name {
+                        chain.push(name);
+                        problems.add(
+                            at,
+                            format!("dead letters would circle: {}", chain.join(" -> ")),
+                        );
+                    }
+                    break;
+                }
+                chain.push(name);
+                next = target(name);
+            }
+        }
+    }
+}
+
+/// An absolute `http`/`https` URL with a host, no credentials, no spaces or control characters.
+fn check_http_url(url: &str) -> Result<(), String> {
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| lower.starts_with(scheme).then(|| &url[scheme.len()..]))
+    else {
+        return Err(format!(
+            "{url:?} is not an http or https URL (like https://events.example.com/herald)"
+        ));
+    };
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{url:?} contains spaces or control characters"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        // The value may be a credential: do not repeat it.
+        return Err(
+            "credentials in the URL are refused; use auth, whose secrets are references".into(),
+        );
+    }
+    let host = authority.strip_prefix('[').map_or_else(
+        || authority.split(':').next().unwrap_or_default(),
+        |v6| v6.split(']').next().unwrap_or_default(),
+    );
+    if host.is_empty() {
+        return Err(format!("{url:?} has no host"));
+    }
+    Ok(())
+}
+
+/// The rules the webhook sink applies to extra headers: an HTTP token as the name, not a header
+/// herald sets itself, no control characters in the value.
+fn check_extra_header(name: &str, value: &str) -> Result<(), String> {
+    const RESERVED: [&str; 9] = [
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "host",
+        "te",
+        "x-hub-signature-256",
+        "authorization",
+    ];
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(format!("{name:?} is not an HTTP header name"));
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower == "authorization" {
+        return Err("use auth for the Authorization header; its secrets are references".into());
+    }
+    if RESERVED.contains(&lower.as_str())
+        || ["ce-", "webhook-", "herald-error-"]
+            .iter()
+            .any(|prefix| lower.starts_with(prefix))
+    {
+        return Err(format!(
+            "{name:?} is set by herald and cannot be configured"
+        ));
+    }
+    if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7F) {
+        return Err(format!(
+            "the value of {name:?} contains a control character"
+        ));
+    }
+    Ok(())
 }
 
 fn check_routes(config: &Config, problems: &mut Problems) {

@@ -33,6 +33,8 @@ pub use window::{Pending, Window};
 
 /// How often an idle driver looks for new durable events.
 const IDLE_POLL: Duration = Duration::from_millis(5);
+/// How often the replay queue is looked at when it was empty.
+const REPLAY_POLL: Duration = Duration::from_millis(200);
 
 /// Delivery settings of one sink.
 #[derive(Debug, Clone)]
@@ -204,7 +206,40 @@ struct Breaker {
     probe_at: Instant,
 }
 
-type SendResult = (Vec<Envelope>, Vec<Outcome>, bool);
+/// What a send call was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// Regular delivery from the window.
+    Normal,
+    /// A probe of a paused sink (does not count as an attempt).
+    Probe,
+    /// Events an operator asked to send again (dead letters, `herald replay`).
+    Replay,
+}
+
+type SendResult = (Vec<Envelope>, Vec<Outcome>, Call);
+
+/// The journal keeps the dead letters: a JSON record per event, by sink and sequence.
+impl DeadLetters for Journal {
+    fn dead_letter(&self, letter: &DeadLetter) -> Result<(), String> {
+        let event: serde_json::Value =
+            serde_json::from_slice(&letter.event).unwrap_or(serde_json::Value::Null);
+        let record = serde_json::json!({
+            "seq": letter.seq,
+            "sink": letter.sink,
+            "attempts": letter.attempts,
+            "firstFailure": letter.first_failure,
+            "lastFailure": letter.last_failure,
+            "class": letter.class,
+            "code": letter.code,
+            "error": letter.error,
+            "event": event,
+        });
+        let bytes = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        self.dead_letter_put(&letter.sink, letter.seq, &bytes)
+            .map_err(|e| e.to_string())
+    }
+}
 
 /// Delivers to `sink` until `stop` fires and everything journaled has been delivered (the caller bounds
 /// how long that may take).
@@ -230,6 +265,8 @@ pub async fn run<S: Sink>(
     let mut window = Window::new(cursor);
     let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, SendResult>> =
         FuturesUnordered::new();
+    let mut replaying = false;
+    let mut replay_at = Instant::now();
     let mut breaker = Breaker {
         last_ok: None,
         failing_calls: 0,
@@ -245,7 +282,7 @@ pub async fn run<S: Sink>(
                 && now >= breaker.probe_at
                 && let Some(probe) = window.take_probe()
             {
-                inflight.push(send(sink.clone(), vec![probe], true));
+                inflight.push(send(sink.clone(), vec![probe], Call::Probe));
             }
         } else {
             while inflight.len() < settings.concurrency.max(1) {
@@ -253,7 +290,16 @@ pub async fn run<S: Sink>(
                 if batch.is_empty() {
                     break;
                 }
-                inflight.push(send(sink.clone(), batch, false));
+                inflight.push(send(sink.clone(), batch, Call::Normal));
+            }
+            if !replaying && Instant::now() >= replay_at {
+                let batch = replays(&name, &journal, settings.batch_max.max(1));
+                if batch.is_empty() {
+                    replay_at = Instant::now() + REPLAY_POLL;
+                } else {
+                    replaying = true;
+                    inflight.push(send(sink.clone(), batch, Call::Replay));
+                }
             }
         }
         let ack = window.ack_point();
@@ -281,8 +327,13 @@ pub async fn run<S: Sink>(
             w.saturating_duration_since(now).min(IDLE_POLL)
         });
         tokio::select! {
-            Some((batch, outcomes, probe)) = inflight.next(), if !inflight.is_empty() => {
-                settle(&name, &settings, &mut window, &mut breaker, &stats, dead.as_deref(), batch, outcomes, probe);
+            Some((batch, outcomes, call)) = inflight.next(), if !inflight.is_empty() => {
+                if call == Call::Replay {
+                    replaying = false;
+                    replay_at = settle_replays(&name, &settings, &journal, &stats, dead.as_deref(), &batch, &outcomes);
+                } else {
+                    settle(&name, &settings, &mut window, &mut breaker, &stats, dead.as_deref(), batch, outcomes, call == Call::Probe);
+                }
             }
             () = tokio::time::sleep(idle) => {}
         }
@@ -292,12 +343,82 @@ pub async fn run<S: Sink>(
 fn send<S: Sink>(
     sink: Arc<S>,
     batch: Vec<Envelope>,
-    probe: bool,
+    call: Call,
 ) -> futures::future::BoxFuture<'static, SendResult> {
     Box::pin(async move {
         let outcomes = sink.send(&batch).await;
-        (batch, outcomes, probe)
+        (batch, outcomes, call)
     })
+}
+
+/// Queued replays for this sink, one per key, oldest first.
+fn replays(name: &str, journal: &Journal, max: usize) -> Vec<Envelope> {
+    let rows = match journal.replays(name, max * 4) {
+        Ok(rows) => rows,
+        Err(error) => {
+            tracing::error!(message = "Reading replays failed.", sink = %name, %error);
+            return Vec::new();
+        }
+    };
+    let mut keys = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (seq, bytes) in rows {
+        match CloudEvent::from_structured_json(&bytes) {
+            Ok(event) => {
+                let key = event.partition_key().unwrap_or(&event.id).to_string();
+                if keys.insert(key) && out.len() < max {
+                    out.push(Envelope::new(seq, event));
+                }
+            }
+            Err(error) => {
+                tracing::error!(message = "Unreadable replay dropped.", sink = %name, seq, %error);
+                let _ = journal.replay_done(name, seq);
+            }
+        }
+    }
+    out
+}
+
+/// Replays that were taken (or rejected again) leave the queue; the rest are tried later.
+fn settle_replays(
+    name: &str,
+    settings: &Settings,
+    journal: &Journal,
+    stats: &Stats,
+    dead: Option<&dyn DeadLetters>,
+    batch: &[Envelope],
+    outcomes: &[Outcome],
+) -> Instant {
+    let mut retry = false;
+    for (envelope, outcome) in batch.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Ok => {
+                stats.delivered.fetch_add(1, Ordering::Relaxed);
+                let _ = journal.replay_done(name, envelope.seq);
+            }
+            Outcome::Reject { reason } => {
+                let p = Pending {
+                    envelope: envelope.clone(),
+                    key: String::new(),
+                    attempts: 1,
+                    first_failure: None,
+                    failing_since: None,
+                    last_reason: None,
+                    not_before: Instant::now(),
+                    in_flight: false,
+                };
+                bury(name, dead, stats, &p, "permanent", reason);
+                let _ = journal.replay_done(name, envelope.seq);
+            }
+            Outcome::Retry { .. } => retry = true,
+        }
+    }
+    Instant::now()
+        + if retry {
+            backoff(settings, 3)
+        } else {
+            Duration::ZERO
+        }
 }
 
 /// Reads durable events into the window, skipping what the router does not send this sink.

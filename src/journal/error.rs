@@ -14,6 +14,15 @@ pub type Result<T, E = JournalError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
+    /// Storing, reading or removing a dead letter or a replay entry failed.
+    #[error("dead-letter queue operation for sink {sink:?} failed")]
+    DeadLetterFailed {
+        /// The sink.
+        sink: String,
+        /// The store's error.
+        #[source]
+        source: sled::Error,
+    },
     /// The journal directory could not be created or restricted to 0700.
     #[error("failed to create the journal directory {path}")]
     CreateDirFailed {

@@ -28,6 +28,7 @@
 //! - Cursor moves ([`Journal::ack`]) reach disk with the next group commit; a crash may move a
 //!   cursor back (redelivery with the same ids), never forward.
 
+mod dlq;
 mod error;
 mod files;
 mod flusher;

@@ -15,6 +15,9 @@ pub async fn sim() -> Simulator {
 
 /// Starts a simulator with `config` (its listen address forced to an ephemeral loopback port).
 pub async fn sim_with(config: SimConfig) -> Simulator {
+    // reqwest's rustls has no bundled crypto provider (the webhook sink enables rustls for the whole
+    // workspace), so every test installs herald's one, ring, before any reqwest client exists.
+    herald::sim::install_crypto_provider();
     Simulator::start(config.listen(([127, 0, 0, 1], 0).into()))
         .await
         .expect("simulator starts")

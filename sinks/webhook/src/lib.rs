@@ -1,0 +1,32 @@
+//! The webhook sink: CloudEvents as HTTP POSTs, in binary (default), structured or batched mode,
+//! signed per Standard Webhooks. Entry point: [`WebhookSink`], configured by [`WebhookConfig`].
+//!
+//! - **Modes** (CloudEvents HTTP binding): binary sends one request per event with the attributes as
+//!   percent-encoded `ce-` headers and `data` as the body; structured sends one request per event
+//!   with the whole event as `application/cloudevents+json`; batched sends one
+//!   `application/cloudevents-batch+json` array per request, at most `max_events` events each.
+//! - **Outcomes** ([`classify()`], table in [`mod@classify`]): 2xx is `Ok`; 408, 429 and 5xx except 501 are `Retry`, with the
+//!   `Retry-After` header as the hint; redirects are never followed, so 3xx, 501 and every other
+//!   status are `Reject`. Connection failures and timeouts are `Retry`.
+//! - **Signing** ([`SigningConfig`]): `webhook-id`, `webhook-timestamp` and
+//!   `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, and optionally GitHub's
+//!   `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of body>`. The timestamp and signatures are
+//!   computed per attempt; `webhook-id` is the event's `id`, the same on every attempt.
+//!
+//! TLS uses rustls with herald's one crypto provider, ring.
+// STYLE.md §7: library crates take clippy's pedantic set; each `allow` carries its reason.
+#![warn(clippy::pedantic)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod classify;
+mod config;
+mod encode;
+mod sign;
+mod sink;
+
+pub use classify::{classify, classify_error, parse_retry_after};
+pub use config::{
+    Auth, ClientIdentity, DEFAULT_PARALLEL_REQUESTS, DEFAULT_TIMEOUT, Mode, SigningConfig,
+    TlsConfig, WebhookConfig,
+};
+pub use sink::WebhookSink;
