@@ -161,3 +161,36 @@ async fn herald_sim_loads_objects_and_keeps_them_in_its_data_dir() {
     assert_eq!(bad.status.code(), Some(herald::exit_code::CONFIG_INVALID));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.yaml"));
 }
+
+#[tokio::test]
+async fn herald_demo_runs_end_to_end_and_ends_by_itself() {
+    let mut cmd = herald();
+    cmd.args(["demo", "--pace", "100ms", "--duration", "25s"]);
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(herald::exit_code::OK),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let arrived: Vec<&str> = stdout.lines().filter(|l| l.contains("webhook ←")).collect();
+    assert_eq!(arrived.len(), 7, "{stdout}");
+    assert!(
+        arrived[0].contains("dev.herald.resource.created") && arrived[0].contains("[redacted]")
+    );
+    assert!(arrived[5].contains("dev.herald.resource.deleted"));
+    assert!(
+        stdout.contains("7 events reached the webhook and 7 the file sink"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("kubeconfig"),
+        "closes with how to point herald at a real cluster"
+    );
+}

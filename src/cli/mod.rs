@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, clap derive, errors mapped to [`crate::exit_code`].
 
 mod check;
+mod demo;
 mod dlq;
 mod run;
 mod sim;
@@ -34,6 +35,9 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The whole pipeline on this machine, no cluster needed: changes to a sample CRD become
+    /// CloudEvents in a file and at a local webhook, shown as they arrive. Ends by itself.
+    Demo(demo::DemoArgs),
     /// Validate a configuration (offline; with --connect also against the cluster and the sinks).
     Check(check::CheckArgs),
     /// Watch the configured resources and deliver their changes as CloudEvents until SIGTERM/SIGINT.
@@ -123,6 +127,7 @@ pub fn main() -> ExitCode {
 async fn run(command: Command) -> Result<(), CliError> {
     match command {
         Command::Check(args) => check::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Status(args) => status::run(args).await,

@@ -496,6 +496,30 @@ impl Simulator {
             .map(|w| w.object)
     }
 
+    /// Merge-patches an object's status in-process (the status subresource).
+    pub fn merge_patch_status(
+        &self,
+        resource: &ResourceRef,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        let target = resource.target();
+        let opts = ops::WriteOpts::default();
+        self.shared
+            .store
+            .write(|s| {
+                s.patch(
+                    &target,
+                    name,
+                    ops::Part::Status,
+                    ops::PatchKind::Merge,
+                    patch,
+                    &opts,
+                )
+            })
+            .map(|w| w.object)
+    }
+
     /// Deletes an object in-process (finalizers are honoured as over HTTP).
     pub fn delete(&self, resource: &ResourceRef, name: &str) -> Result<(), ApiError> {
         let target = resource.target();
