@@ -380,8 +380,8 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
                         w.start == config::SinkStart::Earliest,
                         stop_delivery.clone(),
                         st,
-                        // As for file sinks; forwarding to `w.dead_letter_sink` is the DLQ wiring's.
-                        None,
+                        // Dead letters are kept in the journal; forwarding to `deadLetterSink` is not wired yet.
+                        Some(Arc::new(journal.clone()) as Arc<dyn delivery::DeadLetters>),
                     ),
                 )));
             }

@@ -6,6 +6,7 @@ mod support;
 mod cli;
 mod run_admin;
 mod run_check;
+mod run_delivery;
 mod run_dlq;
 mod run_events;
 mod run_webhook;

@@ -3,8 +3,18 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::error::{JournalError, Result};
+
+/// How long `open` keeps trying a held lock before it reports `AlreadyOpen`.
+///
+/// A lock can outlive its holder for a moment: a `flock` belongs to the open file, and a child
+/// process forked by another thread shares it until its `exec` closes it (seen in tests that
+/// spawn processes). So a reopen right after a close waits instead of failing; a real second
+/// herald is reported after this delay.
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(1);
+const LOCK_RETRY: Duration = Duration::from_millis(10);
 
 /// Our own lock file, beside sled's files (sled ignores names it does not know).
 pub(super) const LOCK_FILE: &str = "herald.lock";
@@ -50,12 +60,22 @@ pub(super) fn lock(dir: &Path) -> Result<File> {
             path: path.clone(),
             source,
         })?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(JournalError::AlreadyOpen {
-            path: dir.to_owned(),
-        }),
-        Err(fs::TryLockError::Error(source)) => Err(JournalError::LockFailed { path, source }),
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(JournalError::AlreadyOpen {
+                    path: dir.to_owned(),
+                });
+            }
+            Err(fs::TryLockError::Error(source)) => {
+                return Err(JournalError::LockFailed { path, source });
+            }
+        }
     }
 }
 

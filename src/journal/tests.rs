@@ -506,12 +506,12 @@ async fn retain_keeps_delivered_events_for_replay() {
 
     // The stored append time decides, not the time of the retention pass.
     let j = Journal::open(JournalConfig {
-        retain: Duration::from_millis(100),
+        retain: Duration::from_millis(400),
         ..cfg(tmp.path())
     })
     .unwrap();
     assert_eq!(j.apply_retention().unwrap(), 0);
-    std::thread::sleep(Duration::from_millis(150));
+    std::thread::sleep(Duration::from_millis(500));
     j.append(batch("pods", 2, &["ns/a"])).unwrap();
     j.durable(u64::MAX).await.unwrap();
     j.ack("s", 3).unwrap();

@@ -465,3 +465,107 @@ impl Drop for Herald {
         }
     }
 }
+
+/// A webhook receiver on 127.0.0.1 whose answers a test can change: records every request it takes.
+pub struct Receiver {
+    pub url: String,
+    /// Status to answer with (204 = take it).
+    pub status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    /// Answer 400 to events whose `ce-subject` is listed.
+    pub reject_subjects: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Random latency up to this many milliseconds per request.
+    pub max_latency_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// `(ce-id, ce-subject, ce-sequence)` of every event taken (2xx), in arrival order.
+    pub taken: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
+    /// Requests seen, whatever the answer.
+    pub requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Receiver {
+    pub async fn start() -> Self {
+        use std::sync::atomic::Ordering;
+        let status = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(204));
+        let reject_subjects = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let max_latency_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (st, rj, lat, tk, rq) = (
+            status.clone(),
+            reject_subjects.clone(),
+            max_latency_ms.clone(),
+            taken.clone(),
+            requests.clone(),
+        );
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: axum::http::HeaderMap| {
+                let (st, rj, lat, tk, rq) =
+                    (st.clone(), rj.clone(), lat.clone(), tk.clone(), rq.clone());
+                async move {
+                    rq.fetch_add(1, Ordering::SeqCst);
+                    let max = lat.load(Ordering::SeqCst);
+                    if max > 0 {
+                        let ms = rand::random_range(0..=max);
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                    let h = |k: &str| {
+                        headers
+                            .get(k)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    if rj.lock().unwrap().contains(&h("ce-subject")) {
+                        return axum::http::StatusCode::BAD_REQUEST;
+                    }
+                    let code = axum::http::StatusCode::from_u16(st.load(Ordering::SeqCst)).unwrap();
+                    if code.is_success() {
+                        tk.lock()
+                            .unwrap()
+                            .push((h("ce-id"), h("ce-subject"), h("ce-sequence")));
+                    }
+                    code
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            url,
+            status,
+            reject_subjects,
+            max_latency_ms,
+            taken,
+            requests,
+        }
+    }
+
+    pub fn taken_ids(&self) -> Vec<String> {
+        self.taken
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|t| t.0.clone())
+            .collect()
+    }
+}
+
+/// A herald config with webhook sinks `(name, url, extra yaml lines)` instead of the file sink.
+pub fn webhook_config(sim: &Simulator, dir: &Path, sinks: &[(&str, &str, &str)]) -> String {
+    let mut out = format!(
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {}\nresources:\n{WIDGETS_RESOURCE}\nsinks:\n",
+        sim.kubeconfig_path().display()
+    );
+    for (name, url, extra) in sinks {
+        out.push_str(&format!(
+            "  - name: {name}\n    type: webhook\n    url: {url}\n    timeout: 2s\n{extra}"
+        ));
+    }
+    out.push_str(&format!(
+        "journal:\n  path: {}\n  flushInterval: 2ms\nadmin:\n  listen: 127.0.0.1:{}\n",
+        dir.join("journal").display(),
+        free_port()
+    ));
+    out
+}
