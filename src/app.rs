@@ -41,6 +41,9 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// The admin token's secret could not be read.
+    #[error("cannot read admin.token: {0}")]
+    AdminTokenFailed(String),
     /// A sink could not be set up.
     #[error("sink {sink:?} failed its health check: {reason}")]
     SinkFailed {
@@ -439,6 +442,14 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         sinks: stats.clone(),
         journal: journal.clone(),
         alive: alive.clone(),
+        token: match &cfg.admin.token {
+            Some(secret) => Some(
+                secret
+                    .resolve()
+                    .map_err(|e| StartError::AdminTokenFailed(e.to_string()))?,
+            ),
+            None => None,
+        },
     };
     let admin = tokio::spawn(crate::telemetry::admin::serve(
         admin_listener,

@@ -325,3 +325,76 @@ async fn one_dead_sink_does_not_slow_a_healthy_one() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn the_admin_token_guards_live_dead_letter_replay() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let rx = Receiver::start().await;
+    rx.reject_subjects
+        .lock()
+        .unwrap()
+        .push("default/bad".into());
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let config = format!(
+        "{}  token: {{fromFile: {}}}\n",
+        webhook_config(&sim, dir.path(), &[("hook", &rx.url, "")]),
+        token_file.display()
+    );
+    let admin = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    ready(&admin).await;
+    let bad = raw
+        .post(WIDGETS, &widget("bad", json!({}), json!({})))
+        .await
+        .body;
+    let started = Instant::now();
+    while metric(&admin, "herald_dead_lettered_events_total{sink=\"hook\"}").await < 1.0 {
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed: serde_json::Value = reqwest::get(format!("http://{admin}/dlq/hook"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        1,
+        "reading the DLQ needs no token"
+    );
+
+    let client = reqwest::Client::new();
+    let post = |token: Option<&'static str>| {
+        let mut r = client.post(format!("http://{admin}/dlq/hook/replay"));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    assert_eq!(post(None).await.unwrap().status(), 401);
+    assert_eq!(post(Some("guess")).await.unwrap().status(), 401);
+    rx.reject_subjects.lock().unwrap().clear();
+    let ok = post(Some("s3cret")).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let id = format!(
+        "{}:{}:created",
+        bad["metadata"]["uid"].as_str().unwrap(),
+        bad["metadata"]["resourceVersion"].as_str().unwrap()
+    );
+    until("the live replay", &herald, || rx.taken_ids().contains(&id)).await;
+    let purge = client
+        .post(format!("http://{admin}/dlq/hook/purge"))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        purge.json::<serde_json::Value>().await.unwrap()["purged"],
+        0
+    );
+}

@@ -18,6 +18,8 @@ pub fn cpu_seconds() -> f64 {
 }
 
 /// Reads a watch as bare lines until `want` arrived; the fastest a client can take them.
+// Not every benchmark reads a watch directly.
+#[allow(dead_code)]
 pub async fn raw_reader(url: String, want: u64) -> u64 {
     // reqwest's rustls has no bundled provider: install herald's one, ring, before any client.
     herald::sim::install_crypto_provider();

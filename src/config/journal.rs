@@ -83,12 +83,18 @@ pub struct AdminConfig {
     /// host name. Default `127.0.0.1:9464`. Example: `0.0.0.0:9464` (in a pod).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// Bearer token the mutating calls (`POST /dlq/<sink>/replay`, `/dlq/<sink>/purge`, `/replay`)
+    /// require, from the environment or a file; without one they are disabled. Default none.
+    /// Example: `{fromFile: /var/run/secrets/herald/admin-token}`.
+    #[serde(default)]
+    pub token: Option<super::SecretRef>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: DEFAULT_ADMIN_LISTEN,
+            token: None,
         }
     }
 }

@@ -420,7 +420,7 @@ fn unknown_keys_are_errors_at_every_depth() {
         ),
         (
             base("admin: {address: 0.0.0.0:1}\n"),
-            "admin.address: unknown field `address`, expected `listen`",
+            "admin.address: unknown field `address`, expected `listen` or `token`",
         ),
     ] {
         assert_eq!(error(&yaml), expected, "{yaml}");

@@ -30,6 +30,8 @@ pub struct AdminState {
     pub journal: Journal,
     /// Set while herald's own loops run; cleared when one of them died unexpectedly.
     pub alive: Arc<std::sync::atomic::AtomicBool>,
+    /// The bearer token of the mutating calls; `None` disables them.
+    pub token: Option<String>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -48,6 +50,10 @@ pub async fn serve(listener: tokio::net::TcpListener, state: AdminState, stop: C
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/status", get(status))
+        .route("/dlq/{sink}", get(dlq_list))
+        .route("/dlq/{sink}/replay", axum::routing::post(dlq_replay))
+        .route("/dlq/{sink}/purge", axum::routing::post(dlq_purge))
+        .route("/replay", axum::routing::post(replay))
         .with_state(state);
     if let Err(error) = axum::serve(listener, app)
         .with_graceful_shutdown(stop.cancelled_owned())
@@ -346,4 +352,143 @@ async fn status(State(s): State<AdminState>) -> Response {
         axum::http::HeaderValue::from_static("application/json"),
     );
     r
+}
+
+/// Checks the bearer token of a mutating call: 403 when none is configured, 401 when it is wrong.
+fn authorize(s: &AdminState, headers: &axum::http::HeaderMap) -> Result<(), Box<Response>> {
+    let Some(token) = &s.token else {
+        let r = (
+            StatusCode::FORBIDDEN,
+            "mutating calls are disabled: set admin.token\n",
+        )
+            .into_response();
+        return Err(Box::new(r));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compare without an early exit, so timing does not tell how much of a guess was right.
+    let ok = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Box::new(
+            (
+                StatusCode::UNAUTHORIZED,
+                "a valid bearer token is required\n",
+            )
+                .into_response(),
+        ))
+    }
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response {
+    let mut r = (code, serde_json::to_vec_pretty(v).unwrap_or_default()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn known_sink(s: &AdminState, sink: &str) -> Result<(), Box<Response>> {
+    if s.sinks.iter().any(|(n, _)| n == sink) {
+        Ok(())
+    } else {
+        Err(Box::new(
+            (StatusCode::NOT_FOUND, format!("no sink named {sink:?}\n")).into_response(),
+        ))
+    }
+}
+
+async fn dlq_list(
+    State(s): State<AdminState>,
+    axum::extract::Path(sink): axum::extract::Path<String>,
+) -> Response {
+    if let Err(r) = known_sink(&s, &sink) {
+        return *r;
+    }
+    match s.journal.dead_letters(&sink, usize::MAX) {
+        Ok(rows) => {
+            let items: Vec<Value> = rows
+                .into_iter()
+                .map(|(_, b)| serde_json::from_slice(&b).unwrap_or(Value::Null))
+                .collect();
+            json_response(StatusCode::OK, &Value::Array(items))
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+async fn dlq_replay(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path(sink): axum::extract::Path<String>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
+        return *r;
+    }
+    let rows = match s.journal.dead_letters(&sink, usize::MAX) {
+        Ok(rows) => rows,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    };
+    let mut queued = Vec::new();
+    for (seq, bytes) in rows {
+        let record: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let event = serde_json::to_vec(&record["event"]).unwrap_or_default();
+        if s.journal.replay_put(&sink, seq, &event).is_ok() {
+            queued.push(seq);
+        }
+    }
+    if let Err(e) = s.journal.dead_letters_remove(&sink, Some(&queued)) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response();
+    }
+    json_response(StatusCode::OK, &json!({"queued": queued}))
+}
+
+async fn dlq_purge(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path(sink): axum::extract::Path<String>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
+        return *r;
+    }
+    match s.journal.dead_letters_remove(&sink, None) {
+        Ok(n) => json_response(StatusCode::OK, &json!({"purged": n})),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// `POST /replay?sink=S&from=SEQ`: queues journaled events (within retention) for redelivery.
+async fn replay(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let sink = q.get("sink").cloned().unwrap_or_default();
+    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
+        return *r;
+    }
+    let Some(from) = q.get("from").and_then(|f| f.parse::<u64>().ok()) else {
+        return (StatusCode::BAD_REQUEST, "from=SEQ is required\n").into_response();
+    };
+    let rows = match s.journal.events_from(from, usize::MAX) {
+        Ok(rows) => rows,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    };
+    let mut queued = Vec::new();
+    for (seq, bytes) in rows {
+        if s.journal.replay_put(&sink, seq, &bytes).is_ok() {
+            queued.push(seq);
+        }
+    }
+    json_response(StatusCode::OK, &json!({"queued": queued}))
 }
