@@ -479,21 +479,7 @@ impl Simulator {
         name: &str,
         patch: &Value,
     ) -> Result<Value, ApiError> {
-        let target = resource.target();
-        let opts = ops::WriteOpts::default();
-        self.shared
-            .store
-            .write(|s| {
-                s.patch(
-                    &target,
-                    name,
-                    ops::Part::Main,
-                    ops::PatchKind::Merge,
-                    patch,
-                    &opts,
-                )
-            })
-            .map(|w| w.object)
+        self.merge_patch_part(resource, name, ops::Part::Main, patch)
     }
 
     /// Merge-patches an object's status in-process (the status subresource).
@@ -503,20 +489,21 @@ impl Simulator {
         name: &str,
         patch: &Value,
     ) -> Result<Value, ApiError> {
+        self.merge_patch_part(resource, name, ops::Part::Status, patch)
+    }
+
+    fn merge_patch_part(
+        &self,
+        resource: &ResourceRef,
+        name: &str,
+        part: ops::Part,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
         let target = resource.target();
         let opts = ops::WriteOpts::default();
         self.shared
             .store
-            .write(|s| {
-                s.patch(
-                    &target,
-                    name,
-                    ops::Part::Status,
-                    ops::PatchKind::Merge,
-                    patch,
-                    &opts,
-                )
-            })
+            .write(|s| s.patch(&target, name, part, ops::PatchKind::Merge, patch, &opts))
             .map(|w| w.object)
     }
 
