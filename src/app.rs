@@ -14,6 +14,12 @@ use crate::route::{Route, Router};
 use crate::sim::{LoadError, SimConfig, SimError, Simulator};
 use crate::{delivery, watch};
 
+/// How long a stop waits for each watcher before abandoning it.
+const WATCHER_STOP: Duration = Duration::from_secs(5);
+/// Reads from the API server that take longer than this fail (a hung connection otherwise hangs a
+/// watcher's list or get forever); longer than the watch timeout plus bookmarks need.
+const API_READ_TIMEOUT: Duration = Duration::from_secs(360);
+
 /// How often delivered events are removed from the journal.
 const RETENTION_EVERY: Duration = Duration::from_secs(5);
 
@@ -88,6 +94,20 @@ fn op(e: config::EventType) -> Op {
         config::EventType::Updated => Op::Updated,
         config::EventType::Deleted => Op::Deleted,
     }
+}
+
+/// The router of a configuration's routes.
+pub fn router(cfg: &Config) -> Router {
+    Router::new(
+        cfg.routes
+            .iter()
+            .map(|r| Route {
+                resources: r.resources.clone(),
+                ops: r.events.iter().copied().map(op).collect(),
+                sinks: r.sinks.clone(),
+            })
+            .collect(),
+    )
 }
 
 /// Opens a sink and runs its health check, as a start would (for `herald check --connect`).
@@ -236,8 +256,9 @@ pub async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), S
             Ok((c, Some(sim)))
         }
         ClusterSource::InCluster => {
-            let kc = kube::Config::incluster()
+            let mut kc = kube::Config::incluster()
                 .map_err(|e| unreachable(format!("in-cluster configuration: {e}")))?;
+            kc.read_timeout = Some(API_READ_TIMEOUT);
             Ok((
                 kube::Client::try_from(kc).map_err(|e| unreachable(e.to_string()))?,
                 None,
@@ -248,7 +269,7 @@ pub async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), S
                 context: source.context.clone(),
                 ..Default::default()
             };
-            let kc = match &source.path {
+            let mut kc = match &source.path {
                 Some(path) => {
                     let file = kube::config::Kubeconfig::read_from(path)
                         .map_err(|e| unreachable(format!("kubeconfig {}: {e}", path.display())))?;
@@ -257,6 +278,7 @@ pub async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), S
                 None => kube::Config::from_kubeconfig(&options).await,
             }
             .map_err(|e| unreachable(format!("kubeconfig: {e}")))?;
+            kc.read_timeout = Some(API_READ_TIMEOUT);
             Ok((
                 kube::Client::try_from(kc).map_err(|e| unreachable(e.to_string()))?,
                 None,
@@ -283,17 +305,26 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         ..JournalConfig::new(cfg.journal.path.clone())
     })
     .map_err(StartError::JournalFailed)?;
+    // Cursors of sinks no longer configured would hold back retention and the backlog bound forever;
+    // cursors of configured sinks are registered before any watcher appends, so a new sink starting at
+    // the head still sees the first start's events.
+    for stale in journal
+        .sinks()
+        .into_iter()
+        .filter(|s| !cfg.sinks.iter().any(|c| c.name == *s))
+    {
+        tracing::warn!(message = "Dropping the cursor of a sink that is no longer configured.", sink = %stale);
+        journal
+            .remove_sink(&stale)
+            .map_err(StartError::JournalFailed)?;
+    }
+    for sink in &cfg.sinks {
+        journal
+            .register_sink(&sink.name, sink.kind.start() == config::SinkStart::Earliest)
+            .map_err(StartError::JournalFailed)?;
+    }
 
-    let router = Arc::new(Router::new(
-        cfg.routes
-            .iter()
-            .map(|r| Route {
-                resources: r.resources.clone(),
-                ops: r.events.iter().copied().map(op).collect(),
-                sinks: r.sinks.clone(),
-            })
-            .collect(),
-    ));
+    let router = Arc::new(router(cfg));
 
     let stop_delivery = CancellationToken::new();
     let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -442,6 +473,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         sinks: stats.clone(),
         journal: journal.clone(),
         alive: alive.clone(),
+        router: router.clone(),
         token: match &cfg.admin.token {
             Some(secret) => Some(
                 secret
@@ -508,7 +540,12 @@ impl Running {
     pub async fn stop(self, drain_timeout: Duration) -> Result<(), JournalError> {
         self.stop_watch.cancel();
         for w in self.watchers {
-            let _ = w.await;
+            // A watcher stuck in a request to an unreachable API server must not hold the stop: what it
+            // had was already journaled.
+            let abort = w.abort_handle();
+            if tokio::time::timeout(WATCHER_STOP, w).await.is_err() {
+                abort.abort();
+            }
         }
         self.stop_delivery.cancel();
         let drained =

@@ -356,19 +356,28 @@ async fn the_admin_token_guards_live_dead_letter_replay() {
         assert!(started.elapsed() < Duration::from_secs(20));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let listed: serde_json::Value = reqwest::get(format!("http://{admin}/dlq/hook"))
+    let client = reqwest::Client::new();
+    assert_eq!(
+        client
+            .get(format!("http://{admin}/dlq/hook"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401,
+        "dead letters carry whole events"
+    );
+    let listed: serde_json::Value = client
+        .get(format!("http://{admin}/dlq/hook"))
+        .bearer_auth("s3cret")
+        .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    assert_eq!(
-        listed.as_array().unwrap().len(),
-        1,
-        "reading the DLQ needs no token"
-    );
+    assert_eq!(listed.as_array().unwrap().len(), 1);
 
-    let client = reqwest::Client::new();
     let post = |token: Option<&'static str>| {
         let mut r = client.post(format!("http://{admin}/dlq/hook/replay"));
         if let Some(t) = token {

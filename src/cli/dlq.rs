@@ -126,17 +126,9 @@ pub(super) async fn dlq(args: DlqArgs) -> Result<(), CliError> {
             Ok(())
         }
         DlqAction::Replay(sel) => {
-            let rows = selected(&journal, sel)?;
-            let mut queued = Vec::new();
-            for (seq, r) in &rows {
-                let event = serde_json::to_vec(&r["event"]).unwrap_or_default();
-                journal
-                    .replay_put(&sel.sink, *seq, &event)
-                    .map_err(CliError::JournalFailed)?;
-                queued.push(*seq);
-            }
-            journal
-                .dead_letters_remove(&sel.sink, Some(&queued))
+            let seqs: Option<Vec<u64>> = (!sel.seqs.is_empty()).then(|| sel.seqs.clone());
+            let queued = journal
+                .dead_letters_to_replay(&sel.sink, seqs.as_deref())
                 .map_err(CliError::JournalFailed)?;
             report(sel.json, "queued for redelivery", &queued);
             Ok(())

@@ -201,6 +201,11 @@ struct Breaker {
     /// while the sink was taking others, so an outage never dead-letters what it delays.
     last_ok: Option<Instant>,
     failing_calls: u32,
+    /// Keys that failed during the current streak: one key failing alone is that event's problem,
+    /// not the sink's, and must not pause the sink.
+    failing_keys: std::collections::HashSet<String>,
+    /// The event probed last, so probes rotate over keys.
+    last_probe: Option<u64>,
     paused: bool,
     probes: u32,
     probe_at: Instant,
@@ -270,6 +275,8 @@ pub async fn run<S: Sink>(
     let mut breaker = Breaker {
         last_ok: None,
         failing_calls: 0,
+        failing_keys: std::collections::HashSet::new(),
+        last_probe: None,
         paused: false,
         probes: 0,
         probe_at: Instant::now(),
@@ -280,8 +287,9 @@ pub async fn run<S: Sink>(
         if breaker.paused {
             if inflight.is_empty()
                 && now >= breaker.probe_at
-                && let Some(probe) = window.take_probe()
+                && let Some(probe) = window.take_probe(breaker.last_probe)
             {
+                breaker.last_probe = Some(probe.seq);
                 inflight.push(send(sink.clone(), vec![probe], Call::Probe));
             }
         } else {
@@ -548,6 +556,7 @@ fn settle(
     }
     if any_ok {
         breaker.failing_calls = 0;
+        breaker.failing_keys.clear();
         if breaker.paused {
             breaker.paused = false;
             stats.paused.store(false, Ordering::SeqCst);
@@ -565,7 +574,12 @@ fn settle(
         return;
     }
     breaker.failing_calls = breaker.failing_calls.saturating_add(1);
-    if breaker.failing_calls >= settings.pause_after {
+    for e in &batch {
+        breaker
+            .failing_keys
+            .insert(e.event.partition_key().unwrap_or(&e.event.id).to_string());
+    }
+    if breaker.failing_calls >= settings.pause_after && breaker.failing_keys.len() >= 2 {
         breaker.paused = true;
         breaker.probes = 0;
         breaker.probe_at = now + backoff(settings, 0);

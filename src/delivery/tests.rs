@@ -280,3 +280,48 @@ async fn a_sink_failing_everything_is_paused_probed_and_catches_up_in_order() {
     stop.cancel();
     driver.await.unwrap();
 }
+
+#[tokio::test]
+async fn one_event_the_sink_keeps_refusing_neither_pauses_the_sink_nor_holds_back_other_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    sink.script.lock().unwrap().insert(
+        "poison".into(),
+        vec![Outcome::retry(Reason::new("http_5xx", "500")); 1000],
+    );
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let settings = Settings {
+        max_attempts: Some(3),
+        ..fast()
+    };
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        settings,
+        true,
+        stop.clone(),
+        stats.clone(),
+        None,
+    ));
+    append(&j, vec![event("poison", "p")]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    append(
+        &j,
+        (0..5)
+            .map(|i| event(&format!("ok{i}"), &format!("k{i}")))
+            .collect(),
+    )
+    .await;
+    until(|| {
+        stats.delivered.load(Ordering::SeqCst) == 5
+            && stats.dead_lettered.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert!(!stats.paused.load(Ordering::SeqCst));
+    stop.cancel();
+    driver.await.unwrap();
+}

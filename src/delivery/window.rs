@@ -115,17 +115,23 @@ impl Window {
             .collect()
     }
 
-    /// The oldest pending event that is not in flight, for probing a paused sink. Marks it in flight.
-    pub fn take_probe(&mut self) -> Option<Envelope> {
+    /// The next key's first pending event after the one probed last (`after`), for probing a paused
+    /// sink: rotating over keys, so one event the sink keeps refusing cannot be the only thing ever
+    /// tried. Marks it in flight.
+    pub fn take_probe(&mut self, after: Option<u64>) -> Option<Envelope> {
         let mut seen_keys: HashSet<&str> = HashSet::new();
-        let mut found = None;
+        let mut first = None;
+        let mut next = None;
         for (seq, p) in &self.pending {
             if seen_keys.insert(p.key.as_str()) && !p.in_flight {
-                found = Some(*seq);
-                break;
+                first.get_or_insert(*seq);
+                if after.is_none_or(|a| *seq > a) {
+                    next = Some(*seq);
+                    break;
+                }
             }
         }
-        let p = self.pending.get_mut(&found?)?;
+        let p = self.pending.get_mut(&next.or(first)?)?;
         p.in_flight = true;
         Some(p.envelope.clone())
     }
@@ -260,8 +266,18 @@ mod tests {
             w.push(env(seq, &format!("k{seq}")), now);
         }
         assert_eq!(seqs(&w.take_ready(now, 2)), [1, 2]);
-        assert_eq!(w.take_probe().map(|e| e.seq), Some(3));
+        assert_eq!(w.take_probe(None).map(|e| e.seq), Some(3));
         w.release(3);
-        assert_eq!(w.take_probe().map(|e| e.seq), Some(3));
+        assert_eq!(
+            w.take_probe(Some(3)).map(|e| e.seq),
+            Some(4),
+            "probes rotate over keys"
+        );
+        w.release(4);
+        assert_eq!(
+            w.take_probe(Some(5)).map(|e| e.seq),
+            Some(3),
+            "and wrap around"
+        );
     }
 }

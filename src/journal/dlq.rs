@@ -96,6 +96,36 @@ impl Journal {
         Ok(removed)
     }
 
+    /// Moves dead letters (`None`: all of `sink`'s) into the replay queue in one atomic batch, so a
+    /// replay that fails again while the move runs cannot be erased by it. Each record's `event` member
+    /// (structured JSON) is what gets queued; returns the moved sequence numbers.
+    pub fn dead_letters_to_replay(&self, sink: &str, seqs: Option<&[u64]>) -> Result<Vec<u64>> {
+        let rows = self.dead_letters(sink, usize::MAX)?;
+        let mut batch = sled::Batch::default();
+        let mut moved = Vec::new();
+        for (seq, record) in rows {
+            if seqs.is_some_and(|s| !s.contains(&seq)) {
+                continue;
+            }
+            let event = serde_json::from_slice::<serde_json::Value>(&record)
+                .ok()
+                .and_then(|r| {
+                    r.get("event")
+                        .map(|e| serde_json::to_vec(e).unwrap_or_default())
+                })
+                .unwrap_or_default();
+            batch.remove(key(DEAD_PREFIX, sink, seq));
+            batch.insert(key(REPLAY_PREFIX, sink, seq), event);
+            moved.push(seq);
+        }
+        self.inner
+            .db
+            .apply_batch(batch)
+            .map_err(Self::dlq_err(sink))?;
+        self.inner.flush.note_write(0);
+        Ok(moved)
+    }
+
     /// Queues an event (structured JSON) to be sent to `sink` again, ahead of its cursor.
     pub fn replay_put(&self, sink: &str, seq: u64, event: &[u8]) -> Result<()> {
         keys::check_name("sink", sink)?;

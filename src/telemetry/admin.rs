@@ -32,7 +32,12 @@ pub struct AdminState {
     pub alive: Arc<std::sync::atomic::AtomicBool>,
     /// The bearer token of the mutating calls; `None` disables them.
     pub token: Option<String>,
+    /// The routes, so a replay only queues what the sink would have received.
+    pub router: Arc<crate::route::Router>,
 }
+
+/// Journal events read per page by `POST /replay`.
+const REPLAY_PAGE: usize = 1024;
 
 impl std::fmt::Debug for AdminState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -410,9 +415,11 @@ fn known_sink(s: &AdminState, sink: &str) -> Result<(), Box<Response>> {
 
 async fn dlq_list(
     State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
     axum::extract::Path(sink): axum::extract::Path<String>,
 ) -> Response {
-    if let Err(r) = known_sink(&s, &sink) {
+    // Dead letters carry whole events: reading them needs the token too.
+    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
         return *r;
     }
     match s.journal.dead_letters(&sink, usize::MAX) {
@@ -435,22 +442,10 @@ async fn dlq_replay(
     if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
         return *r;
     }
-    let rows = match s.journal.dead_letters(&sink, usize::MAX) {
-        Ok(rows) => rows,
-        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-    };
-    let mut queued = Vec::new();
-    for (seq, bytes) in rows {
-        let record: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        let event = serde_json::to_vec(&record["event"]).unwrap_or_default();
-        if s.journal.replay_put(&sink, seq, &event).is_ok() {
-            queued.push(seq);
-        }
+    match s.journal.dead_letters_to_replay(&sink, None) {
+        Ok(queued) => json_response(StatusCode::OK, &json!({"queued": queued})),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
-    if let Err(e) = s.journal.dead_letters_remove(&sink, Some(&queued)) {
-        return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response();
-    }
-    json_response(StatusCode::OK, &json!({"queued": queued}))
 }
 
 async fn dlq_purge(
@@ -480,15 +475,23 @@ async fn replay(
     let Some(from) = q.get("from").and_then(|f| f.parse::<u64>().ok()) else {
         return (StatusCode::BAD_REQUEST, "from=SEQ is required\n").into_response();
     };
-    let rows = match s.journal.events_from(from, usize::MAX) {
-        Ok(rows) => rows,
-        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-    };
     let mut queued = Vec::new();
-    for (seq, bytes) in rows {
-        if s.journal.replay_put(&sink, seq, &bytes).is_ok() {
-            queued.push(seq);
+    let mut next = from;
+    loop {
+        let rows = match s.journal.events_from(next, REPLAY_PAGE) {
+            Ok(rows) => rows,
+            Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        };
+        let Some(&(last, _)) = rows.last() else { break };
+        for (seq, bytes) in rows {
+            // Only what the routes send this sink: a replay must not leak other resources' events.
+            let routed = herald_sink_core::event::CloudEvent::from_structured_json(&bytes)
+                .is_ok_and(|ev| s.router.wants(&sink, &ev));
+            if routed && s.journal.replay_put(&sink, seq, &bytes).is_ok() {
+                queued.push(seq);
+            }
         }
+        next = last + 1;
     }
     json_response(StatusCode::OK, &json!({"queued": queued}))
 }

@@ -23,6 +23,9 @@ use crate::journal::Journal;
 pub use resolve::{Resolved, resolve};
 pub use sync::{NamespaceCache, Recorder, SyncError};
 
+/// A watch that lasted this long ended normally; a shorter one counts as a failure for the backoff.
+const HEALTHY_WATCH: Duration = Duration::from_secs(5);
+
 /// What to watch, resolved from one `resources[i]` entry (and one namespace of its list).
 #[derive(Debug, Clone)]
 pub struct WatchSpec {
@@ -189,13 +192,18 @@ pub async fn run(
             }
             (State::Watching { rv }, Some(r)) => {
                 let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
+                let began = std::time::Instant::now();
                 let next = watch(&recorder, rv, &tuning, &stop, &health).await;
-                match &next {
-                    State::Watching { .. } => health.restarts.fetch_add(1, Ordering::Relaxed),
-                    _ => 0,
-                };
-                if matches!(next, State::Watching { .. }) && backoff.attempts > 0 {
-                    sleep_or_stop(backoff.next(), &stop).await;
+                if matches!(next, State::Watching { .. }) && !stop.is_cancelled() {
+                    health.restarts.fetch_add(1, Ordering::Relaxed);
+                    // A watch that lasted is a healthy one ending (timeout, server restart): re-watch at
+                    // once. One that ended quickly failed or was refused: back off, so a broken server
+                    // is not hammered.
+                    if began.elapsed() >= HEALTHY_WATCH {
+                        backoff.reset();
+                    } else {
+                        sleep_or_stop(backoff.next(), &stop).await;
+                    }
                 }
                 next
             }
@@ -241,7 +249,7 @@ async fn watch(
                 return State::Resolving;
             }
             tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), %error);
-            sleep_or_stop(Duration::from_secs(1), stop).await;
+            health.synced.store(false, Ordering::SeqCst);
             return State::Watching { rv };
         }
     };
@@ -259,6 +267,7 @@ async fn watch(
         let first = match first {
             Err(_) => {
                 tracing::warn!(message = "Watch stalled; reconnecting.", resource = %r.display(), rv = %rv);
+                health.synced.store(false, Ordering::SeqCst);
                 return State::Watching { rv };
             }
             Ok(None) => return State::Watching { rv },
@@ -294,8 +303,15 @@ async fn watch(
                     tracing::warn!(message = "Watch error event.", resource = %r.display(), code = status.code, reason = %status.reason, error = %status.message);
                 }
                 Err(error) => {
-                    // A line that does not parse: kube-rs drops it; the resume point stays where it was.
-                    tracing::warn!(message = "Watch stream error.", resource = %r.display(), %error);
+                    // A line that does not parse is a change we cannot see: record what came before it,
+                    // then relist, so the diff recovers whatever the line carried instead of the next
+                    // event's resourceVersion silently moving the checkpoint past it.
+                    tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), %error);
+                    if let Err(error) = rec.record_watch(&changes, &mut rv).await {
+                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
+                    }
+                    health.synced.store(false, Ordering::SeqCst);
+                    return State::Listing;
                 }
             }
         }
