@@ -183,27 +183,17 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<(), CliError> {
     if args.from.is_none() && since.is_none() {
         return Err(CliError::Usage("give --from SEQ or --since TIME".into()));
     }
-    let journal = open(&args.config)?;
-    let rows = journal
-        .events_from(args.from.unwrap_or(1), usize::MAX)
+    let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
+    let journal = Journal::open(JournalConfig::new(cfg.journal.path.clone()))
         .map_err(CliError::JournalFailed)?;
-    let mut queued = Vec::new();
-    for (seq, bytes) in rows {
-        if let Some(since) = since {
-            let observed = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
-                v.get("time")
-                    .and_then(Value::as_str)
-                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            });
-            if observed.is_none_or(|t| t < since) {
-                continue;
-            }
-        }
-        journal
-            .replay_put(&args.sink, seq, &bytes)
-            .map_err(CliError::JournalFailed)?;
-        queued.push(seq);
-    }
+    let queued = crate::delivery::queue_replays(
+        &journal,
+        &crate::app::router(&cfg),
+        &args.sink,
+        args.from.unwrap_or(1),
+        since,
+    )
+    .map_err(CliError::JournalFailed)?;
     journal.close().await.map_err(CliError::JournalFailed)?;
     report(args.json, "queued for redelivery", &queued);
     Ok(())

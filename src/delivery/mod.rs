@@ -359,6 +359,45 @@ fn send<S: Sink>(
     })
 }
 
+/// Journal events read per page when queuing replays.
+const REPLAY_PAGE: usize = 1024;
+
+/// Queues journaled events (within retention) for redelivery to `sink`: from sequence `from` on, observed
+/// at or after `since`, and only what the routes send this sink — a replay must not leak other
+/// resources' events. Pages through the journal; returns the queued sequence numbers.
+pub fn queue_replays(
+    journal: &Journal,
+    router: &Router,
+    sink: &str,
+    from: u64,
+    since: Option<jiff::Timestamp>,
+) -> Result<Vec<u64>, crate::journal::JournalError> {
+    let mut queued = Vec::new();
+    let mut next = from;
+    loop {
+        let rows = journal.events_from(next, REPLAY_PAGE)?;
+        let Some(&(last, _)) = rows.last() else { break };
+        for (seq, bytes) in rows {
+            let Ok(event) = CloudEvent::from_structured_json(&bytes) else {
+                continue;
+            };
+            let recent = since.is_none_or(|since| {
+                event
+                    .time
+                    .as_deref()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .is_some_and(|t| t >= since)
+            });
+            if recent && router.wants(sink, &event) {
+                journal.replay_put(sink, seq, &bytes)?;
+                queued.push(seq);
+            }
+        }
+        next = last + 1;
+    }
+    Ok(queued)
+}
+
 /// Queued replays for this sink, one per key, oldest first.
 fn replays(name: &str, journal: &Journal, max: usize) -> Vec<Envelope> {
     let rows = match journal.replays(name, max * 4) {

@@ -325,3 +325,47 @@ async fn one_event_the_sink_keeps_refusing_neither_pauses_the_sink_nor_holds_bac
     stop.cancel();
     driver.await.unwrap();
 }
+
+#[tokio::test]
+async fn replays_queue_only_what_the_routes_send_the_sink_and_respect_since() {
+    use crate::route::Route;
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    j.register_sink("s", true).unwrap();
+    let ev = |id: &str, group: &str, time: &str| {
+        CloudEvent::new(
+            id,
+            format!("k8s://c/{group}/things"),
+            "dev.herald.resource.updated",
+        )
+        .time(time)
+        .extension("k8sgroup", ExtensionValue::String(group.into()))
+        .extension("k8skind", ExtensionValue::String("Thing".into()))
+        .to_structured_json()
+    };
+    append(
+        &j,
+        vec![
+            ev("mine-old", "a.io", "2026-01-01T00:00:00.000Z"),
+            ev("other", "b.io", "2026-06-01T00:00:00.000Z"),
+            ev("mine-new", "a.io", "2026-06-01T00:00:00.000Z"),
+        ],
+    )
+    .await;
+    let router = Router::new(vec![Route {
+        resources: vec!["things.a.io".into()],
+        ops: vec![],
+        sinks: vec!["s".into()],
+    }]);
+    assert_eq!(
+        queue_replays(&j, &router, "s", 1, None).unwrap(),
+        [1, 3],
+        "the other resource's event is not the sink's"
+    );
+    let since = "2026-03-01T00:00:00Z".parse().unwrap();
+    assert_eq!(
+        queue_replays(&j, &router, "s", 1, Some(since)).unwrap(),
+        [3]
+    );
+    assert_eq!(queue_replays(&j, &router, "s", 2, None).unwrap(), [3]);
+}

@@ -36,9 +36,6 @@ pub struct AdminState {
     pub router: Arc<crate::route::Router>,
 }
 
-/// Journal events read per page by `POST /replay`.
-const REPLAY_PAGE: usize = 1024;
-
 impl std::fmt::Debug for AdminState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminState")
@@ -475,23 +472,9 @@ async fn replay(
     let Some(from) = q.get("from").and_then(|f| f.parse::<u64>().ok()) else {
         return (StatusCode::BAD_REQUEST, "from=SEQ is required\n").into_response();
     };
-    let mut queued = Vec::new();
-    let mut next = from;
-    loop {
-        let rows = match s.journal.events_from(next, REPLAY_PAGE) {
-            Ok(rows) => rows,
-            Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-        };
-        let Some(&(last, _)) = rows.last() else { break };
-        for (seq, bytes) in rows {
-            // Only what the routes send this sink: a replay must not leak other resources' events.
-            let routed = herald_sink_core::event::CloudEvent::from_structured_json(&bytes)
-                .is_ok_and(|ev| s.router.wants(&sink, &ev));
-            if routed && s.journal.replay_put(&sink, seq, &bytes).is_ok() {
-                queued.push(seq);
-            }
-        }
-        next = last + 1;
-    }
+    let queued = match crate::delivery::queue_replays(&s.journal, &s.router, &sink, from, None) {
+        Ok(queued) => queued,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    };
     json_response(StatusCode::OK, &json!({"queued": queued}))
 }
