@@ -110,17 +110,27 @@ pub fn router(cfg: &Config) -> Router {
     )
 }
 
+/// The file sink's settings from its configuration (`-` is stdout).
+fn file_config(f: &config::FileSinkConfig) -> herald_sink_file::FileConfig {
+    herald_sink_file::FileConfig {
+        path: (f.path.as_os_str() != config::STDOUT_PATH).then(|| f.path.clone()),
+        fsync: match f.fsync {
+            config::Fsync::Always => herald_sink_file::Fsync::Always,
+            config::Fsync::Interval => herald_sink_file::Fsync::Interval(f.fsync_interval),
+            config::Fsync::Never => herald_sink_file::Fsync::Never,
+        },
+        rotate: f.rotate.as_ref().map(|r| herald_sink_file::Rotate {
+            max_size: r.max_size,
+            max_files: r.max_files,
+        }),
+    }
+}
+
 /// Opens a sink and runs its health check, as a start would (for `herald check --connect`).
 pub async fn check_sink(sink: &config::SinkConfig) -> Result<(), String> {
     match &sink.kind {
         SinkKind::File(f) => {
-            let path = (f.path.as_os_str() != config::STDOUT_PATH).then(|| f.path.clone());
-            let s = herald_sink_file::FileSink::open(herald_sink_file::FileConfig {
-                path,
-                fsync: herald_sink_file::Fsync::Never,
-                rotate: None,
-            })
-            .map_err(|e| e.to_string())?;
+            let s = herald_sink_file::FileSink::open(file_config(f)).map_err(|e| e.to_string())?;
             herald_sink_core::sink::Sink::healthcheck(&s)
                 .await
                 .map_err(|e| e.to_string())
@@ -338,22 +348,8 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
                     sink: sink.name.clone(),
                     reason,
                 };
-                let path = (f.path.as_os_str() != config::STDOUT_PATH).then(|| f.path.clone());
-                let s = herald_sink_file::FileSink::open(herald_sink_file::FileConfig {
-                    path,
-                    fsync: match f.fsync {
-                        config::Fsync::Always => herald_sink_file::Fsync::Always,
-                        config::Fsync::Interval => {
-                            herald_sink_file::Fsync::Interval(f.fsync_interval)
-                        }
-                        config::Fsync::Never => herald_sink_file::Fsync::Never,
-                    },
-                    rotate: f.rotate.as_ref().map(|r| herald_sink_file::Rotate {
-                        max_size: r.max_size,
-                        max_files: r.max_files,
-                    }),
-                })
-                .map_err(|e| failed(e.to_string()))?;
+                let s = herald_sink_file::FileSink::open(file_config(f))
+                    .map_err(|e| failed(e.to_string()))?;
                 let s = Arc::new(s);
                 herald_sink_core::sink::Sink::healthcheck(s.as_ref())
                     .await
