@@ -1,5 +1,6 @@
-//! `herald dlq list|show|replay|purge` and `herald replay`: the dead-letter queues and redelivery from
-//! the journal of a stopped herald. (A running herald holds its journal exclusively.)
+//! `herald dlq list|show|replay|purge` and `herald replay`: the dead-letter queues and redelivery. A
+//! running herald holds its journal exclusively, so when its admin endpoint answers the commands go
+//! through it (with `admin.token`); otherwise they open the journal of the stopped herald.
 
 use std::path::PathBuf;
 
@@ -7,6 +8,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::CliError;
+use super::admin_client::Admin;
 use crate::config;
 use crate::journal::{Journal, JournalConfig};
 
@@ -68,20 +70,111 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-fn open(config: &std::path::Path) -> Result<Journal, CliError> {
-    let cfg = config::load(config).map_err(CliError::ConfigInvalid)?;
-    Journal::open(JournalConfig::new(cfg.journal.path)).map_err(CliError::JournalFailed)
+/// Where the dead letters are: a running herald's admin endpoint or a stopped herald's journal.
+enum Queue {
+    Running(Admin),
+    Stopped(Journal),
 }
 
-fn selected(journal: &Journal, sel: &DlqSelect) -> Result<Vec<(u64, Value)>, CliError> {
-    let rows = journal
-        .dead_letters(&sel.sink, usize::MAX)
-        .map_err(CliError::JournalFailed)?;
-    Ok(rows
+/// `a,b,c` for the admin endpoint's `seqs` parameter.
+fn seq_list(seqs: &[u64]) -> String {
+    seqs.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn seqs_of(v: &Value, key: &str) -> Vec<u64> {
+    v[key]
+        .as_array()
         .into_iter()
-        .filter(|(seq, _)| sel.seqs.is_empty() || sel.seqs.contains(seq))
-        .map(|(seq, bytes)| (seq, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
-        .collect())
+        .flatten()
+        .filter_map(Value::as_u64)
+        .collect()
+}
+
+impl Queue {
+    async fn open(config: &std::path::Path) -> Result<Self, CliError> {
+        let cfg = config::load(config).map_err(CliError::ConfigInvalid)?;
+        if let Some(admin) = Admin::running(&cfg).await? {
+            tracing::info!(message = "herald is running; using its admin endpoint.", addr = %admin.addr());
+            return Ok(Self::Running(admin));
+        }
+        Journal::open(JournalConfig::new(cfg.journal.path))
+            .map(Self::Stopped)
+            .map_err(CliError::JournalFailed)
+    }
+
+    async fn selected(&self, sel: &DlqSelect) -> Result<Vec<(u64, Value)>, CliError> {
+        let rows: Vec<(u64, Value)> = match self {
+            Self::Stopped(journal) => journal
+                .dead_letters(&sel.sink, usize::MAX)
+                .map_err(CliError::JournalFailed)?
+                .into_iter()
+                .map(|(seq, bytes)| (seq, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+                .collect(),
+            Self::Running(admin) => admin
+                .json("GET", &format!("/dlq/{}", sel.sink))
+                .await?
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| (r["seq"].as_u64().unwrap_or(0), r.clone()))
+                .collect(),
+        };
+        Ok(rows
+            .into_iter()
+            .filter(|(seq, _)| sel.seqs.is_empty() || sel.seqs.contains(seq))
+            .collect())
+    }
+
+    async fn replay(&self, sel: &DlqSelect) -> Result<Vec<u64>, CliError> {
+        match self {
+            Self::Stopped(journal) => {
+                let seqs: Option<Vec<u64>> = (!sel.seqs.is_empty()).then(|| sel.seqs.clone());
+                journal
+                    .dead_letters_to_replay(&sel.sink, seqs.as_deref())
+                    .map_err(CliError::JournalFailed)
+            }
+            Self::Running(admin) => {
+                let v = admin
+                    .json(
+                        "POST",
+                        &format!("/dlq/{}/replay?seqs={}", sel.sink, seq_list(&sel.seqs)),
+                    )
+                    .await?;
+                Ok(seqs_of(&v, "queued"))
+            }
+        }
+    }
+
+    async fn purge(&self, sel: &DlqSelect) -> Result<u64, CliError> {
+        match self {
+            Self::Stopped(journal) => {
+                let seqs: Option<Vec<u64>> = (!sel.seqs.is_empty()).then(|| sel.seqs.clone());
+                journal
+                    .dead_letters_remove(&sel.sink, seqs.as_deref())
+                    .map(|n| u64::try_from(n).unwrap_or(u64::MAX))
+                    .map_err(CliError::JournalFailed)
+            }
+            Self::Running(admin) => {
+                let v = admin
+                    .json(
+                        "POST",
+                        &format!("/dlq/{}/purge?seqs={}", sel.sink, seq_list(&sel.seqs)),
+                    )
+                    .await?;
+                Ok(v["purged"].as_u64().unwrap_or(0))
+            }
+        }
+    }
+
+    async fn close(self) -> Result<(), CliError> {
+        match self {
+            Self::Stopped(journal) => journal.close().await.map_err(CliError::JournalFailed),
+            Self::Running(_) => Ok(()),
+        }
+    }
 }
 
 pub(super) async fn dlq(args: DlqArgs) -> Result<(), CliError> {
@@ -89,10 +182,16 @@ pub(super) async fn dlq(args: DlqArgs) -> Result<(), CliError> {
         .config
         .clone()
         .ok_or_else(|| CliError::Usage("-c/--config is required".into()))?;
-    let journal = open(&config)?;
+    let queue = Queue::open(&config).await?;
     let result = match &args.action {
         DlqAction::List(sel) | DlqAction::Show(sel) => {
-            let rows = selected(&journal, sel)?;
+            let rows = match queue.selected(sel).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    queue.close().await?;
+                    return Err(e);
+                }
+            };
             let whole = matches!(args.action, DlqAction::Show(_));
             if sel.json {
                 let items: Vec<Value> = rows
@@ -125,28 +224,18 @@ pub(super) async fn dlq(args: DlqArgs) -> Result<(), CliError> {
             }
             Ok(())
         }
-        DlqAction::Replay(sel) => {
-            let seqs: Option<Vec<u64>> = (!sel.seqs.is_empty()).then(|| sel.seqs.clone());
-            let queued = journal
-                .dead_letters_to_replay(&sel.sink, seqs.as_deref())
-                .map_err(CliError::JournalFailed)?;
+        DlqAction::Replay(sel) => queue.replay(sel).await.map(|queued| {
             report(sel.json, "queued for redelivery", &queued);
-            Ok(())
-        }
-        DlqAction::Purge(sel) => {
-            let seqs: Option<Vec<u64>> = (!sel.seqs.is_empty()).then(|| sel.seqs.clone());
-            let n = journal
-                .dead_letters_remove(&sel.sink, seqs.as_deref())
-                .map_err(CliError::JournalFailed)?;
+        }),
+        DlqAction::Purge(sel) => queue.purge(sel).await.map(|n| {
             if sel.json {
                 println!("{}", json!({"purged": n}));
             } else {
                 println!("purged {n} dead letter(s) of sink {}", sel.sink);
             }
-            Ok(())
-        }
+        }),
     };
-    journal.close().await.map_err(CliError::JournalFailed)?;
+    queue.close().await?;
     result
 }
 
@@ -184,6 +273,18 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<(), CliError> {
         return Err(CliError::Usage("give --from SEQ or --since TIME".into()));
     }
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
+    if let Some(admin) = Admin::running(&cfg).await? {
+        let mut path = format!("/replay?sink={}", args.sink);
+        if let Some(from) = args.from {
+            path.push_str(&format!("&from={from}"));
+        }
+        if let Some(since) = since {
+            path.push_str(&format!("&since={since}"));
+        }
+        let v = admin.json("POST", &path).await?;
+        report(args.json, "queued for redelivery", &seqs_of(&v, "queued"));
+        return Ok(());
+    }
     let journal = Journal::open(JournalConfig::new(cfg.journal.path.clone()))
         .map_err(CliError::JournalFailed)?;
     let queued = crate::delivery::queue_replays(

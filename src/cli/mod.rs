@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand, clap derive, errors mapped to [`crate::exit_code`].
 
+mod admin_client;
 mod check;
 mod demo;
 mod dlq;
@@ -79,6 +80,9 @@ pub enum CliError {
     /// The async runtime could not start.
     #[error("cannot start the async runtime")]
     RuntimeFailed(#[source] std::io::Error),
+    /// A running herald's admin endpoint refused or failed a request.
+    #[error("{0}")]
+    AdminFailed(String),
 }
 
 impl CliError {
@@ -101,7 +105,9 @@ impl CliError {
             CliError::JournalFailed(_) => exit_code::JOURNAL_ERROR,
             CliError::CheckFailed(_) => exit_code::HEALTHCHECK_FAILED,
             CliError::Usage(_) => exit_code::USAGE,
-            CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) => exit_code::UNEXPECTED,
+            CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) | CliError::AdminFailed(_) => {
+                exit_code::UNEXPECTED
+            }
         }
     }
 }

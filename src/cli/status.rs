@@ -1,15 +1,13 @@
 //! `herald status`: per resource and per sink, where herald stands — from a running herald's admin
 //! endpoint, or, when it is stopped, straight from its journal.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::CliError;
+use super::admin_client::Admin;
 use crate::config;
 use crate::journal::{Journal, JournalConfig};
 
@@ -24,30 +22,13 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// A plain HTTP GET to a loopback admin endpoint (no client library needed for one request).
-async fn get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await?;
-    let mut buf = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut buf))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "read timed out"))??;
-    Ok(buf
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default())
-}
-
 pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
-    let doc = match get(cfg.admin.listen, "/status")
-        .await
-        .ok()
-        .and_then(|b| serde_json::from_str::<Value>(&b).ok())
-    {
+    let live = match Admin::running(&cfg).await? {
+        Some(admin) => admin.json("GET", "/status").await.ok(),
+        None => None,
+    };
+    let doc = match live {
         Some(mut live) => {
             live["source"] = json!(format!("admin endpoint {}", cfg.admin.listen));
             live
@@ -61,7 +42,12 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
                 .into_iter()
                 .map(|s| {
                     let cursor = journal.cursor(&s).unwrap_or(0);
-                    json!({"sink": s, "cursor": cursor, "lag": head.saturating_sub(cursor)})
+                    json!({
+                        "sink": s,
+                        "cursor": cursor,
+                        "lag": head.saturating_sub(cursor),
+                        "deadLetterQueue": journal.dead_letter_count(&s),
+                    })
                 })
                 .collect();
             let doc = json!({
@@ -95,20 +81,20 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
         }
     }
     println!(
-        "{:<20} {:>10} {:>8} {:>7} {:>10} {:>13}",
-        "SINK", "CURSOR", "LAG", "PAUSED", "DELIVERED", "DEAD-LETTERED"
+        "{:<20} {:>10} {:>8} {:>7} {:>10} {:>13} {:>8}",
+        "SINK", "CURSOR", "LAG", "PAUSED", "DELIVERED", "DEAD-LETTERED", "DLQ"
     );
+    let field = |s: &Value, key: &str| s.get(key).map_or("-".to_string(), ToString::to_string);
     for s in doc["sinks"].as_array().into_iter().flatten() {
         println!(
-            "{:<20} {:>10} {:>8} {:>7} {:>10} {:>13}",
+            "{:<20} {:>10} {:>8} {:>7} {:>10} {:>13} {:>8}",
             s["sink"].as_str().unwrap_or(""),
             s["cursor"],
             s["lag"],
-            s.get("paused").map_or("-".to_string(), ToString::to_string),
-            s.get("delivered")
-                .map_or("-".to_string(), ToString::to_string),
-            s.get("deadLettered")
-                .map_or("-".to_string(), ToString::to_string)
+            field(s, "paused"),
+            field(s, "delivered"),
+            field(s, "deadLettered"),
+            field(s, "deadLetterQueue"),
         );
     }
     println!(

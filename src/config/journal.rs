@@ -41,6 +41,12 @@ pub struct JournalSettings {
     /// Example: `5000000`.
     #[serde(default = "default_max_backlog")]
     pub max_backlog: u64,
+    /// Dead letters kept per sink at most. A sink whose dead-letter queue is full stops
+    /// dead-lettering: the event is retried instead and holds back the sink's cursor (nothing is
+    /// dropped), `herald_dead_letter_queue_full` turns 1, and the backlog grows until the queue
+    /// is replayed or purged. At least 1. Default `100000`. Example: `10000`.
+    #[serde(default = "default_max_dead_letters")]
+    pub max_dead_letters: usize,
 }
 
 impl Default for JournalSettings {
@@ -51,6 +57,7 @@ impl Default for JournalSettings {
             flush_entries: default_flush_entries(),
             retain: Duration::ZERO,
             max_backlog: default_max_backlog(),
+            max_dead_letters: default_max_dead_letters(),
         }
     }
 }
@@ -69,6 +76,10 @@ fn default_flush_entries() -> u32 {
 
 fn default_max_backlog() -> u64 {
     1_000_000
+}
+
+fn default_max_dead_letters() -> usize {
+    100_000
 }
 
 /// Default admin address: loopback only, because mutating calls are behind it.

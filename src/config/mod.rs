@@ -9,6 +9,8 @@
 mod cluster;
 mod interpolate;
 mod journal;
+mod kafka;
+mod nats;
 mod resource;
 mod route;
 mod secret;
@@ -30,6 +32,10 @@ pub use cluster::{
     KubeconfigSource,
 };
 pub use journal::{AdminConfig, DEFAULT_ADMIN_LISTEN, JournalSettings};
+pub use kafka::{KafkaMode, KafkaSinkConfig, SECRET_PROPERTIES};
+pub use nats::{
+    NatsAuth, NatsJetStream, NatsMode, NatsSinkConfig, NatsStorage, NatsStreamSpec, NatsTls,
+};
 pub use resource::{
     DEFAULT_TYPE_PREFIX, EventType, InitialState, Namespaces, OnOversize, PayloadPart,
     PayloadParts, ResourceConfig,
@@ -223,6 +229,23 @@ fn resolve(config: &mut Config, env: EnvLookup<'_>, problems: &mut Problems) {
                             expand(path, format!("sinks[{i}].tls.{key}"));
                         }
                     }
+                }
+            }
+            SinkKind::Kafka(_) => {}
+            SinkKind::Nats(nats) => {
+                if let Some(tls) = &mut nats.tls {
+                    for (path, key) in [
+                        (&mut tls.ca_file, "caFile"),
+                        (&mut tls.client_cert_file, "clientCertFile"),
+                        (&mut tls.client_key_file, "clientKeyFile"),
+                    ] {
+                        if let Some(path) = path {
+                            expand(path, format!("sinks[{i}].tls.{key}"));
+                        }
+                    }
+                }
+                if let Some(NatsAuth::CredentialsFile(path)) = &mut nats.auth {
+                    expand(path, format!("sinks[{i}].auth.credentialsFile"));
                 }
             }
         }

@@ -9,6 +9,8 @@ use schemars::JsonSchema;
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use super::kafka::KafkaSinkConfig;
+use super::nats::NatsSinkConfig;
 use super::secret::SecretRef;
 use super::units::{deserialize_duration, deserialize_size};
 
@@ -40,6 +42,10 @@ pub enum SinkKind {
     File(FileSinkConfig),
     /// `type: webhook`: CloudEvents POSTed to an HTTP endpoint, signed per Standard Webhooks.
     Webhook(WebhookSinkConfig),
+    /// `type: kafka`: one record per event, keyed by `partitionkey`.
+    Kafka(KafkaSinkConfig),
+    /// `type: nats`: core NATS publishes or JetStream publishes awaiting a `PubAck`.
+    Nats(NatsSinkConfig),
 }
 
 /// The value of `type`, without settings: for metric labels and messages.
@@ -50,6 +56,10 @@ pub enum SinkType {
     File,
     /// `webhook`.
     Webhook,
+    /// `kafka`.
+    Kafka,
+    /// `nats`.
+    Nats,
 }
 
 impl SinkType {
@@ -59,6 +69,8 @@ impl SinkType {
         match self {
             Self::File => "file",
             Self::Webhook => "webhook",
+            Self::Kafka => "kafka",
+            Self::Nats => "nats",
         }
     }
 }
@@ -78,6 +90,8 @@ impl SinkKind {
         match self {
             Self::File(_) => SinkType::File,
             Self::Webhook(_) => SinkType::Webhook,
+            Self::Kafka(_) => SinkType::Kafka,
+            Self::Nats(_) => SinkType::Nats,
         }
     }
 
@@ -87,6 +101,8 @@ impl SinkKind {
         match self {
             Self::File(file) => file.start,
             Self::Webhook(webhook) => webhook.start,
+            Self::Kafka(kafka) => kafka.start,
+            Self::Nats(nats) => nats.start,
         }
     }
 
@@ -96,6 +112,8 @@ impl SinkKind {
         match self {
             Self::File(_) => None,
             Self::Webhook(webhook) => webhook.dead_letter_sink.as_deref(),
+            Self::Kafka(kafka) => kafka.dead_letter_sink.as_deref(),
+            Self::Nats(nats) => nats.dead_letter_sink.as_deref(),
         }
     }
 }
@@ -254,12 +272,12 @@ fn default_batch_max_events() -> usize {
     100
 }
 
-fn default_concurrency() -> usize {
+pub(super) fn default_concurrency() -> usize {
     8
 }
 
 /// `deserialize_with` for an optional duration key (serde calls it only when the key is present).
-fn deserialize_some_duration<'de, D: Deserializer<'de>>(
+pub(super) fn deserialize_some_duration<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Duration>, D::Error> {
     deserialize_duration(d).map(Some)
@@ -443,6 +461,8 @@ impl<'de> Visitor<'de> for SinkConfigVisitor {
         let kind = match sink_type {
             SinkType::File => SinkKind::File(FileSinkConfig::deserialize(rest)?),
             SinkType::Webhook => SinkKind::Webhook(WebhookSinkConfig::deserialize(rest)?),
+            SinkType::Kafka => SinkKind::Kafka(KafkaSinkConfig::deserialize(rest)?),
+            SinkType::Nats => SinkKind::Nats(NatsSinkConfig::deserialize(rest)?),
         };
         common.finish(kind)
     }

@@ -346,7 +346,7 @@ fn misspelled_enum_values_name_the_path_and_the_choices() {
         ),
         (
             format!("{RESOURCE}sinks:\n- {{name: a, type: kafak, path: x}}\n"),
-            "sinks[0].type: unknown variant `kafak`, expected `file` or `webhook`",
+            "sinks[0].type: unknown variant `kafak`, expected one of `file`, `webhook`, `kafka`, `nats`",
         ),
         (
             base("routes:\n- {events: [removed], sinks: [archive]}\n"),
@@ -416,7 +416,7 @@ fn unknown_keys_are_errors_at_every_depth() {
         ),
         (
             base("journal: {flushIntervall: 1s}\n"),
-            "journal.flushIntervall: unknown field `flushIntervall`, expected one of `path`, `flushInterval`, `flushEntries`, `retain`, `maxBacklog`",
+            "journal.flushIntervall: unknown field `flushIntervall`, expected one of `path`, `flushInterval`, `flushEntries`, `retain`, `maxBacklog`, `maxDeadLetters`",
         ),
         (
             base("admin: {address: 0.0.0.0:1}\n"),
@@ -1101,13 +1101,15 @@ fn every_sink_type_is_dispatched() {
         let required = match *ty {
             "file" => "path: x",
             "webhook" => "url: 'http://127.0.0.1:8080/'",
+            "kafka" => "brokers: ['127.0.0.1:9092'], topic: herald",
+            "nats" => "servers: ['nats://127.0.0.1:4222'], subject: herald",
             other => panic!("no minimal settings for sink type {other}"),
         };
         let yaml = format!("{RESOURCE}sinks:\n- {{name: a, type: {ty}, {required}}}\n");
         let config = ok(&yaml);
         assert_eq!(config.sinks[0].kind.sink_type().as_str(), *ty);
     }
-    assert_eq!(variants, ["file", "webhook"]);
+    assert_eq!(variants, ["file", "webhook", "kafka", "nats"]);
 }
 
 // ----- webhook sinks ----------------------------------------------------------------------------
@@ -1479,4 +1481,89 @@ fn docs_webhook_example_parses() {
         .unwrap_or_else(|e| panic!("the webhook example does not parse: {e}"));
     assert_eq!(config.sinks[0].kind.sink_type(), SinkType::Webhook);
     assert_eq!(config.sinks[0].kind.dead_letter_sink(), Some("archive"));
+}
+
+// ----- kafka and nats sinks ---------------------------------------------------------------------
+
+fn sink_yaml(fields: &str) -> String {
+    format!("{RESOURCE}sinks:\n- {{name: bus, {fields}}}\n")
+}
+
+#[test]
+fn kafka_sink_defaults_and_checks() {
+    let config = ok(&sink_yaml(
+        "type: kafka, brokers: ['127.0.0.1:9092'], topic: 'herald.{group}.{plural}'",
+    ));
+    let SinkKind::Kafka(k) = &config.sinks[0].kind else {
+        panic!("not kafka")
+    };
+    assert_eq!(k.mode, crate::config::KafkaMode::Binary);
+    assert_eq!(k.message_timeout, std::time::Duration::from_secs(30));
+    assert_eq!((k.concurrency, k.batch_max_events), (8, 256));
+    assert!(!k.tombstones);
+    assert_eq!(
+        error(&sink_yaml("type: kafka, brokers: ['kafka'], topic: t")),
+        "sinks[0].brokers[0]: \"kafka\" is not host:port (like kafka-0.kafka:9092)"
+    );
+    assert_eq!(
+        error(&sink_yaml(
+            "type: kafka, brokers: ['k:9092'], topic: t, properties: {sasl.password: hunter2}"
+        )),
+        "sinks[0].properties.sasl.password: holds a secret: put it in secretProperties as ${VAR} or {fromFile: PATH}"
+    );
+    assert!(
+        error(&sink_yaml(
+            "type: kafka, brokers: ['k:9092'], topic: 'a.{name}'"
+        ))
+        .starts_with("sinks[0].topic: ")
+    );
+    assert_eq!(
+        error(&sink_yaml(
+            "type: kafka, brokers: ['k:9092'], topic: t, secretProperties: {sasl.password: hunter2}"
+        )),
+        "sinks[0].secretProperties.sasl.password: secrets must come from the environment (\"${VAR}\") or a file ({fromFile: /path}), not a literal value"
+    );
+}
+
+#[test]
+fn nats_sink_defaults_and_checks() {
+    let config = ok(&sink_yaml(
+        "type: nats, servers: ['nats://127.0.0.1:4222'], subject: 'herald.{plural}.{op}', jetstream: {stream: HERALD, create: {subjects: ['herald.>']}}, auth: {user: herald, password: '${NATS_PASSWORD}'}",
+    ));
+    let SinkKind::Nats(n) = &config.sinks[0].kind else {
+        panic!("not nats")
+    };
+    assert_eq!(n.mode, crate::config::NatsMode::Structured);
+    let js = n.jetstream.as_ref().unwrap();
+    let create = js.create.as_ref().unwrap();
+    assert_eq!(create.duplicate_window, std::time::Duration::from_secs(120));
+    assert_eq!(create.replicas, 1);
+    assert!(matches!(
+        n.auth,
+        Some(crate::config::NatsAuth::UserPassword { ref user, .. }) if user == "herald"
+    ));
+    assert_eq!(
+        error(&sink_yaml(
+            "type: nats, servers: ['http://x:4222'], subject: s"
+        )),
+        "sinks[0].servers[0]: \"http://x:4222\" is not a NATS URL (nats://host:4222 or tls://host:4222)"
+    );
+    assert!(
+        error(&sink_yaml(
+            "type: nats, servers: ['nats://x:4222'], subject: s, auth: {token: '${T}', user: u}"
+        ))
+        .ends_with("give exactly one of token, user with password, nkeySeed and credentialsFile")
+    );
+    assert!(
+        error(&sink_yaml(
+            "type: nats, servers: ['nats://x:4222'], subject: s, jetstream: {stream: a.b}"
+        ))
+        .starts_with("sinks[0].jetstream.stream: ")
+    );
+    assert_eq!(
+        error(&sink_yaml(
+            "type: nats, servers: ['nats://x:4222'], subject: s, tls: {clientCertFile: c.pem}"
+        )),
+        "sinks[0].tls.clientKeyFile: required with clientCertFile"
+    );
 }

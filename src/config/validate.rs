@@ -8,6 +8,8 @@ use super::resource::{Namespaces, ResourceConfig};
 use super::route::split_resource;
 use super::sink::{Fsync, SinkKind, WebhookAuth, WebhookSinkConfig};
 use super::{Config, FieldError};
+use super::{KafkaSinkConfig, NatsAuth, NatsSinkConfig, SECRET_PROPERTIES};
+use herald_sink_core::Template;
 
 /// Collects problems in document order.
 #[derive(Default)]
@@ -248,6 +250,8 @@ fn check_sinks(config: &Config, problems: &mut Problems) {
                 }
             }
             SinkKind::Webhook(webhook) => check_webhook(webhook, &at, problems),
+            SinkKind::Kafka(kafka) => check_kafka(kafka, &at, problems),
+            SinkKind::Nats(nats) => check_nats(nats, &at, problems),
         }
     }
     check_dead_letter_sinks(config, problems);
@@ -307,24 +311,203 @@ fn check_webhook(w: &WebhookSinkConfig, at: &str, problems: &mut Problems) {
     if w.timeout.is_zero() {
         problems.add(format!("{at}.timeout"), "must be greater than 0s");
     }
-    if w.batch_max_events == 0 {
+    check_delivery(
+        at,
+        w.concurrency,
+        w.batch_max_events,
+        w.max_attempts,
+        w.max_age,
+        problems,
+    );
+}
+
+/// The delivery settings the webhook, Kafka and NATS sinks share.
+fn check_delivery(
+    at: &str,
+    concurrency: usize,
+    batch_max_events: usize,
+    max_attempts: Option<u32>,
+    max_age: Option<std::time::Duration>,
+    problems: &mut Problems,
+) {
+    if batch_max_events == 0 {
         problems.add(format!("{at}.batchMaxEvents"), "must be at least 1");
     }
-    if w.concurrency == 0 {
+    if concurrency == 0 {
         problems.add(format!("{at}.concurrency"), "must be at least 1");
     }
-    if w.max_attempts == Some(0) {
+    if max_attempts == Some(0) {
         problems.add(
             format!("{at}.maxAttempts"),
             "must be at least 1; omit it to retry without limit",
         );
     }
-    if w.max_age.is_some_and(|age| age.is_zero()) {
+    if max_age.is_some_and(|age| age.is_zero()) {
         problems.add(
             format!("{at}.maxAge"),
             "must be greater than 0s; omit it to retry without limit",
         );
     }
+}
+
+fn check_kafka(k: &KafkaSinkConfig, at: &str, problems: &mut Problems) {
+    if k.brokers.is_empty() {
+        problems.add(format!("{at}.brokers"), "at least one broker is required");
+    }
+    for (i, broker) in k.brokers.iter().enumerate() {
+        if !is_host_port(broker) {
+            problems.add(
+                format!("{at}.brokers[{i}]"),
+                format!("{broker:?} is not host:port (like kafka-0.kafka:9092)"),
+            );
+        }
+    }
+    match Template::parse(&k.topic) {
+        Err(error) => problems.add(format!("{at}.topic"), error.to_string()),
+        Ok(template) => {
+            if let Err(error) = template.check_kafka_topic() {
+                problems.add(format!("{at}.topic"), error.to_string());
+            }
+        }
+    }
+    if k.message_timeout.is_zero() {
+        problems.add(format!("{at}.messageTimeout"), "must be greater than 0s");
+    }
+    for name in k.properties.keys() {
+        if SECRET_PROPERTIES.contains(&name.as_str()) {
+            problems.add(
+                format!("{at}.properties.{name}"),
+                "holds a secret: put it in secretProperties as ${VAR} or {fromFile: PATH}",
+            );
+        } else if name.trim().is_empty() {
+            problems.add(
+                format!("{at}.properties"),
+                "a property name must not be empty",
+            );
+        }
+    }
+    for name in k.secret_properties.keys() {
+        if k.properties.contains_key(name) {
+            problems.add(
+                format!("{at}.secretProperties.{name}"),
+                "is also set in properties; set it once",
+            );
+        }
+    }
+    check_delivery(
+        at,
+        k.concurrency,
+        k.batch_max_events,
+        k.max_attempts,
+        k.max_age,
+        problems,
+    );
+}
+
+fn check_nats(n: &NatsSinkConfig, at: &str, problems: &mut Problems) {
+    if n.servers.is_empty() {
+        problems.add(
+            format!("{at}.servers"),
+            "at least one server URL is required",
+        );
+    }
+    for (i, server) in n.servers.iter().enumerate() {
+        let ok = ["nats://", "tls://", "ws://", "wss://"]
+            .iter()
+            .find_map(|scheme| server.strip_prefix(scheme))
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+        if !ok {
+            problems.add(
+                format!("{at}.servers[{i}]"),
+                format!("{server:?} is not a NATS URL (nats://host:4222 or tls://host:4222)"),
+            );
+        }
+    }
+    match Template::parse(&n.subject) {
+        Err(error) => problems.add(format!("{at}.subject"), error.to_string()),
+        Ok(template) => {
+            if let Err(error) = template.check_nats_subject() {
+                problems.add(format!("{at}.subject"), error.to_string());
+            }
+        }
+    }
+    if let Some(js) = &n.jetstream {
+        if js.stream.is_empty()
+            || js
+                .stream
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
+        {
+            problems.add(
+                format!("{at}.jetstream.stream"),
+                format!(
+                    "{:?} is not a stream name (no '.', '*', '>', '/', '\\' or whitespace)",
+                    js.stream
+                ),
+            );
+        }
+        if let Some(create) = &js.create {
+            if create.subjects.is_empty() {
+                problems.add(
+                    format!("{at}.jetstream.create.subjects"),
+                    "at least one subject is required",
+                );
+            }
+            if !(1..=5).contains(&create.replicas) {
+                problems.add(format!("{at}.jetstream.create.replicas"), "must be 1 to 5");
+            }
+            if create.duplicate_window.is_zero() {
+                problems.add(
+                    format!("{at}.jetstream.create.duplicateWindow"),
+                    "must be greater than 0s",
+                );
+            }
+        }
+    }
+    if let Some(NatsAuth::UserPassword { user, .. }) = &n.auth
+        && user.is_empty()
+    {
+        problems.add(format!("{at}.auth.user"), "must not be empty");
+    }
+    if let Some(tls) = &n.tls {
+        match (&tls.client_cert_file, &tls.client_key_file) {
+            (Some(_), None) => problems.add(
+                format!("{at}.tls.clientKeyFile"),
+                "required with clientCertFile",
+            ),
+            (None, Some(_)) => problems.add(
+                format!("{at}.tls.clientCertFile"),
+                "required with clientKeyFile",
+            ),
+            _ => {}
+        }
+    }
+    for (value, key) in [
+        (n.connect_timeout, "connectTimeout"),
+        (n.ack_timeout, "ackTimeout"),
+    ] {
+        if value.is_zero() {
+            problems.add(format!("{at}.{key}"), "must be greater than 0s");
+        }
+    }
+    if n.max_in_flight == 0 {
+        problems.add(format!("{at}.maxInFlight"), "must be at least 1");
+    }
+    check_delivery(
+        at,
+        n.concurrency,
+        n.batch_max_events,
+        n.max_attempts,
+        n.max_age,
+        problems,
+    );
+}
+
+/// `host:port` with a non-empty host and a numeric port (IPv6 in brackets).
+fn is_host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+    })
 }
 
 /// `deadLetterSink` names another configured sink, and following those names never comes back to

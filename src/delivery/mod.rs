@@ -14,6 +14,7 @@
 //! - The cursor advances over the contiguous prefix of finished events only, so a crash redelivers
 //!   (at least once) and never skips.
 
+pub mod forward;
 mod window;
 
 use std::sync::Arc;
@@ -55,6 +56,16 @@ pub struct Settings {
     pub min_backoff: Duration,
     /// Backoff cap.
     pub max_backoff: Duration,
+    /// Dead letters kept at most; when the queue is full, events that would be dead-lettered are
+    /// retried instead, holding back the cursor rather than being dropped.
+    pub max_dead_letters: usize,
+    /// How often the dead-letter queue is recounted against `max_dead_letters` (operators drain it
+    /// from outside the driver).
+    pub dead_letter_recount: Duration,
+    /// Resources that say `onOversize: deadLetter`, as event sources (`k8s://cluster/group/plural`)
+    /// or `group/Kind` (a resource configured by kind); an oversized event of any other resource is
+    /// sent again as its reference-only form.
+    pub oversize_dead_letter: Arc<std::collections::HashSet<String>>,
 }
 
 impl Default for Settings {
@@ -68,6 +79,9 @@ impl Default for Settings {
             pause_after: 3,
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(30),
+            max_dead_letters: 100_000,
+            dead_letter_recount: Duration::from_secs(5),
+            oversize_dead_letter: Arc::default(),
         }
     }
 }
@@ -83,6 +97,16 @@ pub struct Stats {
     pub retried: AtomicU64,
     /// Events dead-lettered.
     pub dead_lettered: AtomicU64,
+    /// Dead letters in the queue (recounted every few seconds, counted up in between).
+    pub dead_letter_queue: AtomicU64,
+    /// The dead-letter queue is at its bound: failing events are held and retried.
+    pub dead_letter_queue_full: AtomicBool,
+    /// Oversized events sent again in their reference-only form.
+    pub truncated: AtomicU64,
+    /// Dead letters forwarded to the `deadLetterSink`.
+    pub forwarded: AtomicU64,
+    /// Dead letters the `deadLetterSink` rejected (they stay in the queue).
+    pub forward_failed: AtomicU64,
     /// The sink is paused (failing everything; probing).
     pub paused: AtomicBool,
     /// Change-to-delivery latency: from the event's `time` (herald's observation) to the sink's Ok.
@@ -175,6 +199,8 @@ pub struct DeadLetter {
 pub trait DeadLetters: Send + Sync + 'static {
     /// Stores one dead letter; an error is logged and the letter is kept in the log line.
     fn dead_letter(&self, letter: &DeadLetter) -> Result<(), String>;
+    /// How many dead letters `sink` has.
+    fn count(&self, sink: &str) -> usize;
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -244,6 +270,10 @@ impl DeadLetters for Journal {
         self.dead_letter_put(&letter.sink, letter.seq, &bytes)
             .map_err(|e| e.to_string())
     }
+
+    fn count(&self, sink: &str) -> usize {
+        self.dead_letter_count(sink)
+    }
 }
 
 /// Delivers to `sink` until `stop` fires and everything journaled has been delivered (the caller bounds
@@ -281,9 +311,27 @@ pub async fn run<S: Sink>(
         probes: 0,
         probe_at: Instant::now(),
     };
+    let mut recount_at = Instant::now();
     loop {
         fill(&name, &journal, &router, &settings, &mut window, &stats);
         let now = Instant::now();
+        if now >= recount_at
+            && let Some(dead) = &dead
+        {
+            // Operators drain the queue through the admin endpoint or a forwarder: recount rather
+            // than track every removal.
+            let n = u64::try_from(dead.count(&name)).unwrap_or(u64::MAX);
+            stats.dead_letter_queue.store(n, Ordering::Relaxed);
+            let full = n >= u64::try_from(settings.max_dead_letters).unwrap_or(u64::MAX);
+            if stats.dead_letter_queue_full.swap(full, Ordering::Relaxed) != full {
+                if full {
+                    tracing::error!(message = "Dead-letter queue full; failing events are held and retried until it is drained.", sink = %name, size = n);
+                } else {
+                    tracing::info!(message = "Dead-letter queue has room again.", sink = %name, size = n);
+                }
+            }
+            recount_at = now + settings.dead_letter_recount;
+        }
         if breaker.paused {
             if inflight.is_empty()
                 && now >= breaker.probe_at
@@ -556,6 +604,22 @@ fn settle(
                 }
             }
             Outcome::Reject { reason } => {
+                if reason.code == herald_sink_core::sink::codes::OVERSIZE
+                    && !oversize_dead_letter(settings, &envelope.event)
+                    && !envelope.event.extensions.contains_key("truncated")
+                {
+                    // `onOversize: reference` (the default): the same event without its payload.
+                    let reference = crate::event::to_reference(&envelope.event);
+                    window.replace(seq, Envelope::new(seq, reference), now);
+                    stats.truncated.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if dlq_full(settings, stats, dead) {
+                    let delay = backoff(settings, 6);
+                    window.retry(seq, delay, reason.clone(), false, now);
+                    stats.retried.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 if let Some(p) = window.done(seq) {
                     bury(name, dead, stats, &p, "permanent", reason);
                 }
@@ -575,7 +639,11 @@ fn settle(
                     .last_ok
                     .zip(p.failing_since)
                     .is_some_and(|(ok, since)| ok >= since);
-                if !probe && (too_many || too_old) && sink_took_others {
+                if !probe
+                    && (too_many || too_old)
+                    && sink_took_others
+                    && !dlq_full(settings, stats, dead)
+                {
                     if let Some(p) = window.done(seq) {
                         let exhausted = Reason::new(
                             herald_sink_core::sink::codes::RETRIES_EXHAUSTED,
@@ -632,6 +700,33 @@ fn settle(
     }
 }
 
+/// Whether `event`'s resource says `onOversize: deadLetter`.
+fn oversize_dead_letter(settings: &Settings, event: &CloudEvent) -> bool {
+    let set = &settings.oversize_dead_letter;
+    if set.is_empty() {
+        return false;
+    }
+    let ext = |name: &str| {
+        event
+            .extensions
+            .get(name)
+            .and_then(herald_sink_core::ExtensionValue::as_str)
+            .unwrap_or_default()
+    };
+    set.contains(&event.source) || set.contains(&format!("{}/{}", ext("k8sgroup"), ext("k8skind")))
+}
+
+/// Whether the dead-letter queue is at its bound (only when there is one to fill).
+fn dlq_full(settings: &Settings, stats: &Stats, dead: Option<&dyn DeadLetters>) -> bool {
+    let full = dead.is_some()
+        && stats.dead_letter_queue.load(Ordering::Relaxed)
+            >= u64::try_from(settings.max_dead_letters).unwrap_or(u64::MAX);
+    if full {
+        stats.dead_letter_queue_full.store(true, Ordering::Relaxed);
+    }
+    full
+}
+
 fn bury(
     name: &str,
     dead: Option<&dyn DeadLetters>,
@@ -661,6 +756,7 @@ fn bury(
         code = reason.code,
         error = %reason.detail,
     );
+    stats.dead_letter_queue.fetch_add(1, Ordering::Relaxed);
     if let Some(store) = dead
         && let Err(error) = store.dead_letter(&letter)
     {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use herald_sink_core::event::ExtensionValue;
-use herald_sink_core::sink::SinkError;
+use herald_sink_core::sink::{ErrorContext, SinkError};
 
 use super::*;
 use crate::journal::{Batch, JournalConfig};
@@ -45,11 +45,23 @@ impl Sink for Scripted {
                     .and_then(|v| (!v.is_empty()).then(|| v.remove(0)));
                 let o = next.unwrap_or(Outcome::Ok);
                 if o.is_ok() {
-                    self.taken.lock().unwrap().push(e.event.id.clone());
+                    let truncated = if e.event.extensions.contains_key("truncated") {
+                        " (truncated)"
+                    } else {
+                        ""
+                    };
+                    self.taken
+                        .lock()
+                        .unwrap()
+                        .push(format!("{}{truncated}", e.event.id));
                 }
                 o
             })
             .collect()
+    }
+
+    async fn send_dead_letters(&self, letters: &[Envelope], _: &[ErrorContext]) -> Vec<Outcome> {
+        self.send(letters).await
     }
 }
 
@@ -60,6 +72,10 @@ impl DeadLetters for Graveyard {
     fn dead_letter(&self, letter: &DeadLetter) -> Result<(), String> {
         self.0.lock().unwrap().push(letter.clone());
         Ok(())
+    }
+
+    fn count(&self, _: &str) -> usize {
+        self.0.lock().unwrap().len()
     }
 }
 
@@ -368,4 +384,121 @@ async fn replays_queue_only_what_the_routes_send_the_sink_and_respect_since() {
         [3]
     );
     assert_eq!(queue_replays(&j, &router, "s", 2, None).unwrap(), [3]);
+}
+
+#[tokio::test]
+async fn a_full_dead_letter_queue_holds_failing_events_until_it_is_drained() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    for id in ["bad1", "bad2"] {
+        sink.script.lock().unwrap().insert(
+            id.into(),
+            vec![Outcome::reject(Reason::new("http_4xx", "400")); 1000],
+        );
+    }
+    let grave = Arc::new(Graveyard::default());
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let settings = Settings {
+        max_dead_letters: 1,
+        dead_letter_recount: Duration::from_millis(20),
+        ..fast()
+    };
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        settings,
+        true,
+        stop.clone(),
+        stats.clone(),
+        Some(grave.clone() as Arc<dyn DeadLetters>),
+    ));
+    append(
+        &j,
+        vec![event("bad1", "a"), event("bad2", "b"), event("ok", "c")],
+    )
+    .await;
+    until(|| {
+        stats.dead_letter_queue_full.load(Ordering::SeqCst)
+            && stats.retried.load(Ordering::SeqCst) >= 3
+            && sink.taken.lock().unwrap().len() == 1
+    })
+    .await;
+    // The second failing event is held, not dropped: one letter, and the cursor stops before it.
+    assert_eq!(grave.0.lock().unwrap().len(), 1);
+    assert_eq!(stats.dead_lettered.load(Ordering::SeqCst), 1);
+    assert_eq!(j.cursor("s").unwrap(), 1);
+    // An operator drains the queue: the held event is dead-lettered and the cursor moves on.
+    grave.0.lock().unwrap().clear();
+    until(|| stats.dead_lettered.load(Ordering::SeqCst) == 2 && j.cursor("s").unwrap() == 3).await;
+    assert!(!stats.dead_letter_queue_full.load(Ordering::SeqCst));
+    stop.cancel();
+    driver.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_event_goes_as_its_reference_unless_its_resource_says_dead_letter() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    let too_big = || {
+        vec![Outcome::reject(Reason::new(
+            herald_sink_core::sink::codes::OVERSIZE,
+            "2 MB > 1 MB",
+        ))]
+    };
+    sink.script.lock().unwrap().insert("big".into(), too_big());
+    let grave = Arc::new(Graveyard::default());
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        fast(),
+        true,
+        stop.clone(),
+        stats.clone(),
+        Some(grave.clone() as Arc<dyn DeadLetters>),
+    ));
+    append(&j, vec![event("big", "a"), event("small", "b")]).await;
+    until(|| stats.delivered.load(Ordering::SeqCst) == 2).await;
+    let mut taken = sink.taken.lock().unwrap().clone();
+    taken.sort();
+    assert_eq!(taken, ["big (truncated)", "small"]);
+    assert_eq!(stats.truncated.load(Ordering::SeqCst), 1);
+    assert!(grave.0.lock().unwrap().is_empty());
+    stop.cancel();
+    driver.await.unwrap();
+
+    // `onOversize: deadLetter` for this source: the event becomes a dead letter instead.
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    sink.script.lock().unwrap().insert("big".into(), too_big());
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let settings = Settings {
+        oversize_dead_letter: Arc::new(["k8s://c/g/p".to_owned()].into_iter().collect()),
+        ..fast()
+    };
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        settings,
+        true,
+        stop.clone(),
+        stats.clone(),
+        Some(grave.clone() as Arc<dyn DeadLetters>),
+    ));
+    append(&j, vec![event("big", "a")]).await;
+    until(|| stats.dead_lettered.load(Ordering::SeqCst) == 1).await;
+    assert_eq!(grave.0.lock().unwrap()[0].code, "oversize");
+    stop.cancel();
+    driver.await.unwrap();
 }

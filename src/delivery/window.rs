@@ -175,6 +175,15 @@ impl Window {
         Some(p)
     }
 
+    /// Replaces the event `seq` (its reference-only form) and makes it due now; attempts stay.
+    pub fn replace(&mut self, seq: u64, envelope: Envelope, now: Instant) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.envelope = envelope;
+            p.in_flight = false;
+            p.not_before = now;
+        }
+    }
+
     /// Puts an in-flight event back without counting an attempt (the send was abandoned).
     pub fn release(&mut self, seq: u64) {
         if let Some(p) = self.pending.get_mut(&seq) {

@@ -94,13 +94,14 @@ pub struct Resource {
 impl Resource {
     /// `k8s://<cluster>/<group>/<plural>`; no version, so ids and sources survive a version change.
     pub fn source(&self) -> String {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
-        };
-        format!("k8s://{}/{group}/{}", self.cluster, self.plural)
+        source(&self.cluster, &self.group, &self.plural)
     }
+}
+
+/// `k8s://<cluster>/<group>/<plural>`, the core group (`""`) written `core`.
+pub fn source(cluster: &str, group: &str, plural: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!("k8s://{cluster}/{group}/{plural}")
 }
 
 /// One observed change, ready to normalize.

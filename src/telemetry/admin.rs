@@ -192,6 +192,36 @@ pub fn render(s: &AdminState) -> String {
         per_sink(&|st| st.dead_lettered.load(Ordering::Relaxed)),
     );
     family(
+        "herald_dead_letter_queue_size",
+        "gauge",
+        "Dead letters waiting in a sink's queue (recounted every few seconds).",
+        per_sink(&|st| st.dead_letter_queue.load(Ordering::Relaxed)),
+    );
+    family(
+        "herald_dead_letter_queue_full",
+        "gauge",
+        "1 while a sink's dead-letter queue is at journal.maxDeadLetters: failing events are held and retried.",
+        per_sink(&|st| u64::from(st.dead_letter_queue_full.load(Ordering::Relaxed))),
+    );
+    family(
+        "herald_dead_letters_forwarded_total",
+        "counter",
+        "Dead letters forwarded to the sink's deadLetterSink.",
+        per_sink(&|st| st.forwarded.load(Ordering::Relaxed)),
+    );
+    family(
+        "herald_dead_letters_forward_rejected_total",
+        "counter",
+        "Dead letters the deadLetterSink rejected; they stay in the queue.",
+        per_sink(&|st| st.forward_failed.load(Ordering::Relaxed)),
+    );
+    family(
+        "herald_sink_truncated_events_total",
+        "counter",
+        "Oversized events sent in their reference-only form (onOversize: reference).",
+        per_sink(&|st| st.truncated.load(Ordering::Relaxed)),
+    );
+    family(
         "herald_sink_paused",
         "gauge",
         "1 while a sink fails everything and is being probed.",
@@ -334,6 +364,9 @@ pub fn status_json(s: &AdminState) -> Value {
                 "delivered": st.delivered.load(Ordering::Relaxed),
                 "retried": st.retried.load(Ordering::Relaxed),
                 "deadLettered": st.dead_lettered.load(Ordering::Relaxed),
+                "deadLetterQueue": st.dead_letter_queue.load(Ordering::Relaxed),
+                "deadLetterQueueFull": st.dead_letter_queue_full.load(Ordering::Relaxed),
+                "forwarded": st.forwarded.load(Ordering::Relaxed),
                 "oldestUndeliveredAgeSeconds": oldest_age(&s.journal, n),
                 "latencyP99Seconds": st.latency.quantile(0.99),
             })
@@ -431,15 +464,44 @@ async fn dlq_list(
     }
 }
 
+type Query = axum::extract::Query<std::collections::HashMap<String, String>>;
+
+/// `seqs=1,2,3`: only these dead letters (`None`: all); a malformed list is a 400.
+fn seqs_param(
+    q: &std::collections::HashMap<String, String>,
+) -> Result<Option<Vec<u64>>, Box<Response>> {
+    let Some(list) = q.get("seqs").filter(|l| !l.is_empty()) else {
+        return Ok(None);
+    };
+    list.split(',')
+        .map(|n| n.trim().parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(|_| {
+            Box::new(
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("seqs={list:?} is not a comma-separated list of sequence numbers\n"),
+                )
+                    .into_response(),
+            )
+        })
+}
+
 async fn dlq_replay(
     State(s): State<AdminState>,
     headers: axum::http::HeaderMap,
     axum::extract::Path(sink): axum::extract::Path<String>,
+    axum::extract::Query(q): Query,
 ) -> Response {
-    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
-        return *r;
-    }
-    match s.journal.dead_letters_to_replay(&sink, None) {
+    let seqs = match authorize(&s, &headers)
+        .and_then(|()| known_sink(&s, &sink))
+        .and_then(|()| seqs_param(&q))
+    {
+        Ok(seqs) => seqs,
+        Err(r) => return *r,
+    };
+    match s.journal.dead_letters_to_replay(&sink, seqs.as_deref()) {
         Ok(queued) => json_response(StatusCode::OK, &json!({"queued": queued})),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
@@ -449,17 +511,22 @@ async fn dlq_purge(
     State(s): State<AdminState>,
     headers: axum::http::HeaderMap,
     axum::extract::Path(sink): axum::extract::Path<String>,
+    axum::extract::Query(q): Query,
 ) -> Response {
-    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
-        return *r;
-    }
-    match s.journal.dead_letters_remove(&sink, None) {
+    let seqs = match authorize(&s, &headers)
+        .and_then(|()| known_sink(&s, &sink))
+        .and_then(|()| seqs_param(&q))
+    {
+        Ok(seqs) => seqs,
+        Err(r) => return *r,
+    };
+    match s.journal.dead_letters_remove(&sink, seqs.as_deref()) {
         Ok(n) => json_response(StatusCode::OK, &json!({"purged": n})),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
 
-/// `POST /replay?sink=S&from=SEQ`: queues journaled events (within retention) for redelivery.
+/// `POST /replay?sink=S&from=SEQ&since=TIME` (either or both): queues journaled events (within retention) for redelivery.
 async fn replay(
     State(s): State<AdminState>,
     headers: axum::http::HeaderMap,
@@ -469,10 +536,38 @@ async fn replay(
     if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
         return *r;
     }
-    let Some(from) = q.get("from").and_then(|f| f.parse::<u64>().ok()) else {
-        return (StatusCode::BAD_REQUEST, "from=SEQ is required\n").into_response();
+    let from = match q.get("from").map(|f| f.parse::<u64>()) {
+        None => None,
+        Some(Ok(from)) => Some(from),
+        Some(Err(_)) => {
+            return (StatusCode::BAD_REQUEST, "from must be a sequence number\n").into_response();
+        }
     };
-    let queued = match crate::delivery::queue_replays(&s.journal, &s.router, &sink, from, None) {
+    let since = match q.get("since").map(|t| t.parse::<jiff::Timestamp>()) {
+        None => None,
+        Some(Ok(since)) => Some(since),
+        Some(Err(e)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("since is not an RFC 3339 time: {e}\n"),
+            )
+                .into_response();
+        }
+    };
+    if from.is_none() && since.is_none() {
+        return (
+            StatusCode::BAD_REQUEST,
+            "from=SEQ or since=TIME is required\n",
+        )
+            .into_response();
+    }
+    let queued = match crate::delivery::queue_replays(
+        &s.journal,
+        &s.router,
+        &sink,
+        from.unwrap_or(1),
+        since,
+    ) {
         Ok(queued) => queued,
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     };

@@ -11,5 +11,5 @@ pub mod template;
 pub use encode::{DecodeError, Mode};
 pub use event::{CloudEvent, ExtensionValue, ValidationError};
 pub use metrics::MetricName;
-pub use sink::{Envelope, Outcome, Reason, Sink, SinkError};
+pub use sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
 pub use template::{Template, TemplateError, Vars};

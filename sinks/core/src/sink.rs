@@ -28,7 +28,7 @@ use crate::event::CloudEvent;
 ///
 /// ```
 /// use std::sync::Mutex;
-/// use herald_sink_core::{CloudEvent, Envelope, Outcome, Reason, Sink, SinkError};
+/// use herald_sink_core::{CloudEvent, Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
 ///
 /// /// Keeps events in memory; rejects events without a partition key.
 /// #[derive(Default)]
@@ -57,6 +57,10 @@ use crate::event::CloudEvent;
 ///                 None => Outcome::reject(Reason::new("no_partition_key", "event has no partitionkey")),
 ///             })
 ///             .collect()
+///     }
+///
+///     async fn send_dead_letters(&self, letters: &[Envelope], _errors: &[ErrorContext]) -> Vec<Outcome> {
+///         self.send(letters).await
 ///     }
 /// }
 ///
@@ -100,6 +104,92 @@ pub trait Sink: Send + Sync + 'static {
     /// number of outcomes, that is a sink bug: the driver `debug_assert!`s and treats missing
     /// outcomes as `Retry`.
     fn send(&self, batch: &[Envelope]) -> impl Future<Output = Vec<Outcome>> + Send;
+
+    /// Delivers dead letters of another sink (this sink is its `deadLetterSink`): each event
+    /// with its [`ErrorContext`] in the sink's own header form (`herald-error-*` for HTTP and
+    /// NATS, `herald_error_*` for Kafka; the file sink writes the context beside the event).
+    /// `errors[i]` belongs to `letters[i]`. Returns one [`Outcome`] per letter, in order, classified
+    /// like [`Sink::send`]. The driver sends letters of distinct keys only, like `send`.
+    fn send_dead_letters(
+        &self,
+        letters: &[Envelope],
+        errors: &[ErrorContext],
+    ) -> impl Future<Output = Vec<Outcome>> + Send;
+}
+
+/// Why an event became a dead letter (EVENT-FORMAT.md: sink, attempts, first and last failure,
+/// error class, code and message), forwarded with it to a `deadLetterSink`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ErrorContext {
+    /// The sink that gave up on the event.
+    pub sink: String,
+    /// `permanent` (the sink rejected it) or `retryable` (an explicit budget ran out).
+    pub class: String,
+    /// The low-cardinality reason code (`http_400`, `message_too_large`, `retries_exhausted`).
+    pub code: String,
+    /// The last error message, as the destination gave it.
+    pub message: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// First failure, RFC 3339.
+    pub first_failure: String,
+    /// Last failure, RFC 3339.
+    pub last_failure: String,
+}
+
+impl ErrorContext {
+    /// The context as `(name, value)` pairs with hyphenated names and no prefix (`code`,
+    /// `first-failure` …); each sink adds its own prefix.
+    #[must_use]
+    pub fn fields(&self) -> [(&'static str, String); 7] {
+        [
+            ("sink", self.sink.clone()),
+            ("class", self.class.clone()),
+            ("code", self.code.clone()),
+            ("message", self.message.clone()),
+            ("attempts", self.attempts.to_string()),
+            ("first-failure", self.first_failure.clone()),
+            ("last-failure", self.last_failure.clone()),
+        ]
+    }
+
+    /// `herald-error-*` headers (HTTP and NATS), values as plain text; the sink encodes them for
+    /// its protocol (the webhook sink percent-encodes like `ce-` headers).
+    #[must_use]
+    pub fn hyphen_headers(&self) -> Vec<(String, String)> {
+        self.fields()
+            .into_iter()
+            .map(|(name, value)| (format!("herald-error-{name}"), value))
+            .collect()
+    }
+
+    /// `herald_error_*` headers (Kafka), values as UTF-8 bytes.
+    #[must_use]
+    pub fn kafka_headers(&self) -> Vec<(String, Vec<u8>)> {
+        self.fields()
+            .into_iter()
+            .map(|(name, value)| {
+                (
+                    format!("herald_error_{}", name.replace('-', "_")),
+                    value.into_bytes(),
+                )
+            })
+            .collect()
+    }
+
+    /// The context as a JSON object with camelCase keys, the form of the journal's DLQ records.
+    #[must_use]
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "sink": self.sink,
+            "class": self.class,
+            "code": self.code,
+            "message": self.message,
+            "attempts": self.attempts,
+            "firstFailure": self.first_failure,
+            "lastFailure": self.last_failure,
+        })
+    }
 }
 
 /// One journaled event on its way to a sink.
@@ -341,6 +431,14 @@ mod tests {
             }
             vec![Outcome::Ok; batch.len()]
         }
+
+        async fn send_dead_letters(
+            &self,
+            letters: &[Envelope],
+            _errors: &[ErrorContext],
+        ) -> Vec<Outcome> {
+            self.send(letters).await
+        }
     }
 
     /// What the driver will do: hold a generic sink and spawn its futures on a multi-threaded runtime.
@@ -357,6 +455,26 @@ mod tests {
             Envelope::new(1, CloudEvent::new("a", "/s", "t")),
             Envelope::new(2, CloudEvent::new("b", "/s", "t")),
         ]
+    }
+
+    #[test]
+    fn error_context_headers_per_protocol() {
+        let error = ErrorContext {
+            sink: "hook".into(),
+            class: "permanent".into(),
+            code: "http_400".into(),
+            message: "bad".into(),
+            attempts: 2,
+            first_failure: "t1".into(),
+            last_failure: "t2".into(),
+        };
+        let hyphen = error.hyphen_headers();
+        assert!(hyphen.contains(&("herald-error-code".into(), "http_400".into())));
+        assert!(hyphen.contains(&("herald-error-first-failure".into(), "t1".into())));
+        let kafka = error.kafka_headers();
+        assert!(kafka.contains(&("herald_error_last_failure".into(), b"t2".to_vec())));
+        assert!(kafka.contains(&("herald_error_attempts".into(), b"2".to_vec())));
+        assert_eq!(error.to_json()["firstFailure"], "t1");
     }
 
     #[test]

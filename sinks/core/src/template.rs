@@ -28,16 +28,22 @@ pub enum Variable {
     Plural,
     /// `{namespace}`: the object's namespace, [`CLUSTER_SCOPED_NAMESPACE`] when cluster-scoped.
     Namespace,
+    /// `{name}`: the object's name. NATS subjects only: a topic per object is not a Kafka design.
+    Name,
+    /// `{op}`: `created`, `updated` or `deleted`. NATS subjects only.
+    Op,
 }
 
 impl Variable {
     /// Every variable, in the order the docs list them.
-    pub const ALL: [Variable; 5] = [
+    pub const ALL: [Variable; 7] = [
         Self::Group,
         Self::Version,
         Self::Kind,
         Self::Plural,
         Self::Namespace,
+        Self::Name,
+        Self::Op,
     ];
 
     /// The name between the braces, e.g. `group`.
@@ -49,6 +55,8 @@ impl Variable {
             Self::Kind => "kind",
             Self::Plural => "plural",
             Self::Namespace => "namespace",
+            Self::Name => "name",
+            Self::Op => "op",
         }
     }
 
@@ -71,6 +79,10 @@ pub struct Vars<'a> {
     /// Namespace; `None` (or empty) for cluster-scoped objects (rendered as
     /// [`CLUSTER_SCOPED_NAMESPACE`]).
     pub namespace: Option<&'a str>,
+    /// The object's name.
+    pub name: &'a str,
+    /// The operation: `created`, `updated` or `deleted`.
+    pub op: &'a str,
 }
 
 impl Vars<'_> {
@@ -87,6 +99,33 @@ impl Vars<'_> {
                 Some(ns) if !ns.is_empty() => ns,
                 _ => CLUSTER_SCOPED_NAMESPACE,
             },
+            Variable::Name => self.name,
+            Variable::Op => self.op,
+        }
+    }
+}
+
+impl<'a> Vars<'a> {
+    /// The values of a herald event: its `k8s*` extensions, the plural from `source`
+    /// (`k8s://<cluster>/<group>/<plural>`) and the operation from `type` (`<prefix>.<op>`).
+    /// Missing attributes render as empty values.
+    #[must_use]
+    pub fn from_event(event: &'a crate::event::CloudEvent) -> Self {
+        let ext = |name: &str| {
+            event
+                .extensions
+                .get(name)
+                .and_then(crate::event::ExtensionValue::as_str)
+                .unwrap_or_default()
+        };
+        Self {
+            group: ext("k8sgroup"),
+            version: ext("k8sversion"),
+            kind: ext("k8skind"),
+            plural: event.source.rsplit('/').next().unwrap_or_default(),
+            namespace: Some(ext("k8snamespace")).filter(|ns| !ns.is_empty()),
+            name: ext("k8sname"),
+            op: event.ty.rsplit('.').next().unwrap_or_default(),
         }
     }
 }
@@ -121,7 +160,7 @@ enum Segment {
 /// use herald_sink_core::template::{Template, Vars};
 ///
 /// let template = Template::parse("herald.{group}.{kind}")?;
-/// let vars = Vars { group: "example.com", version: "v1", kind: "Widget", plural: "widgets", namespace: None };
+/// let vars = Vars { group: "example.com", version: "v1", kind: "Widget", plural: "widgets", namespace: None, name: "w", op: "created" };
 /// assert_eq!(template.render_nats_subject(&vars), "herald.example_com.Widget");
 /// assert_eq!(template.render_kafka_topic(&vars), "herald.example.com.Widget");
 /// # Ok::<(), herald_sink_core::TemplateError>(())
@@ -251,6 +290,16 @@ impl Template {
     ///
     /// [`TemplateError::IllegalCharacter`] or [`TemplateError::ReservedName`].
     pub fn check_kafka_topic(&self) -> Result<(), TemplateError> {
+        // One topic per object or per operation would break per-key ordering and topic counts.
+        if let Some(v) = self
+            .variables()
+            .find(|v| matches!(v, Variable::Name | Variable::Op))
+        {
+            return Err(TemplateError::VariableNotAllowed {
+                name: v.name(),
+                target: "kafka topic",
+            });
+        }
         for (position, c) in self.literal_chars() {
             if kafka_char(c) != c {
                 return Err(TemplateError::IllegalCharacter {
@@ -367,7 +416,7 @@ pub enum TemplateError {
     /// `{name}` is not one of the known variables.
     #[error(
         "unknown template variable `{{{name}}}` at byte {position} \
-         (known: {{group}}, {{version}}, {{kind}}, {{plural}}, {{namespace}})"
+         (known: {{group}}, {{version}}, {{kind}}, {{plural}}, {{namespace}}, {{name}}, {{op}})"
     )]
     UnknownVariable {
         /// The text between the braces.
@@ -402,6 +451,14 @@ pub enum TemplateError {
     EmptyToken {
         /// Byte offset of the `.` next to the empty token.
         position: usize,
+    },
+    /// The variable is known but not usable for this target (`{name}` and `{op}` in a Kafka topic).
+    #[error("`{{{name}}}` cannot be used in a {target} name")]
+    VariableNotAllowed {
+        /// The variable's name.
+        name: &'static str,
+        /// `kafka topic`.
+        target: &'static str,
     },
     /// The Kafka topic would be `.` or `..`, which Kafka forbids.
     #[error("kafka topic name {name:?} is reserved")]
@@ -494,18 +551,26 @@ mod tests {
             kind: "Widget",
             plural: "widgets",
             namespace: Some("team-a"),
+            name: "",
+            op: "",
         }
     }
 
     #[test]
     fn parses_and_renders_every_variable() {
-        let t = Template::parse("{group}/{version}/{kind}/{plural}/{namespace}").unwrap();
+        let source = "{group}/{version}/{kind}/{plural}/{namespace}/{name}/{op}";
+        let t = Template::parse(source).unwrap();
+        let vars = Vars {
+            name: "web",
+            op: "updated",
+            ..widget()
+        };
         assert_eq!(
-            t.render(&widget()),
-            "example.com/v1alpha1/Widget/widgets/team-a"
+            t.render(&vars),
+            "example.com/v1alpha1/Widget/widgets/team-a/web/updated"
         );
         assert_eq!(t.variables().collect::<Vec<_>>(), Variable::ALL);
-        assert_eq!(t.as_str(), "{group}/{version}/{kind}/{plural}/{namespace}");
+        assert_eq!(t.as_str(), source);
         assert_eq!(t.to_string(), t.as_str());
     }
 
@@ -522,7 +587,7 @@ mod tests {
     #[test]
     fn rejects_unknown_variables_naming_them() {
         for (source, name, position) in [
-            ("herald.{name}", "name", 7),
+            ("herald.{uid}", "uid", 7),
             ("{Group}", "Group", 0),
             ("x{}", "", 1),
             ("{ group }", " group ", 0),
@@ -537,9 +602,9 @@ mod tests {
                 "{source}"
             );
         }
-        let message = Template::parse("herald.{name}").unwrap_err().to_string();
+        let message = Template::parse("herald.{uid}").unwrap_err().to_string();
         assert!(
-            message.starts_with("unknown template variable `{name}` at byte 7"),
+            message.starts_with("unknown template variable `{uid}` at byte 7"),
             "{message}"
         );
     }
@@ -615,6 +680,8 @@ mod tests {
             kind: "ConfigMap",
             plural: "configmaps",
             namespace: Some("default"),
+            name: "",
+            op: "",
         };
         let t = Template::parse("herald.{group}.{plural}").unwrap();
         assert_eq!(t.render_nats_subject(&vars), "herald.core.configmaps");
@@ -653,6 +720,8 @@ mod tests {
             kind: "K ind",
             plural: "p",
             namespace: None,
+            name: "",
+            op: "",
         };
         let t = Template::parse("{group}.{version}.{kind}.{namespace}").unwrap();
         let subject = t.render_nats_subject(&vars);
@@ -791,14 +860,39 @@ mod tests {
     }
 
     #[test]
+    fn name_and_op_are_for_nats_subjects_only_and_come_from_the_event() {
+        let event = crate::event::CloudEvent::new(
+            "u:1:deleted",
+            "k8s://prod/example.com/widgets",
+            "dev.herald.resource.deleted",
+        )
+        .extension("k8sgroup", "example.com")
+        .extension("k8sversion", "v1")
+        .extension("k8skind", "Widget")
+        .extension("k8snamespace", "team-a")
+        .extension("k8sname", "web.v2 *big*");
+        let vars = Vars::from_event(&event);
+        let t = Template::parse("herald.{plural}.{namespace}.{name}.{op}").unwrap();
+        assert_eq!(
+            t.render_nats_subject(&vars),
+            "herald.widgets.team-a.web_v2__big_.deleted"
+        );
+        assert!(t.check_nats_subject().is_ok());
+        assert_eq!(
+            t.check_kafka_topic().unwrap_err().to_string(),
+            "`{name}` cannot be used in a kafka topic name"
+        );
+    }
+
+    #[test]
     fn deserializes_from_a_string_and_reports_parse_errors() {
         let t: Template = serde_json::from_str(r#""herald.{kind}""#).unwrap();
         assert_eq!(t, "herald.{kind}".parse().unwrap());
         assert_eq!(serde_json::to_string(&t).unwrap(), r#""herald.{kind}""#);
-        let err = serde_json::from_str::<Template>(r#""herald.{name}""#).unwrap_err();
+        let err = serde_json::from_str::<Template>(r#""herald.{uid}""#).unwrap_err();
         assert!(
             err.to_string()
-                .contains("unknown template variable `{name}`"),
+                .contains("unknown template variable `{uid}`"),
             "{err}"
         );
     }

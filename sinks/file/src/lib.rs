@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use herald_sink_core::sink::{Envelope, Outcome, Reason, Sink, SinkError};
+use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
 
 /// When written data is synced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,11 +208,37 @@ impl Sink for FileSink {
             bytes.extend_from_slice(&envelope.event.to_structured_json());
             bytes.push(b'\n');
         }
-        match self.write_batch(&bytes) {
-            Ok(()) => vec![Outcome::Ok; batch.len()],
+        self.write_outcomes(&bytes, batch.len())
+    }
+
+    /// One JSON line per letter, `{"error": {...}, "event": {...}}`: the shape of the journal's
+    /// own DLQ records, so one reader handles both.
+    async fn send_dead_letters(
+        &self,
+        letters: &[Envelope],
+        errors: &[ErrorContext],
+    ) -> Vec<Outcome> {
+        let mut bytes = Vec::with_capacity(letters.len() * 768);
+        for (i, envelope) in letters.iter().enumerate() {
+            let event: serde_json::Value =
+                serde_json::from_slice(&envelope.event.to_structured_json())
+                    .unwrap_or(serde_json::Value::Null);
+            let error = errors.get(i).map(ErrorContext::to_json);
+            let line = serde_json::json!({ "error": error, "event": event });
+            bytes.extend_from_slice(line.to_string().as_bytes());
+            bytes.push(b'\n');
+        }
+        self.write_outcomes(&bytes, letters.len())
+    }
+}
+
+impl FileSink {
+    fn write_outcomes(&self, bytes: &[u8], n: usize) -> Vec<Outcome> {
+        match self.write_batch(bytes) {
+            Ok(()) => vec![Outcome::Ok; n],
             // A full disk or a vanished directory may heal: retry, never drop.
             Err(e) => Outcome::all(
-                batch.len(),
+                n,
                 Outcome::Retry {
                     after: None,
                     reason: Reason::new("io", e.to_string()),

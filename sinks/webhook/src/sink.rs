@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::stream::{self, StreamExt};
 use herald_sink_core::event::CloudEvent;
-use herald_sink_core::sink::{Envelope, Outcome, Reason, Sink, SinkError};
+use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 
@@ -110,7 +110,7 @@ impl WebhookSink {
     ///
     /// A letter with a header not named `herald-error-*` is rejected (`invalid_request`) unsent;
     /// missing entries of `error_headers` mean no extra headers.
-    pub async fn send_dead_letters(
+    pub async fn send_dead_letters_with_headers(
         &self,
         letters: &[Envelope],
         error_headers: &[Vec<(String, String)>],
@@ -295,6 +295,16 @@ impl Sink for WebhookSink {
                 source: Box::new(error.without_url()),
             }),
         }
+    }
+
+    async fn send_dead_letters(
+        &self,
+        letters: &[Envelope],
+        errors: &[ErrorContext],
+    ) -> Vec<Outcome> {
+        let headers: Vec<Vec<(String, String)>> =
+            errors.iter().map(ErrorContext::hyphen_headers).collect();
+        self.send_dead_letters_with_headers(letters, &headers).await
     }
 
     async fn send(&self, batch: &[Envelope]) -> Vec<Outcome> {
@@ -554,7 +564,7 @@ mod tests {
         let sink = WebhookSink::new(WebhookConfig::new("http://127.0.0.1:1/")).unwrap();
         let letters = [Envelope::new(1, CloudEvent::new("1", "/s", "t"))];
         let outcomes = sink
-            .send_dead_letters(&letters, &[vec![("x-error".into(), "boom".into())]])
+            .send_dead_letters_with_headers(&letters, &[vec![("x-error".into(), "boom".into())]])
             .await;
         assert_eq!(
             outcomes,

@@ -7,12 +7,16 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, ClusterSource, Config, Namespaces, ResourceConfig, SinkKind};
+use crate::config::{self, ClusterSource, Config, Namespaces, ResourceConfig};
 use crate::event::{self, Op};
 use crate::journal::{Journal, JournalConfig, JournalError};
 use crate::route::{Route, Router};
 use crate::sim::{LoadError, SimConfig, SimError, Simulator};
 use crate::{delivery, watch};
+
+mod sinks;
+
+pub use sinks::check_sink;
 
 /// How long a stop waits for each watcher before abandoning it.
 const WATCHER_STOP: Duration = Duration::from_secs(5);
@@ -108,41 +112,6 @@ pub fn router(cfg: &Config) -> Router {
             })
             .collect(),
     )
-}
-
-/// The file sink's settings from its configuration (`-` is stdout).
-fn file_config(f: &config::FileSinkConfig) -> herald_sink_file::FileConfig {
-    herald_sink_file::FileConfig {
-        path: (f.path.as_os_str() != config::STDOUT_PATH).then(|| f.path.clone()),
-        fsync: match f.fsync {
-            config::Fsync::Always => herald_sink_file::Fsync::Always,
-            config::Fsync::Interval => herald_sink_file::Fsync::Interval(f.fsync_interval),
-            config::Fsync::Never => herald_sink_file::Fsync::Never,
-        },
-        rotate: f.rotate.as_ref().map(|r| herald_sink_file::Rotate {
-            max_size: r.max_size,
-            max_files: r.max_files,
-        }),
-    }
-}
-
-/// Opens a sink and runs its health check, as a start would (for `herald check --connect`).
-pub async fn check_sink(sink: &config::SinkConfig) -> Result<(), String> {
-    match &sink.kind {
-        SinkKind::File(f) => {
-            let s = herald_sink_file::FileSink::open(file_config(f)).map_err(|e| e.to_string())?;
-            herald_sink_core::sink::Sink::healthcheck(&s)
-                .await
-                .map_err(|e| e.to_string())
-        }
-        SinkKind::Webhook(w) => {
-            let s = herald_sink_webhook::WebhookSink::new(webhook_config(w)?)
-                .map_err(|e| error_chain(&e))?;
-            herald_sink_core::sink::Sink::healthcheck(&s)
-                .await
-                .map_err(|e| error_chain(&e))
-        }
-    }
 }
 
 /// Runs one of herald's loops; if it ends (or panics) before its stop token fired, `/healthz` turns
@@ -341,80 +310,73 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     let mut deliveries = Vec::new();
     let mut file_sinks = Vec::new();
     let mut stats = Vec::new();
+    let mut built = Vec::new();
     for sink in &cfg.sinks {
-        match &sink.kind {
-            SinkKind::File(f) => {
-                let failed = |reason: String| StartError::SinkFailed {
-                    sink: sink.name.clone(),
-                    reason,
-                };
-                let s = herald_sink_file::FileSink::open(file_config(f))
-                    .map_err(|e| failed(e.to_string()))?;
-                let s = Arc::new(s);
-                herald_sink_core::sink::Sink::healthcheck(s.as_ref())
-                    .await
-                    .map_err(|e| failed(e.to_string()))?;
-                file_sinks.push(s.clone());
-                let st = Arc::new(delivery::Stats::default());
-                stats.push((sink.name.clone(), st.clone()));
-                deliveries.push(tokio::spawn(guarded(
-                    alive.clone(),
+        let s = sinks::build(sink)
+            .await
+            .map_err(|reason| StartError::SinkFailed {
+                sink: sink.name.clone(),
+                reason,
+            })?;
+        if let sinks::Built::File(f) = &s {
+            file_sinks.push(f.clone());
+        }
+        built.push(s);
+    }
+    let oversize_dead_letter: Arc<std::collections::HashSet<String>> = Arc::new(
+        cfg.resources
+            .iter()
+            .filter(|r| r.on_oversize == config::OnOversize::DeadLetter)
+            .flat_map(|r| {
+                let by_plural = r
+                    .plural
+                    .as_deref()
+                    .map(|plural| event::source(&cfg.cluster.name, &r.group, plural));
+                let by_kind = r.kind.as_deref().map(|kind| format!("{}/{kind}", r.group));
+                by_plural.into_iter().chain(by_kind)
+            })
+            .collect(),
+    );
+    for (sink, s) in cfg.sinks.iter().zip(&built) {
+        let st = Arc::new(delivery::Stats::default());
+        stats.push((sink.name.clone(), st.clone()));
+        let settings = delivery::Settings {
+            max_dead_letters: cfg.journal.max_dead_letters,
+            oversize_dead_letter: oversize_dead_letter.clone(),
+            ..sinks::settings(&sink.kind)
+        };
+        deliveries.push(tokio::spawn(guarded(
+            alive.clone(),
+            stop_delivery.clone(),
+            s.deliver(
+                sink.name.clone(),
+                journal.clone(),
+                router.clone(),
+                settings,
+                sink.kind.start() == config::SinkStart::Earliest,
+                stop_delivery.clone(),
+                st.clone(),
+            ),
+        )));
+        if let Some(target) = sink.kind.dead_letter_sink()
+            && let Some(forward) = cfg
+                .sinks
+                .iter()
+                .position(|c| c.name == target)
+                .map(|i| built[i].forward())
+        {
+            deliveries.push(tokio::spawn(guarded(
+                alive.clone(),
+                stop_delivery.clone(),
+                delivery::forward::run(
+                    sink.name.clone(),
+                    target.to_owned(),
+                    forward,
+                    journal.clone(),
+                    st,
                     stop_delivery.clone(),
-                    delivery::run(
-                        sink.name.clone(),
-                        s,
-                        journal.clone(),
-                        router.clone(),
-                        delivery::Settings::default(),
-                        f.start == config::SinkStart::Earliest,
-                        stop_delivery.clone(),
-                        st,
-                        Some(Arc::new(journal.clone()) as Arc<dyn delivery::DeadLetters>),
-                    ),
-                )));
-            }
-            SinkKind::Webhook(w) => {
-                let failed = |reason: String| StartError::SinkFailed {
-                    sink: sink.name.clone(),
-                    reason,
-                };
-                let s = herald_sink_webhook::WebhookSink::new(webhook_config(w).map_err(failed)?)
-                    .map_err(|e| failed(error_chain(&e)))?;
-                let s = Arc::new(s);
-                herald_sink_core::sink::Sink::healthcheck(s.as_ref())
-                    .await
-                    .map_err(|e| failed(error_chain(&e)))?;
-                let settings = delivery::Settings {
-                    concurrency: w.concurrency,
-                    batch_max: match w.mode {
-                        config::WebhookMode::Batched => w.batch_max_events,
-                        config::WebhookMode::Binary | config::WebhookMode::Structured => {
-                            delivery::Settings::default().batch_max
-                        }
-                    },
-                    max_attempts: w.max_attempts,
-                    max_age: w.max_age,
-                    ..delivery::Settings::default()
-                };
-                let st = Arc::new(delivery::Stats::default());
-                stats.push((sink.name.clone(), st.clone()));
-                deliveries.push(tokio::spawn(guarded(
-                    alive.clone(),
-                    stop_delivery.clone(),
-                    delivery::run(
-                        sink.name.clone(),
-                        s,
-                        journal.clone(),
-                        router.clone(),
-                        settings,
-                        w.start == config::SinkStart::Earliest,
-                        stop_delivery.clone(),
-                        st,
-                        // Dead letters are kept in the journal; forwarding to `deadLetterSink` is not wired yet.
-                        Some(Arc::new(journal.clone()) as Arc<dyn delivery::DeadLetters>),
-                    ),
-                )));
-            }
+                ),
+            )));
         }
     }
 
@@ -568,71 +530,8 @@ impl Running {
     }
 }
 
-/// The webhook sink's settings from its configuration: secrets resolved, PEM files read. Messages
-/// name the key and the file or variable, never a secret.
-fn webhook_config(
-    w: &config::WebhookSinkConfig,
-) -> Result<herald_sink_webhook::WebhookConfig, String> {
-    use herald_sink_webhook as webhook;
-    let secret = |key: &str, secret: &config::SecretRef| {
-        secret
-            .resolve()
-            .map_err(|e| format!("{key}: {}", error_chain(&e)))
-    };
-    let read = |key: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))
-    };
-    let mut out = webhook::WebhookConfig::new(w.url.clone())
-        .timeout(w.timeout)
-        .mode(match w.mode {
-            config::WebhookMode::Binary => webhook::Mode::Binary,
-            config::WebhookMode::Structured => webhook::Mode::Structured,
-            config::WebhookMode::Batched => webhook::Mode::Batched {
-                max_events: w.batch_max_events,
-            },
-        });
-    for (name, value) in &w.headers {
-        out = out.header(name.clone(), value.clone());
-    }
-    match &w.auth {
-        None => {}
-        Some(config::WebhookAuth::Bearer(token)) => {
-            out = out.auth(webhook::Auth::Bearer(secret("auth.bearer", token)?));
-        }
-        Some(config::WebhookAuth::Basic(basic)) => {
-            out = out.auth(webhook::Auth::Basic {
-                user: basic.username.clone(),
-                password: secret("auth.basic.password", &basic.password)?,
-            });
-        }
-    }
-    if let Some(tls) = &w.tls {
-        let mut t = webhook::TlsConfig::default();
-        if let Some(ca) = &tls.ca_file {
-            t.ca_pem = Some(read("tls.caFile", ca)?);
-        }
-        if let (Some(cert), Some(key)) = (&tls.client_cert_file, &tls.client_key_file) {
-            t.client_identity = Some(webhook::ClientIdentity {
-                cert_pem: read("tls.clientCertFile", cert)?,
-                key_pem: read("tls.clientKeyFile", key)?,
-            });
-        }
-        out = out.tls(t);
-    }
-    if let Some(signing) = &w.signing {
-        let text = secret("signing.secret", &signing.secret)?;
-        let mut s = webhook::SigningConfig::standard(&text)
-            .map_err(|e| format!("signing.secret: {}", error_chain(&e)))?;
-        if signing.hub_signature_256 {
-            s = s.with_hub_signature_256(text.into_bytes());
-        }
-        out = out.signing(s);
-    }
-    Ok(out)
-}
-
 /// `error: cause: cause`.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
