@@ -6,7 +6,10 @@ use herald::journal::{Journal, JournalConfig};
 use herald_sink_core::event::CloudEvent;
 use serde_json::{Value, json};
 
-use crate::support::{Herald, Raw, WIDGETS_RESOURCE, herald_config, sim, widget, widgets_crd};
+use crate::support::{
+    Herald, Raw, Receiver, WIDGETS_RESOURCE, herald_config, sim, webhook_config, widget,
+    widgets_crd,
+};
 
 fn cli(args: &[&str]) -> (Option<i32>, Value, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
@@ -124,4 +127,124 @@ async fn dead_letters_are_listed_replayed_on_the_next_run_and_purged() {
         Some(herald::exit_code::USAGE),
         "--from or --since is required"
     );
+}
+
+/// Waits until `f` holds, for up to 20 s.
+async fn until(what: &str, f: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !f() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_running_herald_forwards_dead_letters_and_the_cli_works_through_its_admin_endpoint() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Receiver::start().await;
+    let dlq = Receiver::start().await;
+    let store = Receiver::start().await;
+    hook.reject_subjects
+        .lock()
+        .unwrap()
+        .push("default/bad".to_owned());
+    std::fs::write(dir.path().join("token"), "s3cret\n").unwrap();
+    // `hook` forwards its dead letters to `dlq`; `store` keeps its own in herald's queue. Routes
+    // keep the dead-letter sink out of normal delivery.
+    let config = webhook_config(
+        &sim,
+        dir.path(),
+        &[
+            ("hook", &hook.url, "    deadLetterSink: dlq\n"),
+            ("dlq", &dlq.url, ""),
+            ("store", &store.url, ""),
+        ],
+    ) + &format!(
+        "  token: {{fromFile: {}}}\nroutes:\n  - sinks: [hook, store]\n",
+        dir.path().join("token").display()
+    );
+    store
+        .reject_subjects
+        .lock()
+        .unwrap()
+        .push("default/bad".to_owned());
+    let mut herald = Herald::start(dir.path(), &config);
+    for name in ["good", "bad"] {
+        raw.post(
+            "/apis/example.com/v1/namespaces/default/widgets",
+            &widget(name, json!({}), json!({})),
+        )
+        .await;
+    }
+    until("the dead letter forwarded to dlq", || {
+        dlq.dead_letters.lock().unwrap().len() == 1
+    })
+    .await;
+    let (id, errors) = dlq.dead_letters.lock().unwrap()[0].clone();
+    assert!(id.ends_with(":created"), "{id}");
+    assert_eq!(errors["herald-error-sink"], "hook");
+    assert_eq!(errors["herald-error-class"], "permanent");
+    assert!(
+        errors["herald-error-code"].starts_with("http_"),
+        "{errors:?}"
+    );
+    assert_eq!(errors["herald-error-attempts"], "1");
+    assert!(errors.contains_key("herald-error-message"));
+    assert_eq!(hook.taken_ids().len(), 1, "only `good` reached hook");
+    assert!(
+        dlq.taken_ids().iter().all(|i| *i == id),
+        "dlq gets dead letters only"
+    );
+
+    // While herald runs, the CLI goes through the admin endpoint: `store` holds one dead letter.
+    let cfg = herald.config.to_str().unwrap().to_string();
+    let list = || cli(&["dlq", "list", "-c", &cfg, "--sink", "store", "--json"]);
+    until("store's dead letter", || {
+        list().1.as_array().is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    let (code, hook_list, stderr) = cli(&["dlq", "list", "-c", &cfg, "--sink", "hook", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(hook_list, json!([]), "forwarded letters leave hook's queue");
+    let (code, status, _) = cli(&["status", "-c", &cfg, "--json"]);
+    assert_eq!(code, Some(0));
+    let store_status = status["sinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sink"] == "store")
+        .unwrap()
+        .clone();
+    assert!(
+        status["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("admin endpoint"),
+        "{status}"
+    );
+    assert_eq!(store_status["deadLettered"], 1);
+
+    // The receiver is fixed; replaying through the running herald delivers the letter.
+    store.reject_subjects.lock().unwrap().clear();
+    let (code, replayed, stderr) = cli(&["dlq", "replay", "-c", &cfg, "--sink", "store", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(replayed["seqs"].as_array().map(Vec::len), Some(1));
+    until("the replayed letter at store", || {
+        store.taken_ids().len() == 2
+    })
+    .await;
+    assert_eq!(list().1, json!([]));
+
+    // A purge through the endpoint needs the token: a wrong one is refused with the reason.
+    std::fs::write(dir.path().join("token"), "wrong\n").unwrap();
+    let (code, _, stderr) = cli(&["dlq", "purge", "-c", &cfg, "--sink", "store"]);
+    assert_eq!(code, Some(herald::exit_code::UNEXPECTED));
+    assert!(stderr.contains("HTTP 401"), "{stderr}");
+    assert_eq!(herald.terminate().await, Some(0));
 }

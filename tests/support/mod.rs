@@ -1,5 +1,6 @@
 //! Shared helpers: a simulator per test, raw HTTP access to it, CRD fixtures, and the kubectl runner.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -479,6 +480,9 @@ pub struct Receiver {
     pub taken: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
     /// Requests seen, whatever the answer.
     pub requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// `herald-error-*` headers (name → value) of every taken request that had any, with its
+    /// `ce-id`: what a dead-letter sink receives.
+    pub dead_letters: std::sync::Arc<std::sync::Mutex<Vec<(String, BTreeMap<String, String>)>>>,
 }
 
 impl Receiver {
@@ -489,18 +493,26 @@ impl Receiver {
         let max_latency_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (st, rj, lat, tk, rq) = (
+        let dead_letters = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (st, rj, lat, tk, rq, dl) = (
             status.clone(),
             reject_subjects.clone(),
             max_latency_ms.clone(),
             taken.clone(),
             requests.clone(),
+            dead_letters.clone(),
         );
         let app = axum::Router::new().route(
             "/hook",
             axum::routing::post(move |headers: axum::http::HeaderMap| {
-                let (st, rj, lat, tk, rq) =
-                    (st.clone(), rj.clone(), lat.clone(), tk.clone(), rq.clone());
+                let (st, rj, lat, tk, rq, dl) = (
+                    st.clone(),
+                    rj.clone(),
+                    lat.clone(),
+                    tk.clone(),
+                    rq.clone(),
+                    dl.clone(),
+                );
                 async move {
                     rq.fetch_add(1, Ordering::SeqCst);
                     let max = lat.load(Ordering::SeqCst);
@@ -523,6 +535,16 @@ impl Receiver {
                         tk.lock()
                             .unwrap()
                             .push((h("ce-id"), h("ce-subject"), h("ce-sequence")));
+                        let errors: BTreeMap<String, String> = headers
+                            .iter()
+                            .filter(|(k, _)| k.as_str().starts_with("herald-error-"))
+                            .map(|(k, v)| {
+                                (k.to_string(), v.to_str().unwrap_or_default().to_string())
+                            })
+                            .collect();
+                        if !errors.is_empty() {
+                            dl.lock().unwrap().push((h("ce-id"), errors));
+                        }
                     }
                     code
                 }
@@ -538,6 +560,7 @@ impl Receiver {
             max_latency_ms,
             taken,
             requests,
+            dead_letters,
         }
     }
 
