@@ -468,6 +468,9 @@ impl Drop for Herald {
 }
 
 /// A webhook receiver on 127.0.0.1 whose answers a test can change: records every request it takes.
+/// `herald-error-*` header name → value.
+pub type ErrorHeaders = BTreeMap<String, String>;
+
 pub struct Receiver {
     pub url: String,
     /// Status to answer with (204 = take it).
@@ -482,7 +485,7 @@ pub struct Receiver {
     pub requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// `herald-error-*` headers (name → value) of every taken request that had any, with its
     /// `ce-id`: what a dead-letter sink receives.
-    pub dead_letters: std::sync::Arc<std::sync::Mutex<Vec<(String, BTreeMap<String, String>)>>>,
+    pub dead_letters: std::sync::Arc<std::sync::Mutex<Vec<(String, ErrorHeaders)>>>,
 }
 
 impl Receiver {
