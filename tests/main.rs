@@ -22,3 +22,5 @@ mod sim_list;
 mod sim_persist;
 mod sim_watch;
 mod sim_writes;
+mod sink_kafka;
+mod sink_nats;

@@ -16,6 +16,8 @@ use crate::route::Router;
 pub(super) enum Built {
     File(Arc<herald_sink_file::FileSink>),
     Webhook(Arc<herald_sink_webhook::WebhookSink>),
+    Kafka(Arc<herald_sink_kafka::KafkaSink>),
+    Nats(Arc<herald_sink_nats::NatsSink>),
 }
 
 /// Builds `sink` and runs its health check; the error names what failed (key, file, variable).
@@ -28,12 +30,15 @@ pub(super) async fn build(sink: &config::SinkConfig) -> Result<Built, String> {
             herald_sink_webhook::WebhookSink::new(webhook_config(w)?)
                 .map_err(|e| error_chain(&e))?,
         )),
-        SinkKind::Kafka(_) | SinkKind::Nats(_) => {
-            return Err(format!(
-                "sink type {} is not available yet",
-                sink.kind.sink_type()
-            ));
-        }
+        SinkKind::Kafka(k) => Built::Kafka(Arc::new(
+            herald_sink_kafka::KafkaSink::new(kafka_config(k, &sink.name)?)
+                .map_err(|e| error_chain(&e))?,
+        )),
+        SinkKind::Nats(n) => Built::Nats(Arc::new(
+            herald_sink_nats::NatsSink::connect(nats_config(n, &sink.name)?)
+                .await
+                .map_err(|e| error_chain(&e))?,
+        )),
     };
     built.healthcheck().await?;
     Ok(built)
@@ -82,6 +87,8 @@ macro_rules! with_sink {
         match $built {
             Built::File($s) => $body,
             Built::Webhook($s) => $body,
+            Built::Kafka($s) => $body,
+            Built::Nats($s) => $body,
         }
     };
 }
@@ -198,6 +205,103 @@ fn webhook_config(
             s = s.with_hub_signature_256(text.into_bytes());
         }
         out = out.signing(s);
+    }
+    Ok(out)
+}
+
+/// The Kafka sink's settings: templates parsed (already validated), secret properties resolved.
+fn kafka_config(
+    k: &config::KafkaSinkConfig,
+    name: &str,
+) -> Result<herald_sink_kafka::KafkaConfig, String> {
+    use herald_sink_kafka as kafka;
+    let topic = herald_sink_core::Template::parse(&k.topic).map_err(|e| format!("topic: {e}"))?;
+    let mut out = kafka::KafkaConfig::new(k.brokers.join(","), topic)
+        .mode(match k.mode {
+            config::KafkaMode::Binary => kafka::Mode::Binary,
+            config::KafkaMode::Structured => kafka::Mode::Structured,
+        })
+        .tombstones(k.tombstones)
+        .message_timeout(k.message_timeout)
+        .client_id(format!("herald-{name}"));
+    for (key, value) in &k.properties {
+        out = out.property(key.clone(), value.clone());
+    }
+    for (key, secret) in &k.secret_properties {
+        let value = secret
+            .resolve()
+            .map_err(|e| format!("secretProperties.{key}: {}", error_chain(&e)))?;
+        out = out.property(key.clone(), value);
+    }
+    Ok(out)
+}
+
+/// The NATS sink's settings: subject parsed, secrets resolved.
+fn nats_config(
+    n: &config::NatsSinkConfig,
+    name: &str,
+) -> Result<herald_sink_nats::NatsConfig, String> {
+    use herald_sink_nats as nats;
+    let secret = |key: &str, secret: &config::SecretRef| {
+        secret
+            .resolve()
+            .map_err(|e| format!("{key}: {}", error_chain(&e)))
+    };
+    let subject =
+        herald_sink_core::Template::parse(&n.subject).map_err(|e| format!("subject: {e}"))?;
+    let mut out = nats::NatsConfig::new(n.servers.clone(), subject)
+        .mode(match n.mode {
+            config::NatsMode::Structured => nats::Mode::Structured,
+            config::NatsMode::Binary => nats::Mode::Binary,
+        })
+        .connect_timeout(n.connect_timeout)
+        .ack_timeout(n.ack_timeout)
+        .max_in_flight(n.max_in_flight)
+        .connection_name(format!("herald-{name}"));
+    if let Some(js) = &n.jetstream {
+        let mut j = nats::JetStreamConfig::new(js.stream.clone());
+        if let Some(c) = &js.create {
+            let mut spec = nats::StreamSpec::new(c.subjects.clone())
+                .storage(match c.storage {
+                    config::NatsStorage::File => nats::Storage::File,
+                    config::NatsStorage::Memory => nats::Storage::Memory,
+                })
+                .replicas(c.replicas)
+                .duplicate_window(c.duplicate_window);
+            if let Some(age) = c.max_age {
+                spec = spec.max_age(age);
+            }
+            j = j.create(spec);
+        }
+        out = out.jetstream(j);
+    }
+    match &n.auth {
+        None => {}
+        Some(config::NatsAuth::Token(token)) => {
+            out = out.auth(nats::Auth::Token(secret("auth.token", token)?));
+        }
+        Some(config::NatsAuth::UserPassword { user, password }) => {
+            out = out.auth(nats::Auth::UserPassword {
+                user: user.clone(),
+                password: secret("auth.password", password)?,
+            });
+        }
+        Some(config::NatsAuth::NkeySeed(seed)) => {
+            out = out.auth(nats::Auth::NKey {
+                seed: secret("auth.nkeySeed", seed)?,
+            });
+        }
+        Some(config::NatsAuth::CredentialsFile(path)) => {
+            out = out.auth(nats::Auth::CredentialsFile(path.clone()));
+        }
+    }
+    if let Some(tls) = &n.tls {
+        out = out.tls(nats::TlsConfig {
+            ca_file: tls.ca_file.clone(),
+            client_cert_file: tls.client_cert_file.clone(),
+            client_key_file: tls.client_key_file.clone(),
+            required: tls.required,
+        });
     }
     Ok(out)
 }

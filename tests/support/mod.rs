@@ -1,5 +1,8 @@
 //! Shared helpers: a simulator per test, raw HTTP access to it, CRD fixtures, and the kubectl runner.
 
+pub mod kafka;
+pub mod nats;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -122,10 +122,14 @@ impl<'a> Vars<'a> {
             group: ext("k8sgroup"),
             version: ext("k8sversion"),
             kind: ext("k8skind"),
-            plural: event.source.rsplit('/').next().unwrap_or_default(),
+            plural: event
+                .source
+                .strip_prefix("k8s://")
+                .and_then(|rest| rest.split('/').nth(2))
+                .unwrap_or_default(),
             namespace: Some(ext("k8snamespace")).filter(|ns| !ns.is_empty()),
             name: ext("k8sname"),
-            op: event.ty.rsplit('.').next().unwrap_or_default(),
+            op: event.ty.rsplit_once('.').map_or("", |(_, op)| op),
         }
     }
 }
