@@ -5,6 +5,7 @@ mod support;
 
 mod cli;
 mod run_admin;
+mod run_bus;
 mod run_check;
 mod run_delivery;
 mod run_dlq;

@@ -50,16 +50,16 @@ fn event(name: &str, op: &str, resource_version: u64) -> CloudEvent {
 
 /// One consumed record.
 #[derive(Debug)]
-struct Consumed {
-    key: Option<String>,
-    value: Option<Vec<u8>>,
-    headers: Vec<(String, Vec<u8>)>,
+pub(crate) struct Consumed {
+    pub(crate) key: Option<String>,
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
 }
 
 /// Reads `topic` as consumer group `group` until `expected` records arrived and no more come for
 /// a moment (so duplicates would show), or 60 s pass. Records come in partition order, which is
 /// per-key order.
-fn consume(bootstrap: &str, group: &str, topic: &str, expected: usize) -> Vec<Consumed> {
+pub(crate) fn consume(bootstrap: &str, group: &str, topic: &str, expected: usize) -> Vec<Consumed> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)

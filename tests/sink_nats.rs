@@ -75,7 +75,7 @@ async fn client(server: &NatsServer) -> async_nats::Client {
 }
 
 /// Every message the stream holds, in stream order.
-async fn stream_messages(server: &NatsServer, stream: &str) -> Vec<StreamMessage> {
+pub(crate) async fn stream_messages(server: &NatsServer, stream: &str) -> Vec<StreamMessage> {
     let context = async_nats::jetstream::new(client(server).await);
     let mut stream = context.get_stream(stream).await.unwrap();
     let state = stream.info().await.unwrap().state.clone();
@@ -89,7 +89,10 @@ async fn stream_messages(server: &NatsServer, stream: &str) -> Vec<StreamMessage
     messages
 }
 
-fn header<'a>(headers: Option<&'a async_nats::HeaderMap>, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(
+    headers: Option<&'a async_nats::HeaderMap>,
+    name: &str,
+) -> Option<&'a str> {
     headers?.get(name).map(async_nats::HeaderValue::as_str)
 }
 
