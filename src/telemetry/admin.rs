@@ -488,16 +488,25 @@ fn seqs_param(
         })
 }
 
+/// The checks every DLQ mutation makes (token, sink, `seqs`), and the selected dead letters.
+fn dlq_selection(
+    s: &AdminState,
+    headers: &axum::http::HeaderMap,
+    sink: &str,
+    q: &std::collections::HashMap<String, String>,
+) -> Result<Option<Vec<u64>>, Box<Response>> {
+    authorize(s, headers)?;
+    known_sink(s, sink)?;
+    seqs_param(q)
+}
+
 async fn dlq_replay(
     State(s): State<AdminState>,
     headers: axum::http::HeaderMap,
     axum::extract::Path(sink): axum::extract::Path<String>,
     axum::extract::Query(q): Query,
 ) -> Response {
-    let seqs = match authorize(&s, &headers)
-        .and_then(|()| known_sink(&s, &sink))
-        .and_then(|()| seqs_param(&q))
-    {
+    let seqs = match dlq_selection(&s, &headers, &sink, &q) {
         Ok(seqs) => seqs,
         Err(r) => return *r,
     };
@@ -513,10 +522,7 @@ async fn dlq_purge(
     axum::extract::Path(sink): axum::extract::Path<String>,
     axum::extract::Query(q): Query,
 ) -> Response {
-    let seqs = match authorize(&s, &headers)
-        .and_then(|()| known_sink(&s, &sink))
-        .and_then(|()| seqs_param(&q))
-    {
+    let seqs = match dlq_selection(&s, &headers, &sink, &q) {
         Ok(seqs) => seqs,
         Err(r) => return *r,
     };
