@@ -2,6 +2,10 @@
 
 use futures::StreamExt;
 
+/// The allocator the `herald` binary ships with (src/main.rs), so figures match the binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// User + system CPU time of this process, from /proc: clock ticks (10 ms), plenty for runs of seconds.
 pub fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();

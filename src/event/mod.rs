@@ -123,8 +123,8 @@ pub struct Observed<'a> {
 }
 
 /// The recorded form of an object: `managedFields` stripped (unless kept) and redactions applied.
-pub fn prepare(resource: &Resource, object: &Value) -> Value {
-    let mut out = object.clone();
+pub fn prepare(resource: &Resource, object: Value) -> Value {
+    let mut out = object;
     if !resource.keep_managed_fields
         && let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut)
     {

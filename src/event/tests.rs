@@ -188,7 +188,7 @@ fn extensions_are_strings_except_resync_and_sequence_is_zero_padded() {
 
 #[test]
 fn created_carries_the_object_and_no_patch() {
-    let o = prepare(&resource(), &db("1", 1));
+    let o = prepare(&resource(), db("1", 1));
     let data = normalize(&resource(), observed(Op::Created, &o, None))
         .data
         .unwrap();
@@ -201,8 +201,8 @@ fn created_carries_the_object_and_no_patch() {
 
 #[test]
 fn updated_carries_the_object_and_the_patch_from_the_recorded_state() {
-    let old = prepare(&resource(), &db("1", 1));
-    let new = prepare(&resource(), &db("2", 3));
+    let old = prepare(&resource(), db("1", 1));
+    let new = prepare(&resource(), db("2", 3));
     let data = normalize(&resource(), observed(Op::Updated, &new, Some(&old)))
         .data
         .unwrap();
@@ -227,7 +227,7 @@ fn updated_carries_the_object_and_the_patch_from_the_recorded_state() {
 
 #[test]
 fn deleted_carries_the_last_known_state() {
-    let last = prepare(&resource(), &db("7", 2));
+    let last = prepare(&resource(), db("7", 2));
     let data = normalize(&resource(), observed(Op::Deleted, &last, None))
         .data
         .unwrap();
@@ -265,7 +265,7 @@ fn managed_fields_are_stripped_and_redactions_applied_before_anything_is_recorde
     };
     let mut o = db("1", 1);
     o["spec"]["password"] = json!("hunter2");
-    let p = prepare(&r, &o);
+    let p = prepare(&r, o.clone());
     assert!(p["metadata"].get("managedFields").is_none());
     assert_eq!(p["spec"]["password"], REDACTED);
     assert!(
@@ -277,7 +277,7 @@ fn managed_fields_are_stripped_and_redactions_applied_before_anything_is_recorde
             keep_managed_fields: true,
             ..resource()
         },
-        &o,
+        o,
     );
     assert!(kept["metadata"]["managedFields"].is_array());
 }

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::event::{self, Op};
 use crate::journal::Journal;
@@ -71,6 +72,10 @@ pub struct Tuning {
     pub resolve_interval: Duration,
     /// Events gathered into one journal append at most.
     pub max_batch: usize,
+    /// How long a batch waits for more events once one arrived. Each append has a fixed cost
+    /// (a sled batch, the checkpoint, the head); gathering for 2 ms took a 20,000-change burst from
+    /// 1.3 to about 200 events per append and doubled throughput, at 2 ms of added latency.
+    pub batch_linger: Duration,
 }
 
 impl Default for Tuning {
@@ -81,6 +86,7 @@ impl Default for Tuning {
             stall_timeout: Duration::from_secs(330),
             resolve_interval: Duration::from_secs(5),
             max_batch: 256,
+            batch_linger: Duration::from_millis(2),
         }
     }
 }
@@ -254,7 +260,11 @@ async fn watch(
         }
     };
     health.synced.store(true, Ordering::SeqCst);
-    let mut stream = stream.boxed();
+    // Decoding runs in its own task so it overlaps with recording: while one batch is normalized
+    // and appended, the next lines are decoded, and under load batches grow by themselves (one
+    // journal append per batch is the fixed cost that dominated when both took turns).
+    let (tx, mut rx) = tokio::sync::mpsc::channel(tuning.max_batch.max(1) * 4);
+    let _reader = AbortOnDropHandle::new(tokio::spawn(read_lines(stream.boxed(), tx, r.display())));
     loop {
         if rec.journal.over_backlog_bound() {
             tracing::warn!(message = "Journal backlog at its bound; pausing watches.", resource = %r.display());
@@ -262,7 +272,7 @@ async fn watch(
         }
         let first = tokio::select! {
             () = stop.cancelled() => return State::Watching { rv },
-            next = tokio::time::timeout(tuning.stall_timeout, stream.next()) => next,
+            next = tokio::time::timeout(tuning.stall_timeout, rx.recv()) => next,
         };
         let first = match first {
             Err(_) => {
@@ -271,43 +281,35 @@ async fn watch(
                 return State::Watching { rv };
             }
             Ok(None) => return State::Watching { rv },
-            Ok(Some(ev)) => ev,
+            Ok(Some(line)) => line,
         };
-        // Gather what is already there into one journal append.
-        let mut events = vec![first];
-        while events.len() < tuning.max_batch {
-            match futures::FutureExt::now_or_never(stream.next()) {
-                Some(Some(ev)) => events.push(ev),
+        // Gather what arrives within the linger into one journal append.
+        let mut lines = vec![first];
+        let deadline = tokio::time::Instant::now() + tuning.batch_linger;
+        while lines.len() < tuning.max_batch {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(line)) => lines.push(line),
                 _ => break,
             }
         }
-        let mut changes = Vec::with_capacity(events.len());
-        for ev in events {
-            match ev {
-                Ok(WatchEvent::Added(o)) => changes.push((sync::Seen::Added, to_value(o))),
-                Ok(WatchEvent::Modified(o)) => changes.push((sync::Seen::Modified, to_value(o))),
-                Ok(WatchEvent::Deleted(o)) => changes.push((sync::Seen::Deleted, to_value(o))),
-                Ok(WatchEvent::Bookmark(b)) => changes.push((
-                    sync::Seen::Bookmark,
-                    Value::String(b.metadata.resource_version),
-                )),
-                Ok(WatchEvent::Error(status)) if status.code == 410 => {
+        let mut changes = Vec::with_capacity(lines.len());
+        for line in lines {
+            match line {
+                Line::Change(seen, value) => changes.push((seen, value)),
+                Line::Expired => {
                     // Flush what came before the gap, then relist.
-                    if let Err(error) = rec.record_watch(&changes, &mut rv).await {
+                    if let Err(error) = rec.record_watch(changes, &mut rv).await {
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
                     }
                     tracing::info!(message = "Resume point expired (410); relisting.", resource = %r.display(), rv = %rv);
                     return State::Listing;
                 }
-                Ok(WatchEvent::Error(status)) => {
-                    tracing::warn!(message = "Watch error event.", resource = %r.display(), code = status.code, reason = %status.reason, error = %status.message);
-                }
-                Err(error) => {
+                Line::Broken(error) => {
                     // A line that does not parse is a change we cannot see: record what came before it,
                     // then relist, so the diff recovers whatever the line carried instead of the next
                     // event's resourceVersion silently moving the checkpoint past it.
                     tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), %error);
-                    if let Err(error) = rec.record_watch(&changes, &mut rv).await {
+                    if let Err(error) = rec.record_watch(changes, &mut rv).await {
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
                     }
                     health.synced.store(false, Ordering::SeqCst);
@@ -315,13 +317,52 @@ async fn watch(
                 }
             }
         }
-        if let Err(error) = rec.record_watch(&changes, &mut rv).await {
+        if let Err(error) = rec.record_watch(changes, &mut rv).await {
             tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), %error);
             sleep_or_stop(Duration::from_millis(500), stop).await;
             return match rec.journal.checkpoint(&r.stream).ok().flatten() {
                 Some(cp) => State::Watching { rv: cp },
                 None => State::Listing,
             };
+        }
+    }
+}
+
+/// One decoded watch line, as the reader task hands it to the recorder.
+enum Line {
+    /// A change or a bookmark (whose value is its resourceVersion).
+    Change(sync::Seen, Value),
+    /// 410 Gone: the resume point expired.
+    Expired,
+    /// A line that did not decode.
+    Broken(kube::Error),
+}
+
+/// Decodes watch lines until the stream ends, the recorder goes away, or a line ends the watch.
+async fn read_lines(
+    mut stream: futures::stream::BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>,
+    tx: tokio::sync::mpsc::Sender<Line>,
+    resource: String,
+) {
+    while let Some(ev) = stream.next().await {
+        let line = match ev {
+            Ok(WatchEvent::Added(o)) => Line::Change(sync::Seen::Added, to_value(o)),
+            Ok(WatchEvent::Modified(o)) => Line::Change(sync::Seen::Modified, to_value(o)),
+            Ok(WatchEvent::Deleted(o)) => Line::Change(sync::Seen::Deleted, to_value(o)),
+            Ok(WatchEvent::Bookmark(b)) => Line::Change(
+                sync::Seen::Bookmark,
+                Value::String(b.metadata.resource_version),
+            ),
+            Ok(WatchEvent::Error(status)) if status.code == 410 => Line::Expired,
+            Ok(WatchEvent::Error(status)) => {
+                tracing::warn!(message = "Watch error event.", %resource, code = status.code, reason = %status.reason, error = %status.message);
+                continue;
+            }
+            Err(error) => Line::Broken(error),
+        };
+        let last = !matches!(line, Line::Change(..));
+        if tx.send(line).await.is_err() || last {
+            return;
         }
     }
 }

@@ -108,9 +108,11 @@ impl<'a> Recorder<'a> {
             || self.spec.namespace_selector.is_some()
     }
 
-    fn recorded(&self, p: &Pending, key: &str) -> Result<Option<Value>, SyncError> {
-        if let Some(v) = p.overlay.get(key) {
-            return Ok(v.clone());
+    /// What the index holds for `key` as of this batch. Taken out of the overlay rather than copied:
+    /// every caller puts or removes the key again before the next lookup.
+    fn recorded(&self, p: &mut Pending, key: &str) -> Result<Option<Value>, SyncError> {
+        if let Some(v) = p.overlay.remove(key) {
+            return Ok(v);
         }
         let raw = self
             .journal
@@ -119,12 +121,12 @@ impl<'a> Recorder<'a> {
         Ok(raw.and_then(|b| serde_json::from_slice(&b).ok()))
     }
 
-    fn put(&self, p: &mut Pending, key: &str, obj: &Value) {
+    fn put(&self, p: &mut Pending, key: &str, obj: Value) {
         p.index.push(IndexUpdate::Put {
             key: key.to_string(),
-            object: serde_json::to_vec(obj).unwrap_or_default(),
+            object: serde_json::to_vec(&obj).unwrap_or_default(),
         });
-        p.overlay.insert(key.to_string(), Some(obj.clone()));
+        p.overlay.insert(key.to_string(), Some(obj));
     }
 
     fn remove(&self, p: &mut Pending, key: &str) {
@@ -176,14 +178,15 @@ impl<'a> Recorder<'a> {
         &self,
         p: &mut Pending,
         key: &str,
-        new: &Value,
+        new: Value,
         old: Option<Value>,
         resync: bool,
         rv: Option<&str>,
     ) {
+        let new_ref = &new;
         match old {
-            None => self.emit(p, Op::Created, new, None, resync, None),
-            Some(old) if meta(&old, "uid") != meta(new, "uid") => {
+            None => self.emit(p, Op::Created, new_ref, None, resync, None),
+            Some(old) if meta(&old, "uid") != meta(new_ref, "uid") => {
                 // Deleted and re-created under the same name while we were not looking.
                 self.emit(
                     p,
@@ -191,18 +194,22 @@ impl<'a> Recorder<'a> {
                     &old,
                     None,
                     resync,
-                    rv.or(Some(meta(new, "resourceVersion"))),
+                    rv.or(Some(meta(new_ref, "resourceVersion"))),
                 );
-                self.emit(p, Op::Created, new, None, resync, None);
+                self.emit(p, Op::Created, new_ref, None, resync, None);
             }
-            Some(old) if meta(&old, "resourceVersion") == meta(new, "resourceVersion") => return,
+            Some(old) if meta(&old, "resourceVersion") == meta(new_ref, "resourceVersion") => {
+                // Nothing changed; keep what `recorded` took out of the overlay.
+                p.overlay.insert(key.to_string(), Some(old));
+                return;
+            }
             Some(old) => {
-                if self.spec.skip_status_only_updates && event::status_only_change(&old, new) {
+                if self.spec.skip_status_only_updates && event::status_only_change(&old, new_ref) {
                     self.health
                         .filtered
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 } else {
-                    self.emit(p, Op::Updated, new, Some(&old), resync, None);
+                    self.emit(p, Op::Updated, new_ref, Some(&old), resync, None);
                 }
             }
         }
@@ -272,7 +279,7 @@ impl<'a> Recorder<'a> {
             Ok(Some(o)) => {
                 let v = event::prepare(
                     &self.resolved.resource,
-                    &serde_json::to_value(o).unwrap_or(Value::Null),
+                    serde_json::to_value(o).unwrap_or(Value::Null),
                 );
                 Ok((meta(&v, "uid") == meta(recorded, "uid")).then_some(v))
             }
@@ -284,13 +291,13 @@ impl<'a> Recorder<'a> {
     /// Records a run of watch events and moves `rv` past them (the checkpoint goes with them).
     pub async fn record_watch(
         &self,
-        changes: &[(Seen, Value)],
+        changes: Vec<(Seen, Value)>,
         rv: &mut String,
     ) -> Result<(), SyncError> {
         let mut p = Pending::default();
         let mut next = rv.clone();
         for (seen, raw) in changes {
-            if *seen == Seen::Bookmark {
+            if seen == Seen::Bookmark {
                 if let Some(b) = raw.as_str().filter(|b| !b.is_empty()) {
                     next = b.to_string();
                 }
@@ -305,12 +312,12 @@ impl<'a> Recorder<'a> {
                 continue;
             }
             let key = event::object_key(&self.resolved.resource, &obj);
-            let old = self.recorded(&p, &key)?;
+            let old = self.recorded(&mut p, &key)?;
             match seen {
-                Seen::Added | Seen::Modified => self.present(&mut p, &key, &obj, old, false, None),
+                Seen::Added | Seen::Modified => self.present(&mut p, &key, obj, old, false, None),
                 Seen::Deleted if self.selective() => match self.still_exists(&obj).await? {
                     // It stopped matching but lives on: an update if it changed, then nothing more.
-                    Some(current) => self.present(&mut p, &key, &current, old, false, None),
+                    Some(current) => self.present(&mut p, &key, current, old, false, None),
                     None => {
                         self.emit(&mut p, Op::Deleted, &obj, None, false, None);
                         self.remove(&mut p, &key);
@@ -364,7 +371,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             for item in page.items {
                 let v = event::prepare(
                     &r.resource,
-                    &serde_json::to_value(item).unwrap_or(Value::Null),
+                    serde_json::to_value(item).unwrap_or(Value::Null),
                 );
                 if rec.namespace_allowed(meta(&v, "namespace")).await? {
                     listed.insert(event::object_key(&r.resource, &v), v);
@@ -393,19 +400,21 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         }
         Ok(())
     };
-    for (key, new) in &listed {
-        let old = index.get(key).cloned();
+    let gone: Vec<(&String, &Value)> = index
+        .iter()
+        .filter(|(key, _)| !listed.contains_key(*key))
+        .collect();
+    let objects = listed.len();
+    for (key, new) in listed {
+        let old = index.get(&key).cloned();
         if emit {
-            rec.present(&mut p, key, new, old, true, Some(&list_rv));
+            rec.present(&mut p, &key, new, old, true, Some(&list_rv));
         } else {
-            rec.put(&mut p, key, new);
+            rec.put(&mut p, &key, new);
         }
         flush(&mut p)?;
     }
-    for (key, old) in &index {
-        if listed.contains_key(key) {
-            continue;
-        }
+    for (key, old) in gone {
         if rec.selective()
             && let Some(current) = rec.still_exists(old).await?
         {
@@ -413,7 +422,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             rec.present(
                 &mut p,
                 key,
-                &current,
+                current,
                 Some(old.clone()),
                 true,
                 Some(&list_rv),
@@ -426,6 +435,6 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         flush(&mut p)?;
     }
     rec.append(p, Some(list_rv.clone()))?;
-    tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects = listed.len(), rv = %list_rv);
+    tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects, rv = %list_rv);
     Ok(list_rv)
 }
