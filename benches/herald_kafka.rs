@@ -232,6 +232,20 @@ async fn run() {
         .await
         .expect("clean stop");
 
+    // The sink stage alone: the same journal, delivered again by a new sink to a topic of its own.
+    let backlog_topic = format!("herald-bench-backlog-{stamp}");
+    kafka::create_topic(&broker.bootstrap, &backlog_topic, PARTITIONS).await;
+    let stage = workload::backlog(
+        &format!(
+            "{head}sinks:\n  - name: kafka-backlog\n    type: kafka\n    start: earliest\n    brokers: [{bootstrap}]\n    topic: {backlog_topic}\n    concurrency: {CONCURRENCY}\n    batchMaxEvents: {BATCH}\n",
+            head = workload::config_head(&work.sim, dir.path()),
+            bootstrap = broker.bootstrap,
+        ),
+        changes,
+        &broker_cpu,
+    )
+    .await;
+
     let sample = sample(&broker.bootstrap, &topic).await;
     let keys: Vec<String> = work.names.iter().map(|n| format!("default/{n}")).collect();
     let bare = ceiling(
@@ -252,6 +266,11 @@ async fn run() {
         "records on herald's topic"
     );
     assert_eq!(
+        count_records(&broker.bootstrap, &backlog_topic, changes).await,
+        changes,
+        "records on the backlog topic"
+    );
+    assert_eq!(
         count_records(&broker.bootstrap, &ceiling_topic, changes + 1).await,
         changes + 1,
         "records on the ceiling topic (with the warm-up record)"
@@ -269,6 +288,7 @@ async fn run() {
             sample.header_bytes
         ),
         "herald: watch → journal → kafka (delivery reports)",
+        ("herald sink stage: journal backlog → kafka", &stage),
         &format!(
             "ceiling: bare FutureProducer, {} in flight",
             CONCURRENCY * BATCH

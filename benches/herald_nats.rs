@@ -163,6 +163,19 @@ async fn run() {
         .await
         .expect("clean stop");
 
+    // The sink stage alone: the same journal, delivered again by a new sink into a stream of its
+    // own (the first stream's duplicate window would drop the same ids without storing them).
+    let stage = workload::backlog(
+        &format!(
+            "{head}sinks:\n  - name: nats-backlog\n    type: nats\n    start: earliest\n    servers: [{url}]\n    subject: backlog.{{plural}}.{{namespace}}.{{name}}\n    maxInFlight: {MAX_IN_FLIGHT}\n    jetstream:\n      stream: BACKLOG\n      create:\n        subjects: [\"backlog.>\"]\n",
+            head = workload::config_head(&work.sim, dir.path()),
+            url = server.url(),
+        ),
+        changes,
+        &server_cpu,
+    )
+    .await;
+
     // The same stream and subject shape as herald's, under a token of their own.
     let subjects: Vec<String> = work
         .names
@@ -177,6 +190,7 @@ async fn run() {
             "herald → NATS JetStream, durable journal ({objects} objects, {changes} changes, stream {STREAM} with file storage, structured mode, payload {payload} B + {header_bytes} B of headers, 2-core machine)"
         ),
         "herald: watch → journal → jetstream (PubAcks)",
+        ("herald sink stage: journal backlog → jetstream", &stage),
         &format!("ceiling: bare async-nats JetStream, {MAX_IN_FLIGHT} acks in flight"),
         &measured,
         &bare,

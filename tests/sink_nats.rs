@@ -781,7 +781,7 @@ async fn dead_letters_carry_their_error_context() {
         );
         assert_eq!(
             CloudEvent::from_structured_json(&message.payload).unwrap(),
-            letter.event
+            *letter.event
         );
     }
     assert_eq!(

@@ -65,11 +65,11 @@ pub async fn preload(objects: u64, changes: u64) -> Workload {
 }
 
 /// The YAML head of a herald configuration on the simulator: the cluster, the widgets (existing
-/// objects skipped), the journal in `dir` and an admin endpoint on a free loopback port. The
-/// caller appends `sinks:`.
+/// objects skipped), the journal in `dir` (delivered events kept, for [`backlog`]) and an admin
+/// endpoint on a free loopback port. The caller appends `sinks:`.
 pub fn config_head(sim: &Simulator, dir: &std::path::Path) -> String {
     format!(
-        "cluster:\n  name: bench\n  kubeconfig:\n    path: {kc}\nresources:\n  - group: example.com\n    kind: Widget\n    initialState: skip\njournal:\n  path: {journal}\nadmin:\n  listen: 127.0.0.1:0\n",
+        "cluster:\n  name: bench\n  kubeconfig:\n    path: {kc}\nresources:\n  - group: example.com\n    kind: Widget\n    initialState: skip\njournal:\n  path: {journal}\n  retain: 1h\nadmin:\n  listen: 127.0.0.1:0\n",
         kc = sim.kubeconfig_path().display(),
         journal = dir.join("journal").display(),
     )
@@ -219,6 +219,48 @@ pub async fn stream(
     }
 }
 
+/// The sink stage alone: herald started again on the journal of the timed run with `config`,
+/// whose one sink is new and `start: earliest`, so it delivers the whole backlog of `events`
+/// while nothing changes in the cluster. Timed from the start call (connecting included) to the
+/// last event delivered.
+pub async fn backlog(config: &str, events: u64, broker_cpu: &dyn Fn() -> Option<f64>) -> Ceiling {
+    let cfg = herald::config::from_str(config).expect("backlog config");
+    let broker0 = broker_cpu();
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let running = herald::app::start(&cfg, None)
+        .await
+        .expect("herald restarts");
+    let mut last = (0, Instant::now());
+    loop {
+        let delivered = running.delivered();
+        if delivered >= events {
+            break;
+        }
+        if delivered != last.0 {
+            last = (delivered, Instant::now());
+        }
+        assert!(
+            last.1.elapsed() < Duration::from_secs(60),
+            "backlog: no progress for 60 s, {delivered} of {events} delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let wall = t0.elapsed();
+    let cpu = cpu_seconds() - cpu0;
+    let broker_cpu = broker0.zip(broker_cpu()).map(|(a, b)| b - a);
+    running
+        .stop(Duration::from_secs(30))
+        .await
+        .expect("clean stop");
+    Ceiling {
+        sent: events,
+        wall,
+        cpu,
+        broker_cpu,
+    }
+}
+
 /// A bare client's run: `sent` records in `wall` with `cpu` process CPU-seconds.
 pub struct Ceiling {
     pub sent: u64,
@@ -237,8 +279,15 @@ pub fn per_k(cpu: f64, n: u64) -> f64 {
     cpu / (n as f64 / 1000.0)
 }
 
-/// Prints herald's line, its phases, the ceiling's line and herald's share of the ceiling.
-pub fn report(title: &str, herald_label: &str, ceiling_label: &str, h: &Measured, c: &Ceiling) {
+/// Prints herald's line, its sink stage's line, the ceiling's line and both shares of the ceiling.
+pub fn report(
+    title: &str,
+    herald_label: &str,
+    (stage_label, stage): (&str, &Ceiling),
+    ceiling_label: &str,
+    h: &Measured,
+    c: &Ceiling,
+) {
     let broker = |cpu: Option<f64>, n: u64| {
         cpu.map_or_else(|| "n/a".to_owned(), |cpu| format!("{:.4}", per_k(cpu, n)))
     };
@@ -256,6 +305,13 @@ pub fn report(title: &str, herald_label: &str, ceiling_label: &str, h: &Measured
     );
     println!(
         "{:<58} {:>10.0} {:>14.4} {:>15}",
+        stage_label,
+        rate(stage.sent, stage.wall),
+        per_k(stage.cpu, stage.sent),
+        broker(stage.broker_cpu, stage.sent)
+    );
+    println!(
+        "{:<58} {:>10.0} {:>14.4} {:>15}",
         ceiling_label,
         rate(c.sent, c.wall),
         per_k(c.cpu, c.sent),
@@ -265,6 +321,11 @@ pub fn report(title: &str, herald_label: &str, ceiling_label: &str, h: &Measured
         "herald / ceiling: {:.0}% of the events/s, {:.1}x the process CPU per event",
         100.0 * rate(h.changes, h.wall) / rate(c.sent, c.wall),
         per_k(h.cpu, h.changes) / per_k(c.cpu, c.sent)
+    );
+    println!(
+        "sink stage / ceiling: {:.0}% of the events/s, {:.1}x the process CPU per event",
+        100.0 * rate(stage.sent, stage.wall) / rate(c.sent, c.wall),
+        per_k(stage.cpu, stage.sent) / per_k(c.cpu, c.sent)
     );
     println!(
         "herald phases: changes written by {:.2} s ({:.0}/s), all journaled by {:.2} s ({:.0}/s), all delivered by {:.2} s; {} retries",

@@ -539,7 +539,14 @@ fn fill(
     let now = Instant::now();
     for (seq, bytes) in rows {
         match CloudEvent::from_structured_json(&bytes) {
-            Ok(event) if router.wants(name, &event) => window.push(Envelope::new(seq, event), now),
+            Ok(event) if router.wants(name, &event) => {
+                let envelope = Envelope {
+                    seq,
+                    event: Arc::new(event),
+                    encoded_len: bytes.len(),
+                };
+                window.push(envelope, now);
+            }
             Ok(_) => {
                 stats.skipped.fetch_add(1, Ordering::Relaxed);
                 window.read_through(seq);

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::event::CloudEvent;
@@ -199,7 +200,8 @@ pub struct Envelope {
     /// acknowledges by it.
     pub seq: u64,
     /// The event, exactly as journaled (redactions applied, `time` frozen at observation).
-    pub event: CloudEvent,
+    /// Shared, because the delivery window keeps it for retries while a send call holds it.
+    pub event: Arc<CloudEvent>,
     /// Length in bytes of the event's structured JSON encoding, the form the journal stores. The
     /// driver sums it for `batch.maxBytes`; a sink whose binding is smaller may still rely on it as
     /// an upper-bound estimate of the wire size.
@@ -214,7 +216,7 @@ impl Envelope {
         let encoded_len = event.to_structured_json().len();
         Self {
             seq,
-            event,
+            event: Arc::new(event),
             encoded_len,
         }
     }

@@ -249,7 +249,7 @@ impl WebhookSink {
             let outcome = if let Some(held) = blocked {
                 held.clone()
             } else {
-                let events: Vec<&CloudEvent> = chunk.iter().map(|e| &e.event).collect();
+                let events: Vec<&CloudEvent> = chunk.iter().map(|e| &*e.event).collect();
                 let outcome = self.post(&events, &[]).await;
                 if let Outcome::Retry { after, reason } = &outcome {
                     retried_keys.extend(chunk.iter().filter_map(|e| e.event.partition_key()));
