@@ -232,8 +232,12 @@ pub async fn backlog(config: &str, events: u64, broker_cpu: &dyn Fn() -> Option<
         .await
         .expect("herald restarts");
     let mut last = (0, Instant::now());
+    let mut first = None;
     loop {
         let delivered = running.delivered();
+        if delivered > 0 && first.is_none() {
+            first = Some(t0.elapsed());
+        }
         if delivered >= events {
             break;
         }
@@ -249,6 +253,11 @@ pub async fn backlog(config: &str, events: u64, broker_cpu: &dyn Fn() -> Option<
     let wall = t0.elapsed();
     let cpu = cpu_seconds() - cpu0;
     let broker_cpu = broker0.zip(broker_cpu()).map(|(a, b)| b - a);
+    println!(
+        "sink stage: start-up (config, journal, connect) to the first delivery {:.2} s, all {events} delivered by {:.2} s",
+        first.unwrap_or(wall).as_secs_f64(),
+        wall.as_secs_f64()
+    );
     running
         .stop(Duration::from_secs(30))
         .await

@@ -27,6 +27,7 @@ use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{Envelope, Outcome, Reason, Sink};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::journal::Journal;
 use crate::route::Router;
@@ -298,6 +299,16 @@ pub async fn run<S: Sink>(
         }
     };
     let mut window = Window::new(cursor);
+    // Reading and decoding the journal runs in its own task, ahead of the window, so it overlaps
+    // with encoding and settling (it was over a third of this loop's CPU).
+    let (reads_tx, mut reads) = tokio::sync::mpsc::channel(settings.window.clamp(1, READ_PAGE));
+    let _reader = AbortOnDropHandle::new(tokio::spawn(read_ahead(
+        name.clone(),
+        journal.clone(),
+        router.clone(),
+        cursor,
+        reads_tx,
+    )));
     let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, SendResult>> =
         FuturesUnordered::new();
     let mut replaying = false;
@@ -313,7 +324,12 @@ pub async fn run<S: Sink>(
     };
     let mut recount_at = Instant::now();
     loop {
-        fill(&name, &journal, &router, &settings, &mut window, &stats);
+        while window.len() < settings.window {
+            match reads.try_recv() {
+                Ok(read) => take_read(&mut window, &stats, read),
+                Err(_) => break,
+            }
+        }
         let now = Instant::now();
         if now >= recount_at
             && let Some(dead) = &dead
@@ -390,6 +406,9 @@ pub async fn run<S: Sink>(
                 } else {
                     settle(&name, &settings, &mut window, &mut breaker, &stats, dead.as_deref(), batch, outcomes, call == Call::Probe);
                 }
+            }
+            Some(read) = reads.recv(), if window.len() < settings.window => {
+                take_read(&mut window, &stats, read);
             }
             () = tokio::time::sleep(idle) => {}
         }
@@ -516,46 +535,69 @@ fn settle_replays(
         }
 }
 
-/// Reads durable events into the window, skipping what the router does not send this sink.
-fn fill(
-    name: &str,
-    journal: &Journal,
-    router: &Router,
-    settings: &Settings,
-    window: &mut Window,
-    stats: &Stats,
+/// Journal events read per page by [`read_ahead`].
+const READ_PAGE: usize = 1024;
+
+/// One journal event, decoded for the window.
+enum Read {
+    /// For this sink.
+    Event(Envelope),
+    /// Not routed to this sink.
+    Skipped(u64),
+    /// Could not be decoded (already logged).
+    Unreadable(u64),
+}
+
+/// Reads durable events after `after` in order, decodes them and hands them over, for as long as
+/// the driver listens. The channel's bound keeps it at most a page ahead of the window.
+async fn read_ahead(
+    name: String,
+    journal: Journal,
+    router: Arc<Router>,
+    mut after: u64,
+    out: tokio::sync::mpsc::Sender<Read>,
 ) {
-    let room = settings.window.saturating_sub(window.len());
-    if room == 0 {
-        return;
-    }
-    let rows = match journal.read(name, window.read_upto, room) {
-        Ok(rows) => rows,
-        Err(error) => {
-            tracing::error!(message = "Reading the journal failed.", sink = %name, %error);
-            return;
+    loop {
+        let rows = match journal.read(&name, after, READ_PAGE) {
+            Ok(rows) => rows,
+            Err(error) => {
+                tracing::error!(message = "Reading the journal failed.", sink = %name, %error);
+                Vec::new()
+            }
+        };
+        if rows.is_empty() {
+            tokio::time::sleep(IDLE_POLL).await;
+            continue;
         }
-    };
-    let now = Instant::now();
-    for (seq, bytes) in rows {
-        match CloudEvent::from_structured_json(&bytes) {
-            Ok(event) if router.wants(name, &event) => {
-                let envelope = Envelope {
+        for (seq, bytes) in rows {
+            after = seq;
+            let read = match CloudEvent::from_structured_json(&bytes) {
+                Ok(event) if router.wants(&name, &event) => Read::Event(Envelope {
                     seq,
                     event: Arc::new(event),
                     encoded_len: bytes.len(),
-                };
-                window.push(envelope, now);
-            }
-            Ok(_) => {
-                stats.skipped.fetch_add(1, Ordering::Relaxed);
-                window.read_through(seq);
-            }
-            Err(error) => {
-                tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, %error);
-                window.read_through(seq);
+                }),
+                Ok(_) => Read::Skipped(seq),
+                Err(error) => {
+                    tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, %error);
+                    Read::Unreadable(seq)
+                }
+            };
+            if out.send(read).await.is_err() {
+                return;
             }
         }
+    }
+}
+
+fn take_read(window: &mut Window, stats: &Stats, read: Read) {
+    match read {
+        Read::Event(envelope) => window.push(envelope, Instant::now()),
+        Read::Skipped(seq) => {
+            stats.skipped.fetch_add(1, Ordering::Relaxed);
+            window.read_through(seq);
+        }
+        Read::Unreadable(seq) => window.read_through(seq),
     }
 }
 

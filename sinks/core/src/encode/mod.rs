@@ -159,8 +159,11 @@ impl CloudEvent {
         match &self.data {
             None => Vec::new(),
             Some(Value::String(text)) if !self.has_json_data() => text.as_bytes().to_vec(),
-            // `Value`'s Display is its compact JSON and cannot fail, unlike `serde_json::to_vec`.
-            Some(value) => value.to_string().into_bytes(),
+            // `to_vec` writes bytes directly (Display goes through `fmt::Write`, several times
+            // slower); serializing a `Value` cannot fail, but if it did, Display is the same JSON.
+            Some(value) => {
+                serde_json::to_vec(value).unwrap_or_else(|_| value.to_string().into_bytes())
+            }
         }
     }
 
