@@ -6,7 +6,7 @@
 //! hold every record is checked (by consuming them, after the clock).
 //!
 //! The broker is a `tansu` child on a free loopback port (in-memory storage), or the broker named
-//! by `HERALD_TEST_KAFKA`. `HERALD_BENCH_CHANGES` (default 20,000) and `HERALD_BENCH_OBJECTS`
+//! by `HERALD_TEST_KAFKA`. `HERALD_BENCH_CHANGES` (default 50,000) and `HERALD_BENCH_OBJECTS`
 //! (default 1,000) size it.
 
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
@@ -198,7 +198,7 @@ async fn ceiling(
 }
 
 async fn run() {
-    let changes = env("HERALD_BENCH_CHANGES", 20_000);
+    let changes = env("HERALD_BENCH_CHANGES", 50_000);
     let objects = env("HERALD_BENCH_OBJECTS", 1_000);
     let Some(broker) = Broker::start() else {
         println!(

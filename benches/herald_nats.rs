@@ -6,7 +6,7 @@
 //! Printed, not asserted; only that the stream holds every message is checked.
 //!
 //! The server is a `nats-server -js` child on a free loopback port (file storage in a temporary
-//! directory). `HERALD_BENCH_CHANGES` (default 20,000) and `HERALD_BENCH_OBJECTS` (default 1,000)
+//! directory). `HERALD_BENCH_CHANGES` (default 50,000) and `HERALD_BENCH_OBJECTS` (default 1,000)
 //! size it.
 
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
@@ -137,7 +137,7 @@ async fn ceiling(
 }
 
 async fn run() {
-    let changes = env("HERALD_BENCH_CHANGES", 20_000);
+    let changes = env("HERALD_BENCH_CHANGES", 50_000);
     let objects = env("HERALD_BENCH_OBJECTS", 1_000);
     let Some(server) = NatsServer::start() else {
         println!(
