@@ -407,7 +407,12 @@ pub async fn run<S: Sink>(
                     settle(&name, &settings, &mut window, &mut breaker, &stats, dead.as_deref(), batch, outcomes, call == Call::Probe);
                 }
             }
-            Some(read) = reads.recv(), if window.len() < settings.window => {
+            read = reads.recv(), if window.len() < settings.window => {
+                let Some(read) = read else {
+                    // Only a panic ends the reader; without it nothing more would ever be delivered.
+                    tracing::error!(message = "The journal reader stopped; the sink's driver stops with it.", sink = %name);
+                    return;
+                };
                 take_read(&mut window, &stats, read);
             }
             () = tokio::time::sleep(idle) => {}
@@ -549,7 +554,8 @@ enum Read {
 }
 
 /// Reads durable events after `after` in order, decodes them and hands them over, for as long as
-/// the driver listens. The channel's bound keeps it at most a page ahead of the window.
+/// the driver listens. The channel's bound and the page in hand keep it at most about two pages
+/// ahead of the window.
 async fn read_ahead(
     name: String,
     journal: Journal,

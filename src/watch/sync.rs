@@ -412,6 +412,8 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         } else {
             rec.put(&mut p, &key, new);
         }
+        // A relist reads `index`, never the overlay: do not hold a second copy of every object.
+        p.overlay.clear();
         flush(&mut p)?;
     }
     for (key, old) in gone {
@@ -427,6 +429,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
                 true,
                 Some(&list_rv),
             );
+            p.overlay.clear();
             flush(&mut p)?;
             continue;
         }

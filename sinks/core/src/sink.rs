@@ -52,7 +52,7 @@ use crate::event::CloudEvent;
 ///             .iter()
 ///             .map(|envelope| match envelope.event.partition_key() {
 ///                 Some(_) => {
-///                     events.push(envelope.event.clone());
+///                     events.push(CloudEvent::clone(&envelope.event));
 ///                     Outcome::Ok
 ///                 }
 ///                 None => Outcome::reject(Reason::new("no_partition_key", "event has no partitionkey")),
