@@ -305,37 +305,33 @@ pub fn report(
         "{:<58} {:>10} {:>14} {:>15}",
         "phase", "events/s", "cpu-s/1k proc", "cpu-s/1k broker"
     );
-    println!(
-        "{:<58} {:>10.0} {:>14.4} {:>15}",
-        herald_label,
-        rate(h.changes, h.wall),
-        per_k(h.cpu, h.changes),
-        broker(h.broker_cpu, h.changes)
-    );
-    println!(
-        "{:<58} {:>10.0} {:>14.4} {:>15}",
+    let row = |label: &str, n: u64, wall: Duration, cpu: f64, broker_cpu: Option<f64>| {
+        println!(
+            "{:<58} {:>10.0} {:>14.4} {:>15}",
+            label,
+            rate(n, wall),
+            per_k(cpu, n),
+            broker(broker_cpu, n)
+        );
+    };
+    row(herald_label, h.changes, h.wall, h.cpu, h.broker_cpu);
+    row(
         stage_label,
-        rate(stage.sent, stage.wall),
-        per_k(stage.cpu, stage.sent),
-        broker(stage.broker_cpu, stage.sent)
+        stage.sent,
+        stage.wall,
+        stage.cpu,
+        stage.broker_cpu,
     );
-    println!(
-        "{:<58} {:>10.0} {:>14.4} {:>15}",
-        ceiling_label,
-        rate(c.sent, c.wall),
-        per_k(c.cpu, c.sent),
-        broker(c.broker_cpu, c.sent)
-    );
-    println!(
-        "herald / ceiling: {:.0}% of the events/s, {:.1}x the process CPU per event",
-        100.0 * rate(h.changes, h.wall) / rate(c.sent, c.wall),
-        per_k(h.cpu, h.changes) / per_k(c.cpu, c.sent)
-    );
-    println!(
-        "sink stage / ceiling: {:.0}% of the events/s, {:.1}x the process CPU per event",
-        100.0 * rate(stage.sent, stage.wall) / rate(c.sent, c.wall),
-        per_k(stage.cpu, stage.sent) / per_k(c.cpu, c.sent)
-    );
+    row(ceiling_label, c.sent, c.wall, c.cpu, c.broker_cpu);
+    let share = |what: &str, n: u64, wall: Duration, cpu: f64| {
+        println!(
+            "{what} / ceiling: {:.0}% of the events/s, {:.1}x the process CPU per event",
+            100.0 * rate(n, wall) / rate(c.sent, c.wall),
+            per_k(cpu, n) / per_k(c.cpu, c.sent)
+        );
+    };
+    share("herald", h.changes, h.wall, h.cpu);
+    share("sink stage", stage.sent, stage.wall, stage.cpu);
     println!(
         "herald phases: changes written by {:.2} s ({:.0}/s), all journaled by {:.2} s ({:.0}/s), all delivered by {:.2} s; {} retries",
         h.written.as_secs_f64(),
