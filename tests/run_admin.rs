@@ -153,3 +153,47 @@ async fn herald_status_reads_a_running_herald_or_its_journal() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("SINK"));
 }
+
+/// A burst of changes reaches the journal in batches, not one append per change: the fixed cost of
+/// an append is what limited throughput (docs/adr/0003-throughput.md).
+#[tokio::test]
+async fn a_burst_of_changes_is_journaled_in_batches() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let widgets = herald::sim::ResourceRef::namespaced("example.com", "v1", "widgets", "default");
+    let names: Vec<String> = (0..50).map(|i| format!("w{i:02}")).collect();
+    sim.create_many(
+        &widgets,
+        names.iter().map(|n| widget(n, json!({}), json!({"n": 0}))),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(&sim, dir.path(), WIDGETS_RESOURCE);
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    herald.wait_for(50).await;
+    let appends = |metrics: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("herald_journal_appends_total "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("herald_journal_appends_total missing in:\n{metrics}"))
+    };
+    let before = appends(&get(&addr, "/metrics").await.1);
+
+    const BURST: u64 = 1_000;
+    sim.churn(&widgets, &names, 0, BURST).await.unwrap();
+    herald.wait_for(50 + 1_000).await;
+    let events = herald.settle(50 + 1_000).await;
+    let updated = events
+        .iter()
+        .filter(|e| e["type"] == "dev.herald.resource.updated")
+        .count();
+    assert_eq!(updated, 1_000, "every change delivered once");
+    let used = appends(&get(&addr, "/metrics").await.1) - before;
+    assert!(
+        (1..=BURST / 2).contains(&used),
+        "{BURST} changes took {used} appends; batches should hold several events each"
+    );
+}

@@ -392,6 +392,10 @@ pub async fn run<S: Sink>(
         }
         let wake = if breaker.paused {
             Some(breaker.probe_at)
+        } else if inflight.len() >= settings.concurrency.max(1) {
+            // Nothing can be sent before a call returns (which wakes the loop): a due event must not
+            // turn this into a busy loop that rescans the window every millisecond.
+            None
         } else {
             window.next_due()
         };

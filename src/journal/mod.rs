@@ -78,7 +78,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -179,6 +179,8 @@ struct Inner {
     /// Sink cursors, mirrored from the `s/` keys so `backlog` needs no disk read.
     cursors: Mutex<BTreeMap<String, u64>>,
     closed: AtomicBool,
+    /// Appends that carried events, for `herald_journal_appends_total`.
+    appends: AtomicU64,
     /// Holds our directory lock for as long as the store is open.
     _lock: File,
 }
@@ -245,6 +247,7 @@ impl Journal {
                 append: Mutex::new(0),
                 cursors: Mutex::new(cursors),
                 closed: AtomicBool::new(false),
+                appends: AtomicU64::new(0),
                 _lock: dir_lock,
             }),
         })
@@ -310,6 +313,9 @@ impl Journal {
         *last_ms = at;
         drop(last_ms);
 
+        if count > 0 {
+            self.inner.appends.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.flush.note_write(writes.max(1));
         Ok((head + 1..=new_head).collect())
     }
@@ -537,6 +543,12 @@ impl Journal {
             .ok_or_else(|| JournalError::UnknownSink {
                 sink: sink.to_owned(),
             })
+    }
+
+    /// Appends that carried events since the journal was opened; the head's growth over this is
+    /// the events per append, i.e. how well watch batches fill.
+    pub fn appends(&self) -> u64 {
+        self.inner.appends.load(Ordering::Relaxed)
     }
 
     /// Undelivered events: the head minus the slowest cursor (0 without sinks).

@@ -264,6 +264,12 @@ pub fn render(s: &AdminState) -> String {
         vec![(String::new(), s.journal.backlog().to_string())],
     );
     family(
+        "herald_journal_appends_total",
+        "counter",
+        "Journal appends that carried events (events journaled per append shows how well watch batches fill).",
+        vec![(String::new(), s.journal.appends().to_string())],
+    );
+    family(
         "herald_journal_size_bytes",
         "gauge",
         "The journal's size on disk.",
