@@ -490,7 +490,7 @@ fn replays(name: &str, journal: &Journal, max: usize) -> Vec<Envelope> {
             Ok(event) => {
                 let key = event.partition_key().unwrap_or(&event.id).to_string();
                 if keys.insert(key) && out.len() < max {
-                    out.push(Envelope::new(seq, event));
+                    out.push(journaled(seq, event, &bytes));
                 }
             }
             Err(error) => {
@@ -582,11 +582,9 @@ async fn read_ahead(
         for (seq, bytes) in rows {
             after = seq;
             let read = match CloudEvent::from_structured_json(&bytes) {
-                Ok(event) if router.wants(&name, &event) => Read::Event(Envelope {
-                    seq,
-                    event: Arc::new(event),
-                    encoded_len: bytes.len(),
-                }),
+                Ok(event) if router.wants(&name, &event) => {
+                    Read::Event(journaled(seq, event, &bytes))
+                }
                 Ok(_) => Read::Skipped(seq),
                 Err(error) => {
                     tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, %error);
@@ -597,6 +595,15 @@ async fn read_ahead(
                 return;
             }
         }
+    }
+}
+
+/// The envelope of a journaled event: its length is that of the stored bytes, not re-encoded.
+fn journaled(seq: u64, event: CloudEvent, bytes: &[u8]) -> Envelope {
+    Envelope {
+        seq,
+        event: Arc::new(event),
+        encoded_len: bytes.len(),
     }
 }
 

@@ -183,10 +183,9 @@ impl<'a> Recorder<'a> {
         resync: bool,
         rv: Option<&str>,
     ) {
-        let new_ref = &new;
         match old {
-            None => self.emit(p, Op::Created, new_ref, None, resync, None),
-            Some(old) if meta(&old, "uid") != meta(new_ref, "uid") => {
+            None => self.emit(p, Op::Created, &new, None, resync, None),
+            Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
                 // Deleted and re-created under the same name while we were not looking.
                 self.emit(
                     p,
@@ -194,22 +193,22 @@ impl<'a> Recorder<'a> {
                     &old,
                     None,
                     resync,
-                    rv.or(Some(meta(new_ref, "resourceVersion"))),
+                    rv.or(Some(meta(&new, "resourceVersion"))),
                 );
-                self.emit(p, Op::Created, new_ref, None, resync, None);
+                self.emit(p, Op::Created, &new, None, resync, None);
             }
-            Some(old) if meta(&old, "resourceVersion") == meta(new_ref, "resourceVersion") => {
+            Some(old) if meta(&old, "resourceVersion") == meta(&new, "resourceVersion") => {
                 // Nothing changed; keep what `recorded` took out of the overlay.
                 p.overlay.insert(key.to_string(), Some(old));
                 return;
             }
             Some(old) => {
-                if self.spec.skip_status_only_updates && event::status_only_change(&old, new_ref) {
+                if self.spec.skip_status_only_updates && event::status_only_change(&old, &new) {
                     self.health
                         .filtered
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 } else {
-                    self.emit(p, Op::Updated, new_ref, Some(&old), resync, None);
+                    self.emit(p, Op::Updated, &new, Some(&old), resync, None);
                 }
             }
         }
