@@ -127,7 +127,7 @@ async fn run() {
     while received.load(Ordering::Relaxed) - base < paced {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let stats = running.stats[0].1.clone();
+    let stats = running.stats()[0].1.clone();
     let p50 = stats.latency.quantile(0.50).unwrap_or(f64::NAN);
     let p99 = stats.latency.quantile(0.99).unwrap_or(f64::NAN);
     running.stop(Duration::from_secs(10)).await.expect("stop");

@@ -136,7 +136,7 @@ pub struct Measured {
 
 fn emitted(running: &herald::app::Running) -> u64 {
     running
-        .health
+        .health()
         .iter()
         .map(|(_, h)| h.emitted.load(std::sync::atomic::Ordering::Relaxed))
         .sum()
@@ -144,7 +144,7 @@ fn emitted(running: &herald::app::Running) -> u64 {
 
 fn retried(running: &herald::app::Running) -> u64 {
     running
-        .stats
+        .stats()
         .iter()
         .map(|(_, s)| s.retried.load(std::sync::atomic::Ordering::Relaxed))
         .sum()

@@ -98,6 +98,15 @@ impl Built {
         with_sink!(self, s => s.healthcheck().await.map_err(|e| error_chain(&e)))
     }
 
+    /// Finishes what the sink holds before herald stops or drops it: the file sink syncs its file.
+    pub(super) async fn close(&self) {
+        if let Built::File(f) = self
+            && let Err(error) = f.sync()
+        {
+            tracing::warn!(message = "Final sync of a file sink failed.", %error);
+        }
+    }
+
     /// This sink as another sink's `deadLetterSink`.
     pub(super) fn forward(&self) -> Forward {
         with_sink!(self, s => delivery::forward::forward_to(s.clone()))

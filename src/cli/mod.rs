@@ -99,7 +99,8 @@ impl CliError {
                 crate::app::StartError::SinkFailed { .. } => exit_code::HEALTHCHECK_FAILED,
                 crate::app::StartError::AdminBindFailed { .. } => exit_code::BIND_FAILED,
                 crate::app::StartError::AdminTokenFailed(_) => exit_code::CONFIG_INVALID,
-                crate::app::StartError::EmbeddedLoadFailed(_) => exit_code::CONFIG_INVALID,
+                crate::app::StartError::EmbeddedLoadFailed(_)
+                | crate::app::StartError::Invalid(_) => exit_code::CONFIG_INVALID,
                 crate::app::StartError::EmbeddedFailed(_) => exit_code::UNEXPECTED,
             },
             CliError::JournalFailed(_) => exit_code::JOURNAL_ERROR,

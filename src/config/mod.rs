@@ -40,6 +40,7 @@ pub use resource::{
     DEFAULT_TYPE_PREFIX, EventType, InitialState, Namespaces, OnOversize, PayloadPart,
     PayloadParts, ResourceConfig,
 };
+pub(crate) use route::split_resource;
 pub use route::{ANY_RESOURCE, RouteConfig};
 pub use secret::{SecretError, SecretRef};
 pub use sink::{

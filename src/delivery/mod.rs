@@ -29,8 +29,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::config::{OnOversize, ResourceConfig};
 use crate::journal::Journal;
-use crate::route::Router;
+use crate::route::{ResourcePattern, Router};
 pub use window::{Pending, Window};
 
 /// How often an idle driver looks for new durable events.
@@ -63,10 +64,8 @@ pub struct Settings {
     /// How often the dead-letter queue is recounted against `max_dead_letters` (operators drain it
     /// from outside the driver).
     pub dead_letter_recount: Duration,
-    /// Resources that say `onOversize: deadLetter`, as event sources (`k8s://cluster/group/plural`)
-    /// or `group/Kind` (a resource configured by kind); an oversized event of any other resource is
-    /// sent again as its reference-only form.
-    pub oversize_dead_letter: Arc<std::collections::HashSet<String>>,
+    /// What happens to an event too large for the sink, per resource (`onOversize`).
+    pub oversize: OversizePolicy,
 }
 
 impl Default for Settings {
@@ -82,8 +81,41 @@ impl Default for Settings {
             max_backoff: Duration::from_secs(30),
             max_dead_letters: 100_000,
             dead_letter_recount: Duration::from_secs(5),
-            oversize_dead_letter: Arc::default(),
+            oversize: OversizePolicy::default(),
         }
+    }
+}
+
+/// What happens to an event a sink reports as too large (`oversize`): by default it is sent again in
+/// its reference-only form (marked `truncated`); resources that say `onOversize: deadLetter` have it
+/// dead-lettered instead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OversizePolicy {
+    dead_letter: Vec<ResourcePattern>,
+}
+
+impl OversizePolicy {
+    /// Dead-letters the oversized events of the resources these patterns name.
+    pub fn dead_letter(resources: Vec<ResourcePattern>) -> Self {
+        Self {
+            dead_letter: resources,
+        }
+    }
+
+    /// The policy the configured resources ask for with their `onOversize`.
+    pub fn from_resources(resources: &[ResourceConfig]) -> Self {
+        Self::dead_letter(
+            resources
+                .iter()
+                .filter(|r| r.on_oversize == OnOversize::DeadLetter)
+                .flat_map(ResourcePattern::of_resource)
+                .collect(),
+        )
+    }
+
+    /// Whether an oversized `event` is dead-lettered rather than sent as a reference.
+    pub fn dead_letters(&self, event: &CloudEvent) -> bool {
+        self.dead_letter.iter().any(|p| p.matches(event))
     }
 }
 
@@ -671,7 +703,7 @@ fn settle(
             }
             Outcome::Reject { reason } => {
                 if reason.code == herald_sink_core::sink::codes::OVERSIZE
-                    && !oversize_dead_letter(settings, &envelope.event)
+                    && !settings.oversize.dead_letters(&envelope.event)
                     && !envelope.event.extensions.contains_key("truncated")
                 {
                     // `onOversize: reference` (the default): the same event without its payload.
@@ -764,22 +796,6 @@ fn settle(
             .unwrap_or_default();
         tracing::warn!(message = "Sink failing every event; pausing and probing.", sink = %name, error = %reason);
     }
-}
-
-/// Whether `event`'s resource says `onOversize: deadLetter`.
-fn oversize_dead_letter(settings: &Settings, event: &CloudEvent) -> bool {
-    let set = &settings.oversize_dead_letter;
-    if set.is_empty() {
-        return false;
-    }
-    let ext = |name: &str| {
-        event
-            .extensions
-            .get(name)
-            .and_then(herald_sink_core::ExtensionValue::as_str)
-            .unwrap_or_default()
-    };
-    set.contains(&event.source) || set.contains(&format!("{}/{}", ext("k8sgroup"), ext("k8skind")))
 }
 
 /// Whether the dead-letter queue is at its bound (only when there is one to fill).

@@ -369,7 +369,7 @@ async fn replays_queue_only_what_the_routes_send_the_sink_and_respect_since() {
     )
     .await;
     let router = Router::new(vec![Route {
-        resources: vec!["things.a.io".into()],
+        resources: vec!["things.a.io".parse().unwrap()],
         ops: vec![],
         sinks: vec!["s".into()],
     }]);
@@ -482,7 +482,10 @@ async fn an_oversized_event_goes_as_its_reference_unless_its_resource_says_dead_
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
     let settings = Settings {
-        oversize_dead_letter: Arc::new(["k8s://c/g/p".to_owned()].into_iter().collect()),
+        oversize: OversizePolicy::dead_letter(vec![ResourcePattern::Named {
+            group: "g".into(),
+            name: "p".into(),
+        }]),
         ..fast()
     };
     let driver = tokio::spawn(run(

@@ -29,6 +29,16 @@ pub enum Op {
     Deleted,
 }
 
+impl From<crate::config::EventType> for Op {
+    fn from(e: crate::config::EventType) -> Self {
+        match e {
+            crate::config::EventType::Created => Self::Created,
+            crate::config::EventType::Updated => Self::Updated,
+            crate::config::EventType::Deleted => Self::Deleted,
+        }
+    }
+}
+
 impl Op {
     /// `created`, `updated` or `deleted`.
     pub fn as_str(self) -> &'static str {

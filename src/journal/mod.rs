@@ -71,6 +71,7 @@ mod error;
 mod files;
 mod flusher;
 mod keys;
+pub mod retention;
 #[cfg(test)]
 mod tests;
 
@@ -120,6 +121,17 @@ impl JournalConfig {
             retain: Duration::ZERO,
             max_backlog: 1_000_000,
             cache_capacity: 64 * 1024 * 1024,
+        }
+    }
+
+    /// What the configuration's `journal` section asks for; the cache keeps its default.
+    pub fn from_settings(settings: &crate::config::JournalSettings) -> Self {
+        Self {
+            flush_interval: settings.flush_interval,
+            flush_entries: usize::try_from(settings.flush_entries).unwrap_or(usize::MAX),
+            retain: settings.retain,
+            max_backlog: settings.max_backlog,
+            ..Self::new(settings.path.clone())
         }
     }
 }

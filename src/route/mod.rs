@@ -1,25 +1,106 @@
 //! Routes: which sink gets which event, by resource and op. Entry point: [`Router`]. Without routes every
 //! event goes to every sink.
+//!
+//! The router is shared by every delivery loop and the admin endpoint, and its routes can be replaced
+//! while they run ([`Router::replace`]): a reloaded configuration changes routing without restarting a
+//! sink. Each delivery asks per event, so a replacement applies from the next event on.
+
+use std::sync::{Arc, PoisonError, RwLock};
 
 use herald_sink_core::event::{CloudEvent, ExtensionValue};
 
+use crate::config::{self, RouteConfig};
 use crate::event::Op;
 
 /// One route: events of these resources and ops go to these sinks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    /// Resource patterns: `*`, `plural.group`, `Kind.group`, or for the core group `plural` / `Kind`.
-    pub resources: Vec<String>,
+    /// The resources whose events this route carries.
+    pub resources: Vec<ResourcePattern>,
     /// Ops; empty means all.
     pub ops: Vec<Op>,
     /// Sink names.
     pub sinks: Vec<String>,
 }
 
+impl Route {
+    /// The route a validated `routes[]` entry describes.
+    ///
+    /// # Errors
+    /// A resource entry that is not `*`, `plural.group` or `Kind.group` (validation refuses those
+    /// first, so this only fails for a configuration that skipped it).
+    pub fn from_config(route: &RouteConfig) -> Result<Self, String> {
+        Ok(Self {
+            resources: route
+                .resources
+                .iter()
+                .map(|r| r.parse())
+                .collect::<Result<_, _>>()?,
+            ops: route.events.iter().copied().map(Op::from).collect(),
+            sinks: route.sinks.clone(),
+        })
+    }
+}
+
+/// Which resources something applies to: `*`, or one resource by plural or kind within its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourcePattern {
+    /// `*`: every resource.
+    Any,
+    /// `plural.group` or `Kind.group` (the core group is `""`; `pods.core` and `pods` are the same).
+    Named {
+        /// The API group, `""` for the core group.
+        group: String,
+        /// The plural or the kind; an event matches when either equals it.
+        name: String,
+    },
+}
+
+impl std::str::FromStr for ResourcePattern {
+    type Err = String;
+
+    fn from_str(entry: &str) -> Result<Self, String> {
+        Ok(match config::split_resource(entry)? {
+            None => Self::Any,
+            Some((name, group)) => Self::Named {
+                group: group.to_owned(),
+                name: name.to_owned(),
+            },
+        })
+    }
+}
+
+impl ResourcePattern {
+    /// The patterns naming one configured resource: by its plural and by its kind, whichever it gives.
+    pub fn of_resource(resource: &config::ResourceConfig) -> Vec<Self> {
+        [&resource.plural, &resource.kind]
+            .into_iter()
+            .flatten()
+            .map(|name| Self::Named {
+                group: resource.group.clone(),
+                name: name.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether `event` is about a resource this pattern names.
+    pub fn matches(&self, event: &CloudEvent) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Named { group, name } => {
+                let (source_group, plural) = group_and_plural(event);
+                source_group == group && (name == plural || name == ext(event, "k8skind"))
+            }
+        }
+    }
+}
+
 /// Decides, per sink, whether an event is for it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Router {
-    routes: Vec<Route>,
+    // Read per event by every delivery loop, written only when routes are replaced; the `Arc` keeps
+    // the read side to one uncontended lock and a reference-count bump.
+    routes: RwLock<Arc<Vec<Route>>>,
 }
 
 fn ext<'a>(event: &'a CloudEvent, name: &str) -> &'a str {
@@ -27,6 +108,18 @@ fn ext<'a>(event: &'a CloudEvent, name: &str) -> &'a str {
         Some(ExtensionValue::String(s)) => s,
         _ => "",
     }
+}
+
+/// The group (`""` for core) and plural of the event's resource, from its `source`
+/// (`k8s://cluster/group/plural`), which every event carries by contract.
+fn group_and_plural(event: &CloudEvent) -> (&str, &str) {
+    let mut segments = event.source.rsplit('/');
+    let plural = segments.next().unwrap_or("");
+    let group = match segments.next() {
+        Some("core") | None => "",
+        Some(group) => group,
+    };
+    (group, plural)
 }
 
 fn op_of(event: &CloudEvent) -> Option<Op> {
@@ -41,34 +134,57 @@ fn op_of(event: &CloudEvent) -> Option<Op> {
 impl Router {
     /// A router over `routes` (none: everything to every sink).
     pub fn new(routes: Vec<Route>) -> Self {
-        Self { routes }
+        Self {
+            routes: RwLock::new(Arc::new(routes)),
+        }
+    }
+
+    /// The router of a configuration's validated `routes`.
+    ///
+    /// # Errors
+    /// The first route whose resources do not parse, named by its index.
+    pub fn from_config(routes: &[RouteConfig]) -> Result<Self, String> {
+        Ok(Self::new(routes_from_config(routes)?))
+    }
+
+    /// Replaces every route; deliveries use the new ones from their next event on.
+    pub fn replace(&self, routes: Vec<Route>) {
+        *self.routes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(routes);
+    }
+
+    /// The routes in force.
+    pub fn routes(&self) -> Arc<Vec<Route>> {
+        self.routes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether `sink` should get `event`.
     pub fn wants(&self, sink: &str, event: &CloudEvent) -> bool {
-        if self.routes.is_empty() {
+        let routes = self.routes();
+        if routes.is_empty() {
             return true;
         }
-        let group = ext(event, "k8sgroup");
-        let kind = ext(event, "k8skind");
-        let plural = event.source.rsplit('/').next().unwrap_or("");
         let op = op_of(event);
-        self.routes.iter().any(|r| {
+        routes.iter().any(|r| {
             r.sinks.iter().any(|s| s == sink)
                 && (r.ops.is_empty() || op.is_some_and(|o| r.ops.contains(&o)))
-                && r.resources
-                    .iter()
-                    .any(|p| matches_resource(p, group, kind, plural))
+                && r.resources.iter().any(|p| p.matches(event))
         })
     }
 }
 
-fn matches_resource(pattern: &str, group: &str, kind: &str, plural: &str) -> bool {
-    if pattern == "*" {
-        return true;
-    }
-    let (name, pattern_group) = pattern.split_once('.').unwrap_or((pattern, ""));
-    pattern_group == group && (name == plural || name == kind)
+/// The routes of a configuration's validated `routes`.
+///
+/// # Errors
+/// The first route whose resources do not parse, named by its index.
+pub fn routes_from_config(routes: &[RouteConfig]) -> Result<Vec<Route>, String> {
+    routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Route::from_config(r).map_err(|e| format!("routes[{i}].resources: {e}")))
+        .collect()
 }
 
 #[cfg(test)]
@@ -100,17 +216,20 @@ mod tests {
     fn routes_match_by_plural_or_kind_group_and_op() {
         let r = Router::new(vec![
             Route {
-                resources: vec!["databases.example.com".into()],
+                resources: vec!["databases.example.com".parse().unwrap()],
                 ops: vec![Op::Deleted],
                 sinks: vec!["audit".into()],
             },
             Route {
-                resources: vec!["Release.ci.example.com".into(), "configmaps".into()],
+                resources: vec![
+                    "Release.ci.example.com".parse().unwrap(),
+                    "configmaps".parse().unwrap(),
+                ],
                 ops: vec![],
                 sinks: vec!["ci".into()],
             },
             Route {
-                resources: vec!["*".into()],
+                resources: vec![ResourcePattern::Any],
                 ops: vec![Op::Created],
                 sinks: vec!["all".into()],
             },
@@ -130,5 +249,31 @@ mod tests {
         assert!(r.wants("all", &event("x.io", "Thing", "things", "created")));
         assert!(!r.wants("all", &db_deleted));
         assert!(!r.wants("nobody", &db_deleted));
+    }
+
+    #[test]
+    fn the_core_group_may_be_spelled_core() {
+        let r = Router::new(vec![Route {
+            resources: vec!["configmaps.core".parse().unwrap()],
+            ops: vec![],
+            sinks: vec!["s".into()],
+        }]);
+        assert!(r.wants("s", &event("", "ConfigMap", "configmaps", "created")));
+        assert!(!r.wants("s", &event("x.io", "ConfigMap", "configmaps", "created")));
+    }
+
+    #[test]
+    fn replaced_routes_apply_to_the_next_question() {
+        let r = Router::default();
+        let db = event("example.com", "Database", "databases", "created");
+        assert!(r.wants("archive", &db));
+        r.replace(vec![Route {
+            resources: vec![ResourcePattern::Any],
+            ops: vec![Op::Deleted],
+            sinks: vec!["archive".into()],
+        }]);
+        assert!(!r.wants("archive", &db));
+        r.replace(Vec::new());
+        assert!(r.wants("archive", &db));
     }
 }

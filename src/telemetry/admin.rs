@@ -22,10 +22,8 @@ use crate::watch;
 /// What the endpoint reports on.
 #[derive(Clone)]
 pub struct AdminState {
-    /// Watchers with their labels.
-    pub watchers: Vec<(String, Arc<watch::Health>)>,
-    /// Sinks with their delivery counters.
-    pub sinks: Vec<(String, Arc<delivery::Stats>)>,
+    /// The running watchers and sinks, as the supervisor changes them.
+    pub registry: Arc<crate::app::Registry>,
     /// The journal.
     pub journal: Journal,
     /// Set while herald's own loops run; cleared when one of them died unexpectedly.
@@ -39,8 +37,8 @@ pub struct AdminState {
 impl std::fmt::Debug for AdminState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminState")
-            .field("watchers", &self.watchers.len())
-            .field("sinks", &self.sinks.len())
+            .field("watchers", &self.registry.watchers().len())
+            .field("sinks", &self.registry.sinks().len())
             .finish()
     }
 }
@@ -84,7 +82,8 @@ async fn healthz(State(s): State<AdminState>) -> Response {
 
 async fn readyz(State(s): State<AdminState>) -> Response {
     let waiting: Vec<String> = s
-        .watchers
+        .registry
+        .watchers()
         .iter()
         .filter(|(_, h)| !h.resolved.load(Ordering::SeqCst) || !h.synced.load(Ordering::SeqCst))
         .map(|(label, h)| {
@@ -124,13 +123,15 @@ pub fn render(s: &AdminState) -> String {
         }
     };
     let per_watch = |f: &dyn Fn(&watch::Health) -> u64| -> Vec<(String, String)> {
-        s.watchers
+        s.registry
+            .watchers()
             .iter()
             .map(|(l, h)| (format!("{{resource=\"{}\"}}", escape(l)), f(h).to_string()))
             .collect()
     };
     let per_sink = |f: &dyn Fn(&delivery::Stats) -> u64| -> Vec<(String, String)> {
-        s.sinks
+        s.registry
+            .sinks()
             .iter()
             .map(|(n, st)| (format!("{{sink=\"{}\"}}", escape(n)), f(st).to_string()))
             .collect()
@@ -232,7 +233,8 @@ pub fn render(s: &AdminState) -> String {
         "herald_journal_lag_events",
         "gauge",
         "Journaled events a sink has not finished yet.",
-        s.sinks
+        s.registry
+            .sinks()
             .iter()
             .map(|(n, _)| {
                 (
@@ -247,7 +249,8 @@ pub fn render(s: &AdminState) -> String {
         "herald_journal_oldest_undelivered_age_seconds",
         "gauge",
         "Age of the oldest event a sink has not finished (0 when caught up).",
-        s.sinks
+        s.registry
+            .sinks()
             .iter()
             .map(|(n, _)| {
                 (
@@ -283,7 +286,7 @@ pub fn render(s: &AdminState) -> String {
         "# HELP herald_change_to_delivery_seconds From herald's observation of a change to the sink's acknowledgement."
     );
     let _ = writeln!(out, "# TYPE herald_change_to_delivery_seconds histogram");
-    for (n, st) in &s.sinks {
+    for (n, st) in &s.registry.sinks() {
         let (buckets, count, sum) = st.latency.snapshot();
         let sink = escape(n);
         for (bound, c) in buckets {
@@ -344,7 +347,8 @@ async fn metrics(State(s): State<AdminState>) -> Response {
 pub fn status_json(s: &AdminState) -> Value {
     let head = s.journal.head();
     let resources: Vec<Value> = s
-        .watchers
+        .registry
+        .watchers()
         .iter()
         .map(|(l, h)| {
             json!({
@@ -358,7 +362,8 @@ pub fn status_json(s: &AdminState) -> Value {
         })
         .collect();
     let sinks: Vec<Value> = s
-        .sinks
+        .registry
+        .sinks()
         .iter()
         .map(|(n, st)| {
             let cursor = s.journal.cursor(n).unwrap_or(0);
@@ -440,7 +445,7 @@ fn json_response(code: StatusCode, v: &Value) -> Response {
 }
 
 fn known_sink(s: &AdminState, sink: &str) -> Result<(), Box<Response>> {
-    if s.sinks.iter().any(|(n, _)| n == sink) {
+    if s.registry.has_sink(sink) {
         Ok(())
     } else {
         Err(Box::new(

@@ -6,6 +6,7 @@
 //! checkpoint, so the checkpoint never passes an event that is not in the journal.
 
 pub mod resolve;
+mod spec;
 mod sync;
 
 use std::sync::Arc;
@@ -18,45 +19,14 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::event::{self, Op};
 use crate::journal::Journal;
 
 pub use resolve::{Resolved, resolve};
+pub use spec::WatchSpec;
 pub use sync::{NamespaceCache, Recorder, SyncError};
 
 /// A watch that lasted this long ended normally; a shorter one counts as a failure for the backoff.
 const HEALTHY_WATCH: Duration = Duration::from_secs(5);
-
-/// What to watch, resolved from one `resources[i]` entry (and one namespace of its list).
-#[derive(Debug, Clone)]
-pub struct WatchSpec {
-    /// Position in `resources`, for messages (`resources[1]`).
-    pub index: usize,
-    /// API group.
-    pub group: String,
-    /// Version; `None` for the group's preferred version.
-    pub version: Option<String>,
-    /// Kind, if configured.
-    pub kind: Option<String>,
-    /// Plural, if configured.
-    pub plural: Option<String>,
-    /// Watch only this namespace (`namespaces: [a, b]` gives one watcher each); `None` for all.
-    pub namespace: Option<String>,
-    /// Only namespaces whose labels match (one cluster-wide watch, filtered here).
-    pub namespace_selector: Option<String>,
-    /// Server-side label selector.
-    pub label_selector: Option<String>,
-    /// Server-side field selector.
-    pub field_selector: Option<String>,
-    /// Which ops become events (the index is kept for all of them).
-    pub ops: Vec<Op>,
-    /// First start without a checkpoint: emit the current state as `created` with `resync`, or not.
-    pub initial_emit: bool,
-    /// Skip updates whose only change is `status`.
-    pub skip_status_only_updates: bool,
-    /// Everything the normalizer needs but the resolved names.
-    pub template: event::Resource,
-}
 
 /// Timings of the watch loop (defaults suit real clusters; tests shorten them).
 #[derive(Debug, Clone)]

@@ -1,0 +1,474 @@
+//! The running set: the supervisor owns every watcher, sink and delivery loop, and the router they
+//! share. Entry point: [`Supervisor`].
+//!
+//! Start-up is a sequence of `add_*` calls on it, and so is any later change: a watcher started
+//! for a CRD that appeared, a sink added or removed by a reloaded configuration, routes replaced.
+//! Every task it starts runs under [`guarded`], so a loop that dies on its own turns `/healthz`
+//! unhealthy, while a loop the supervisor stopped on purpose does not.
+//!
+//! Stop order matters for the journal's promise: watchers first (nothing new is journaled), then
+//! deliveries drain what was journaled, then sinks close (the file sink syncs).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::sinks::{self, Built};
+use crate::config::{SinkConfig, SinkStart};
+use crate::delivery;
+use crate::journal::{Journal, JournalError};
+use crate::route::{Route, Router};
+use crate::watch::{self, WatchSpec};
+
+/// How long removing (or stopping) a watcher waits for it before abandoning it: a watcher stuck in
+/// a request to an unreachable API server must not hold anything up, as what it had is journaled.
+const WATCHER_STOP: Duration = Duration::from_secs(5);
+
+/// Why the supervisor refused a change.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    /// A watcher with this label already runs.
+    #[error("a watcher for {0} already runs")]
+    WatcherExists(String),
+    /// No watcher has this label.
+    #[error("no watcher for {0} runs")]
+    NoSuchWatcher(String),
+    /// A sink with this name already runs.
+    #[error("a sink named {0:?} already runs")]
+    SinkExists(String),
+    /// No sink has this name.
+    #[error("no sink named {0:?} runs")]
+    NoSuchSink(String),
+    /// A sink could not be built or failed its health check.
+    #[error("sink {sink:?} failed its health check: {reason}")]
+    SinkFailed {
+        /// The sink's name.
+        sink: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The journal refused to register or drop a sink's cursor.
+    #[error("cannot update the journal's cursor of sink {sink:?}")]
+    CursorFailed {
+        /// The sink's name.
+        sink: String,
+        /// The journal's error.
+        #[source]
+        source: JournalError,
+    },
+}
+
+/// What the admin endpoint and `herald status` read of the running set, in the order things were
+/// added (configuration order at start-up). Shared, so it shows additions and removals as they
+/// happen.
+#[derive(Debug, Default)]
+pub struct Registry {
+    watchers: RwLock<Vec<(String, Arc<watch::Health>)>>,
+    sinks: RwLock<Vec<(String, Arc<delivery::Stats>)>>,
+}
+
+impl Registry {
+    /// Each running watcher's label and health.
+    pub fn watchers(&self) -> Vec<(String, Arc<watch::Health>)> {
+        self.watchers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Each running sink's name and delivery counters.
+    pub fn sinks(&self) -> Vec<(String, Arc<delivery::Stats>)> {
+        self.sinks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether a sink of this name runs.
+    pub fn has_sink(&self, name: &str) -> bool {
+        self.sinks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(n, _)| n == name)
+    }
+
+    fn push_watcher(&self, label: String, health: Arc<watch::Health>) {
+        self.watchers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((label, health));
+    }
+
+    fn remove_watcher(&self, label: &str) {
+        self.watchers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(l, _)| l != label);
+    }
+
+    fn push_sink(&self, name: String, stats: Arc<delivery::Stats>) {
+        self.sinks
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((name, stats));
+    }
+
+    fn remove_sink(&self, name: &str) {
+        self.sinks
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(n, _)| n != name);
+    }
+}
+
+/// A task the supervisor can stop on its own.
+#[derive(Debug)]
+struct Task {
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+#[derive(Debug)]
+struct WatcherSlot {
+    label: String,
+    task: Task,
+}
+
+struct SinkSlot {
+    name: String,
+    sink: Built,
+    /// `deadLetterSink`: where this sink's dead letters are forwarded, when that sink runs.
+    dead_letter_sink: Option<String>,
+    stats: Arc<delivery::Stats>,
+    delivery: Task,
+    /// The forwarder of this sink's dead letters to `dead_letter_sink`, while both run.
+    forward: Option<Task>,
+}
+
+/// What every delivery shares, whatever its sink: the dead-letter bound and the oversize policy.
+pub type DeliveryBase = delivery::Settings;
+
+/// Owns the running watchers, sinks and deliveries, and the router they share.
+pub struct Supervisor {
+    client: kube::Client,
+    journal: Journal,
+    router: Arc<Router>,
+    tuning: watch::Tuning,
+    base: DeliveryBase,
+    alive: Arc<AtomicBool>,
+    registry: Arc<Registry>,
+    /// Parent of every watcher's token: one cancel stops them all.
+    stop_watch: CancellationToken,
+    /// Parent of every delivery's and forwarder's token.
+    stop_delivery: CancellationToken,
+    watchers: Vec<WatcherSlot>,
+    sinks: Vec<SinkSlot>,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("watchers", &self.watchers.len())
+            .field("sinks", &self.sinks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// A supervisor with nothing running yet. `base` carries what every sink's delivery shares
+    /// (dead-letter bound, oversize policy); each sink's own options are laid over it.
+    pub fn new(
+        client: kube::Client,
+        journal: Journal,
+        router: Router,
+        base: DeliveryBase,
+        tuning: watch::Tuning,
+    ) -> Self {
+        Self {
+            client,
+            journal,
+            router: Arc::new(router),
+            tuning,
+            base,
+            alive: Arc::new(AtomicBool::new(true)),
+            registry: Arc::default(),
+            stop_watch: CancellationToken::new(),
+            stop_delivery: CancellationToken::new(),
+            watchers: Vec::new(),
+            sinks: Vec::new(),
+        }
+    }
+
+    /// Starts a watcher; its label ([`WatchSpec::label`]) names it from now on.
+    ///
+    /// # Errors
+    /// [`SupervisorError::WatcherExists`] when a watcher with the same label runs: two watchers of one
+    /// stream would race for its checkpoint.
+    pub fn add_watcher(&mut self, spec: WatchSpec) -> Result<(), SupervisorError> {
+        let label = spec.label();
+        if self.watchers.iter().any(|w| w.label == label) {
+            return Err(SupervisorError::WatcherExists(label));
+        }
+        let health = Arc::new(watch::Health::default());
+        let stop = self.stop_watch.child_token();
+        let handle = tokio::spawn(guarded(
+            self.alive.clone(),
+            stop.clone(),
+            watch::run(
+                self.client.clone(),
+                self.journal.clone(),
+                spec,
+                self.tuning.clone(),
+                stop.clone(),
+                health.clone(),
+            ),
+        ));
+        self.registry.push_watcher(label.clone(), health);
+        self.watchers.push(WatcherSlot {
+            label,
+            task: Task { stop, handle },
+        });
+        Ok(())
+    }
+
+    /// Stops the watcher with this label. Its checkpoint stays in the journal, so adding it again
+    /// resumes where it stopped.
+    ///
+    /// # Errors
+    /// [`SupervisorError::NoSuchWatcher`].
+    pub async fn remove_watcher(&mut self, label: &str) -> Result<(), SupervisorError> {
+        let i = self
+            .watchers
+            .iter()
+            .position(|w| w.label == label)
+            .ok_or_else(|| SupervisorError::NoSuchWatcher(label.to_owned()))?;
+        let slot = self.watchers.remove(i);
+        self.registry.remove_watcher(label);
+        slot.task.stop.cancel();
+        stop_watcher(slot.task.handle).await;
+        Ok(())
+    }
+
+    /// Builds a sink, runs its health check, registers its cursor and starts its delivery, and the
+    /// forwarding of dead letters from or to it when both ends run.
+    ///
+    /// # Errors
+    /// [`SupervisorError::SinkExists`], [`SupervisorError::SinkFailed`] (nothing is started), or
+    /// [`SupervisorError::CursorFailed`].
+    pub async fn add_sink(&mut self, cfg: &SinkConfig) -> Result<(), SupervisorError> {
+        if self.sinks.iter().any(|s| s.name == cfg.name) {
+            return Err(SupervisorError::SinkExists(cfg.name.clone()));
+        }
+        let sink = sinks::build(cfg)
+            .await
+            .map_err(|reason| SupervisorError::SinkFailed {
+                sink: cfg.name.clone(),
+                reason,
+            })?;
+        let from_start = cfg.kind.start() == SinkStart::Earliest;
+        // Registered before the delivery starts (and, at start-up, before any watcher appends), so
+        // a sink starting at the head still sees every event journaled after this call.
+        self.journal
+            .register_sink(&cfg.name, from_start)
+            .map_err(|source| SupervisorError::CursorFailed {
+                sink: cfg.name.clone(),
+                source,
+            })?;
+        let stats = Arc::new(delivery::Stats::default());
+        let stop = self.stop_delivery.child_token();
+        let settings = delivery::Settings {
+            max_dead_letters: self.base.max_dead_letters,
+            oversize: self.base.oversize.clone(),
+            ..sinks::settings(&cfg.kind)
+        };
+        let handle = tokio::spawn(guarded(
+            self.alive.clone(),
+            stop.clone(),
+            sink.deliver(
+                cfg.name.clone(),
+                self.journal.clone(),
+                self.router.clone(),
+                settings,
+                from_start,
+                stop.clone(),
+                stats.clone(),
+            ),
+        ));
+        self.registry.push_sink(cfg.name.clone(), stats.clone());
+        self.sinks.push(SinkSlot {
+            name: cfg.name.clone(),
+            sink,
+            dead_letter_sink: cfg.kind.dead_letter_sink().map(str::to_owned),
+            stats,
+            delivery: Task { stop, handle },
+            forward: None,
+        });
+        self.wire_forwards();
+        Ok(())
+    }
+
+    /// Stops a sink: its delivery drains what was journaled for it (at most `drain_timeout`), the
+    /// forwarding from and to it stops, the sink closes, and its cursor leaves the journal so it no
+    /// longer holds back retention. Its dead letters stay until purged.
+    ///
+    /// # Errors
+    /// [`SupervisorError::NoSuchSink`], or [`SupervisorError::CursorFailed`] once it has stopped.
+    pub async fn remove_sink(
+        &mut self,
+        name: &str,
+        drain_timeout: Duration,
+    ) -> Result<(), SupervisorError> {
+        let i = self
+            .sinks
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| SupervisorError::NoSuchSink(name.to_owned()))?;
+        let mut slot = self.sinks.remove(i);
+        self.registry.remove_sink(name);
+        let mut tasks: Vec<Task> = slot.forward.take().into_iter().collect();
+        // Forwarders into this sink lose their target.
+        for other in &mut self.sinks {
+            if other.dead_letter_sink.as_deref() == Some(name) {
+                tasks.extend(other.forward.take());
+            }
+        }
+        tasks.push(slot.delivery);
+        for task in &tasks {
+            task.stop.cancel();
+        }
+        drain(tasks.into_iter().map(|t| t.handle), drain_timeout).await;
+        slot.sink.close().await;
+        self.journal
+            .remove_sink(name)
+            .map_err(|source| SupervisorError::CursorFailed {
+                sink: name.to_owned(),
+                source,
+            })
+    }
+
+    /// Replaces every route; deliveries use the new routes from their next event on.
+    pub fn set_routes(&self, routes: Vec<Route>) {
+        self.router.replace(routes);
+    }
+
+    /// Starts each missing forwarder whose two ends run.
+    fn wire_forwards(&mut self) {
+        for i in 0..self.sinks.len() {
+            if self.sinks[i].forward.is_some() {
+                continue;
+            }
+            let Some(target) = self.sinks[i].dead_letter_sink.clone() else {
+                continue;
+            };
+            let Some(forward) = self
+                .sinks
+                .iter()
+                .find(|s| s.name == target)
+                .map(|s| s.sink.forward())
+            else {
+                continue;
+            };
+            let source = &self.sinks[i];
+            let stop = self.stop_delivery.child_token();
+            let handle = tokio::spawn(guarded(
+                self.alive.clone(),
+                stop.clone(),
+                delivery::forward::run(
+                    source.name.clone(),
+                    target,
+                    forward,
+                    self.journal.clone(),
+                    source.stats.clone(),
+                    stop.clone(),
+                ),
+            ));
+            self.sinks[i].forward = Some(Task { stop, handle });
+        }
+    }
+
+    /// The router every delivery asks.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// What the admin endpoint reads of the running set.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Turns false when a loop ended on its own (or panicked): what `/healthz` reports.
+    pub fn alive(&self) -> &Arc<AtomicBool> {
+        &self.alive
+    }
+
+    /// The labels of the running watchers, in the order they were added.
+    pub fn watcher_labels(&self) -> Vec<String> {
+        self.watchers.iter().map(|w| w.label.clone()).collect()
+    }
+
+    /// The names of the running sinks, in the order they were added.
+    pub fn sink_names(&self) -> Vec<String> {
+        self.sinks.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// Stops everything in order: watchers (nothing new is journaled), then deliveries and
+    /// forwarders drain what was journaled (at most `drain_timeout`), then every sink closes.
+    pub async fn stop(self, drain_timeout: Duration) {
+        self.stop_watch.cancel();
+        for w in self.watchers {
+            stop_watcher(w.task.handle).await;
+        }
+        self.stop_delivery.cancel();
+        let mut handles = Vec::new();
+        let mut built = Vec::new();
+        for s in self.sinks {
+            handles.push(s.delivery.handle);
+            handles.extend(s.forward.map(|f| f.handle));
+            built.push(s.sink);
+        }
+        drain(handles, drain_timeout).await;
+        for sink in built {
+            sink.close().await;
+        }
+    }
+}
+
+/// Waits for a stopped watcher, at most [`WATCHER_STOP`], then abandons it.
+async fn stop_watcher(handle: JoinHandle<()>) {
+    let abort = handle.abort_handle();
+    if tokio::time::timeout(WATCHER_STOP, handle).await.is_err() {
+        abort.abort();
+    }
+}
+
+/// Waits for stopped deliveries to finish what was journaled, at most `timeout`.
+async fn drain(handles: impl IntoIterator<Item = JoinHandle<()>>, timeout: Duration) {
+    let all = futures::future::join_all(handles);
+    if tokio::time::timeout(timeout, all).await.is_err() {
+        tracing::warn!(message = "Drain timed out; the rest stays journaled for the next start.");
+    }
+}
+
+/// Runs one of herald's loops; if it ends (or panics) before its stop token fired, `/healthz` turns
+/// unhealthy: a dead loop is what a liveness probe is for.
+pub(super) async fn guarded(
+    alive: Arc<AtomicBool>,
+    stop: CancellationToken,
+    task: impl std::future::Future<Output = ()>,
+) {
+    struct Guard(Arc<AtomicBool>, CancellationToken);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if !self.1.is_cancelled() {
+                self.0.store(false, Ordering::SeqCst);
+                tracing::error!(message = "A herald loop ended unexpectedly; /healthz now fails.");
+            }
+        }
+    }
+    let _guard = Guard(alive, stop);
+    task.await;
+}

@@ -1,0 +1,115 @@
+//! What one watcher watches ([`WatchSpec`]), and how a configuration's `resources` become them:
+//! [`WatchSpec::from_config`]. One `resources[i]` entry becomes one spec, or one per listed namespace.
+
+use crate::config::{self, Config, Namespaces, ResourceConfig};
+use crate::event::{self, Op};
+
+/// What to watch, resolved from one `resources[i]` entry (and one namespace of its list).
+#[derive(Debug, Clone)]
+pub struct WatchSpec {
+    /// Position in `resources`, for messages (`resources[1]`).
+    pub index: usize,
+    /// API group.
+    pub group: String,
+    /// Version; `None` for the group's preferred version.
+    pub version: Option<String>,
+    /// Kind, if configured.
+    pub kind: Option<String>,
+    /// Plural, if configured.
+    pub plural: Option<String>,
+    /// Watch only this namespace (`namespaces: [a, b]` gives one watcher each); `None` for all.
+    pub namespace: Option<String>,
+    /// Only namespaces whose labels match (one cluster-wide watch, filtered here).
+    pub namespace_selector: Option<String>,
+    /// Server-side label selector.
+    pub label_selector: Option<String>,
+    /// Server-side field selector.
+    pub field_selector: Option<String>,
+    /// Which ops become events (the index is kept for all of them).
+    pub ops: Vec<Op>,
+    /// First start without a checkpoint: emit the current state as `created` with `resync`, or not.
+    pub initial_emit: bool,
+    /// Skip updates whose only change is `status`.
+    pub skip_status_only_updates: bool,
+    /// Everything the normalizer needs but the resolved names.
+    pub template: event::Resource,
+}
+
+impl WatchSpec {
+    /// The watchers a configuration's `resources` need: one per entry, or one per listed namespace.
+    pub fn from_config(cfg: &Config) -> Vec<Self> {
+        let mut out = Vec::new();
+        for (index, r) in cfg.resources.iter().enumerate() {
+            let base = Self {
+                index,
+                group: r.group.clone(),
+                version: r.version.clone(),
+                kind: r.kind.clone(),
+                plural: r.plural.clone(),
+                namespace: None,
+                namespace_selector: None,
+                label_selector: r.label_selector.clone().filter(|s| !s.is_empty()),
+                field_selector: r.field_selector.clone().filter(|s| !s.is_empty()),
+                ops: r.events.iter().copied().map(Op::from).collect(),
+                initial_emit: r.initial_state == config::InitialState::Emit,
+                skip_status_only_updates: r.skip_status_only_updates,
+                template: template(&cfg.cluster.name, r),
+            };
+            match &r.namespaces {
+                Namespaces::All => out.push(base),
+                Namespaces::Selector { selector } => out.push(Self {
+                    namespace_selector: Some(selector.clone()),
+                    ..base
+                }),
+                Namespaces::List(list) => out.extend(list.iter().map(|ns| Self {
+                    namespace: Some(ns.clone()),
+                    ..base.clone()
+                })),
+            }
+        }
+        out
+    }
+
+    /// The watcher's name in metrics, `/status` and the supervisor: `plural.group` (or `Kind.group`),
+    /// plus `/namespace` when limited to one.
+    pub fn label(&self) -> String {
+        let name = self
+            .plural
+            .as_deref()
+            .or(self.kind.as_deref())
+            .unwrap_or("");
+        let base = if self.group.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}.{}", self.group)
+        };
+        match &self.namespace {
+            Some(ns) => format!("{base}/{ns}"),
+            None => base,
+        }
+    }
+}
+
+/// Everything the normalizer needs of a resource but the names discovery resolves.
+fn template(cluster: &str, r: &ResourceConfig) -> event::Resource {
+    let payload = match &r.payload {
+        config::PayloadParts::Reference => event::Payload::REFERENCE,
+        config::PayloadParts::Parts(parts) => event::Payload {
+            object: parts.contains(&config::PayloadPart::Object),
+            old_object: parts.contains(&config::PayloadPart::OldObject),
+            patch: parts.contains(&config::PayloadPart::Patch),
+        },
+    };
+    event::Resource {
+        cluster: cluster.to_owned(),
+        group: r.group.clone(),
+        version: r.version.clone().unwrap_or_default(),
+        kind: r.kind.clone().unwrap_or_default(),
+        plural: r.plural.clone().unwrap_or_default(),
+        namespaced: true,
+        type_prefix: r.type_prefix.clone(),
+        payload,
+        redact: r.redact.clone(),
+        keep_managed_fields: r.keep_managed_fields,
+    }
+}

@@ -1,0 +1,213 @@
+//! The supervisor: watchers, sinks and routes added and removed while herald runs, against the
+//! simulator over HTTP, delivering into file sinks. Asserts on what each sink received.
+
+use std::path::Path;
+use std::time::Duration;
+
+use herald::app::SupervisorError;
+use herald::event::Op;
+use herald::route::{ResourcePattern, Route};
+use herald::watch::WatchSpec;
+use serde_json::{Value, json};
+
+use crate::support::{Raw, free_port, sim, widget, widgets_crd};
+
+const MERGE: &str = "application/merge-patch+json";
+
+fn widgets(ns: &str) -> String {
+    format!("/apis/example.com/v1/namespaces/{ns}/widgets")
+}
+
+/// `(op, namespace/name)` of every event in a file sink's output, in file order.
+fn received(path: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let e: Value = serde_json::from_str(l).unwrap();
+            let op = e["type"].as_str().unwrap().rsplit('.').next().unwrap();
+            (op.to_owned(), e["subject"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(op, subject)| ((*op).to_owned(), (*subject).to_owned()))
+        .collect()
+}
+
+/// Waits until `path` holds exactly `expected`, then a little longer to see that nothing more comes.
+async fn exactly(path: &Path, expected: &[(&str, &str)]) {
+    let expected = pairs(expected);
+    let started = std::time::Instant::now();
+    while received(path).len() < expected.len() && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(received(path), expected, "{}", path.display());
+}
+
+#[tokio::test]
+async fn watchers_sinks_and_routes_change_while_herald_runs() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    raw.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (out, late) = (dir.path().join("out.jsonl"), dir.path().join("late.jsonl"));
+    let yaml = format!(
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\n\
+         resources:\n  - group: example.com\n    kind: Widget\n    namespaces: [default, other]\n\
+         sinks:\n  - {{name: out, type: file, path: {out}, fsync: always}}\n  \
+         - {{name: late, type: file, path: {late}, fsync: always}}\n\
+         journal:\n  path: {journal}\n  flushInterval: 2ms\nadmin:\n  listen: 127.0.0.1:{port}\n",
+        kc = sim.kubeconfig_path().display(),
+        out = out.display(),
+        late = late.display(),
+        journal = dir.path().join("journal").display(),
+        port = free_port(),
+    );
+    let full = herald::config::from_str(&yaml).unwrap();
+    let mut cfg = full.clone();
+    cfg.sinks.truncate(1);
+    let mut running = herald::app::start(&cfg, None).await.unwrap();
+    while !running.synced() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other_label = "Widget.example.com/other";
+    assert_eq!(
+        running.supervisor().watcher_labels(),
+        ["Widget.example.com/default", other_label]
+    );
+
+    raw.post(&widgets("default"), &widget("a", json!({}), json!({})))
+        .await;
+    raw.post(&widgets("other"), &widget("b", json!({}), json!({})))
+        .await;
+    exactly(&out, &[("created", "default/a"), ("created", "other/b")]).await;
+
+    // A removed watcher journals nothing more; the other keeps going.
+    running
+        .supervisor()
+        .remove_watcher(other_label)
+        .await
+        .unwrap();
+    assert_eq!(
+        running.supervisor().watcher_labels(),
+        ["Widget.example.com/default"]
+    );
+    raw.post(&widgets("other"), &widget("c", json!({}), json!({})))
+        .await;
+    raw.post(&widgets("default"), &widget("d", json!({}), json!({})))
+        .await;
+    exactly(
+        &out,
+        &[
+            ("created", "default/a"),
+            ("created", "other/b"),
+            ("created", "default/d"),
+        ],
+    )
+    .await;
+
+    // A sink added at run time starts at the head: it gets what is journaled from now on.
+    running.supervisor().add_sink(&full.sinks[1]).await.unwrap();
+    assert_eq!(running.supervisor().sink_names(), ["out", "late"]);
+    raw.post(&widgets("default"), &widget("e", json!({}), json!({})))
+        .await;
+    exactly(&late, &[("created", "default/e")]).await;
+
+    // Replaced routes: `late` now gets only deletions, `out` everything.
+    running.supervisor().set_routes(vec![
+        Route {
+            resources: vec![ResourcePattern::Any],
+            ops: vec![Op::Deleted],
+            sinks: vec!["late".into()],
+        },
+        Route {
+            resources: vec!["Widget.example.com".parse().unwrap()],
+            ops: vec![],
+            sinks: vec!["out".into()],
+        },
+    ]);
+    let e = format!("{}/e", widgets("default"));
+    raw.patch(&e, MERGE, &json!({"spec": {"size": 2}})).await;
+    raw.delete(&e).await;
+    exactly(&late, &[("created", "default/e"), ("deleted", "default/e")]).await;
+
+    // The watcher added again resumes from its checkpoint: what happened while it was gone comes out.
+    let spec = WatchSpec::from_config(&cfg)
+        .into_iter()
+        .find(|s| s.label() == other_label)
+        .unwrap();
+    running.supervisor().add_watcher(spec).unwrap();
+    exactly(
+        &out,
+        &[
+            ("created", "default/a"),
+            ("created", "other/b"),
+            ("created", "default/d"),
+            ("created", "default/e"),
+            ("updated", "default/e"),
+            ("deleted", "default/e"),
+            ("created", "other/c"),
+        ],
+    )
+    .await;
+
+    // A removed sink gets nothing more and its cursor leaves the journal.
+    running
+        .supervisor()
+        .remove_sink("late", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(running.journal().sinks(), ["out"]);
+    raw.delete(&format!("{}/d", widgets("default"))).await;
+    exactly(
+        &out,
+        &[
+            ("created", "default/a"),
+            ("created", "other/b"),
+            ("created", "default/d"),
+            ("created", "default/e"),
+            ("updated", "default/e"),
+            ("deleted", "default/e"),
+            ("created", "other/c"),
+            ("deleted", "default/d"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        received(&late),
+        pairs(&[("created", "default/e"), ("deleted", "default/e")])
+    );
+
+    // What cannot be done is refused by name, and changes nothing.
+    let s = running.supervisor();
+    let again = WatchSpec::from_config(&cfg).remove(0);
+    assert!(matches!(
+        s.add_watcher(again),
+        Err(SupervisorError::WatcherExists(l)) if l == "Widget.example.com/default"
+    ));
+    assert!(matches!(
+        s.remove_watcher("nope").await,
+        Err(SupervisorError::NoSuchWatcher(_))
+    ));
+    assert!(matches!(
+        s.add_sink(&cfg.sinks[0]).await,
+        Err(SupervisorError::SinkExists(n)) if n == "out"
+    ));
+    assert!(matches!(
+        s.remove_sink("late", Duration::from_secs(1)).await,
+        Err(SupervisorError::NoSuchSink(_))
+    ));
+    assert_eq!(s.sink_names(), ["out"]);
+    running.stop(Duration::from_secs(5)).await.unwrap();
+}
