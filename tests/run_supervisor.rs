@@ -1,6 +1,7 @@
 //! The supervisor: watchers, sinks and routes added and removed while herald runs, against the
 //! simulator over HTTP, delivering into file sinks. Asserts on what each sink received.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,32 +19,52 @@ fn widgets(ns: &str) -> String {
     format!("/apis/example.com/v1/namespaces/{ns}/widgets")
 }
 
-/// `(op, namespace/name)` of every event in a file sink's output, in file order.
-fn received(path: &Path) -> Vec<(String, String)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let e: Value = serde_json::from_str(l).unwrap();
-            let op = e["type"].as_str().unwrap().rsplit('.').next().unwrap();
-            (op.to_owned(), e["subject"].as_str().unwrap().to_owned())
+/// Creates the Widget `ns/name`.
+async fn create(raw: &Raw, ns: &str, name: &str) {
+    let mut w = widget(name, json!({}), json!({}));
+    w["metadata"]["namespace"] = json!(ns);
+    let reply = raw.post(&widgets(ns), &w).await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+}
+
+/// Each object's ops (`namespace/name` → ops in delivery order) in a file sink's output: events
+/// of different objects may interleave, each object's are in order.
+fn received(path: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: Value = serde_json::from_str(line).unwrap();
+        let op = e["type"].as_str().unwrap().rsplit('.').next().unwrap();
+        out.entry(e["subject"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(op.to_owned());
+    }
+    out
+}
+
+fn objects(expected: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    expected
+        .iter()
+        .map(|(subject, ops)| {
+            (
+                (*subject).to_owned(),
+                ops.iter().map(|op| (*op).to_owned()).collect(),
+            )
         })
         .collect()
 }
 
-fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
-    expected
-        .iter()
-        .map(|(op, subject)| ((*op).to_owned(), (*subject).to_owned()))
-        .collect()
+fn count(events: &BTreeMap<String, Vec<String>>) -> usize {
+    events.values().map(Vec::len).sum()
 }
 
 /// Waits until `path` holds exactly `expected`, then a little longer to see that nothing more comes.
-async fn exactly(path: &Path, expected: &[(&str, &str)]) {
-    let expected = pairs(expected);
+async fn exactly(path: &Path, expected: &[(&str, &[&str])]) {
+    let expected = objects(expected);
     let started = std::time::Instant::now();
-    while received(path).len() < expected.len() && started.elapsed() < Duration::from_secs(20) {
+    while count(&received(path)) < count(&expected) && started.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -55,11 +76,13 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;
-    raw.post(
-        "/api/v1/namespaces",
-        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}),
-    )
-    .await;
+    let ns = raw
+        .post(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}),
+        )
+        .await;
+    assert_eq!(ns.status, 201, "{}", ns.body);
     let dir = tempfile::tempdir().unwrap();
     let (out, late) = (dir.path().join("out.jsonl"), dir.path().join("late.jsonl"));
     let yaml = format!(
@@ -87,11 +110,13 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
         ["Widget.example.com/default", other_label]
     );
 
-    raw.post(&widgets("default"), &widget("a", json!({}), json!({})))
-        .await;
-    raw.post(&widgets("other"), &widget("b", json!({}), json!({})))
-        .await;
-    exactly(&out, &[("created", "default/a"), ("created", "other/b")]).await;
+    create(&raw, "default", "a").await;
+    create(&raw, "other", "b").await;
+    exactly(
+        &out,
+        &[("default/a", &["created"]), ("other/b", &["created"])],
+    )
+    .await;
 
     // A removed watcher journals nothing more; the other keeps going.
     running
@@ -103,16 +128,14 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
         running.supervisor().watcher_labels(),
         ["Widget.example.com/default"]
     );
-    raw.post(&widgets("other"), &widget("c", json!({}), json!({})))
-        .await;
-    raw.post(&widgets("default"), &widget("d", json!({}), json!({})))
-        .await;
+    create(&raw, "other", "c").await;
+    create(&raw, "default", "d").await;
     exactly(
         &out,
         &[
-            ("created", "default/a"),
-            ("created", "other/b"),
-            ("created", "default/d"),
+            ("default/a", &["created"]),
+            ("default/d", &["created"]),
+            ("other/b", &["created"]),
         ],
     )
     .await;
@@ -120,9 +143,8 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
     // A sink added at run time starts at the head: it gets what is journaled from now on.
     running.supervisor().add_sink(&full.sinks[1]).await.unwrap();
     assert_eq!(running.supervisor().sink_names(), ["out", "late"]);
-    raw.post(&widgets("default"), &widget("e", json!({}), json!({})))
-        .await;
-    exactly(&late, &[("created", "default/e")]).await;
+    create(&raw, "default", "e").await;
+    exactly(&late, &[("default/e", &["created"])]).await;
 
     // Replaced routes: `late` now gets only deletions, `out` everything.
     running.supervisor().set_routes(vec![
@@ -140,7 +162,7 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
     let e = format!("{}/e", widgets("default"));
     raw.patch(&e, MERGE, &json!({"spec": {"size": 2}})).await;
     raw.delete(&e).await;
-    exactly(&late, &[("created", "default/e"), ("deleted", "default/e")]).await;
+    exactly(&late, &[("default/e", &["created", "deleted"])]).await;
 
     // The watcher added again resumes from its checkpoint: what happened while it was gone comes out.
     let spec = WatchSpec::from_config(&cfg)
@@ -151,13 +173,11 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
     exactly(
         &out,
         &[
-            ("created", "default/a"),
-            ("created", "other/b"),
-            ("created", "default/d"),
-            ("created", "default/e"),
-            ("updated", "default/e"),
-            ("deleted", "default/e"),
-            ("created", "other/c"),
+            ("default/a", &["created"]),
+            ("default/d", &["created"]),
+            ("default/e", &["created", "updated", "deleted"]),
+            ("other/b", &["created"]),
+            ("other/c", &["created"]),
         ],
     )
     .await;
@@ -173,20 +193,17 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
     exactly(
         &out,
         &[
-            ("created", "default/a"),
-            ("created", "other/b"),
-            ("created", "default/d"),
-            ("created", "default/e"),
-            ("updated", "default/e"),
-            ("deleted", "default/e"),
-            ("created", "other/c"),
-            ("deleted", "default/d"),
+            ("default/a", &["created"]),
+            ("default/d", &["created", "deleted"]),
+            ("default/e", &["created", "updated", "deleted"]),
+            ("other/b", &["created"]),
+            ("other/c", &["created"]),
         ],
     )
     .await;
     assert_eq!(
         received(&late),
-        pairs(&[("created", "default/e"), ("deleted", "default/e")])
+        objects(&[("default/e", &["created", "deleted"])])
     );
 
     // What cannot be done is refused by name, and changes nothing.
