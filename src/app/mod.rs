@@ -76,19 +76,6 @@ impl From<SupervisorError> for StartError {
     }
 }
 
-/// The router of a configuration's routes (validated: their resources parse).
-///
-/// # Errors
-/// A route whose resources do not parse, for a configuration that skipped validation.
-pub fn router(cfg: &Config) -> Result<Router, String> {
-    Router::from_config(&cfg.routes)
-}
-
-/// The watchers a configuration's resources need (see [`WatchSpec::from_config`]).
-pub fn watch_specs(cfg: &Config) -> Vec<WatchSpec> {
-    WatchSpec::from_config(cfg)
-}
-
 /// Starts the bridge: cluster client, journal, sinks and their delivery, then one watcher per resource
 /// scope. `tuning` is for tests and benchmarks; `None` uses the defaults.
 pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Running, StartError> {
@@ -116,7 +103,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         oversize: OversizePolicy::from_resources(&cfg.resources),
         ..delivery::Settings::default()
     };
-    let router = router(cfg).map_err(StartError::Invalid)?;
+    let router = Router::from_config(&cfg.routes).map_err(StartError::Invalid)?;
     let mut supervisor = Supervisor::new(
         client,
         journal.clone(),
@@ -129,7 +116,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     for sink in &cfg.sinks {
         supervisor.add_sink(sink).await?;
     }
-    for spec in watch_specs(cfg) {
+    for spec in WatchSpec::from_config(cfg) {
         supervisor.add_watcher(spec)?;
     }
 

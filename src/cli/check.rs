@@ -34,7 +34,7 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     let mut resources = Vec::new();
     if args.connect {
         let (client, sim) = app::client(&cfg).await.map_err(CliError::StartFailed)?;
-        for spec in app::watch_specs(&cfg) {
+        for spec in crate::watch::WatchSpec::from_config(&cfg) {
             match watch::resolve(&client, &spec).await {
                 Ok(Some(r)) => {
                     for verb in ["list", "watch", "get"] {

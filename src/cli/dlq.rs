@@ -289,7 +289,7 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<(), CliError> {
         .map_err(CliError::JournalFailed)?;
     let queued = crate::delivery::queue_replays(
         &journal,
-        &crate::app::router(&cfg)
+        &crate::route::Router::from_config(&cfg.routes)
             .map_err(|e| CliError::StartFailed(crate::app::StartError::Invalid(e)))?,
         &args.sink,
         args.from.unwrap_or(1),
