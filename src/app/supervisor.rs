@@ -66,59 +66,62 @@ pub enum SupervisorError {
 /// happen.
 #[derive(Debug, Default)]
 pub struct Registry {
-    watchers: RwLock<Vec<(String, Arc<watch::Health>)>>,
-    sinks: RwLock<Vec<(String, Arc<delivery::Stats>)>>,
+    watchers: Listed<watch::Health>,
+    sinks: Listed<delivery::Stats>,
 }
 
 impl Registry {
     /// Each running watcher's label and health.
     pub fn watchers(&self) -> Vec<(String, Arc<watch::Health>)> {
-        self.watchers
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.watchers.snapshot()
     }
 
     /// Each running sink's name and delivery counters.
     pub fn sinks(&self) -> Vec<(String, Arc<delivery::Stats>)> {
-        self.sinks
+        self.sinks.snapshot()
+    }
+
+    /// Whether a sink of this name runs.
+    pub fn has_sink(&self, name: &str) -> bool {
+        self.sinks.contains(name)
+    }
+}
+
+/// Named entries in insertion order, read far more often than changed.
+#[derive(Debug)]
+struct Listed<T>(RwLock<Vec<(String, Arc<T>)>>);
+
+impl<T> Default for Listed<T> {
+    fn default() -> Self {
+        Self(RwLock::default())
+    }
+}
+
+impl<T> Listed<T> {
+    fn snapshot(&self) -> Vec<(String, Arc<T>)> {
+        self.0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// Whether a sink of this name runs.
-    pub fn has_sink(&self, name: &str) -> bool {
-        self.sinks
+    fn contains(&self, name: &str) -> bool {
+        self.0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .any(|(n, _)| n == name)
     }
 
-    fn push_watcher(&self, label: String, health: Arc<watch::Health>) {
-        self.watchers
+    fn push(&self, name: String, value: Arc<T>) {
+        self.0
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((label, health));
+            .push((name, value));
     }
 
-    fn remove_watcher(&self, label: &str) {
-        self.watchers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|(l, _)| l != label);
-    }
-
-    fn push_sink(&self, name: String, stats: Arc<delivery::Stats>) {
-        self.sinks
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((name, stats));
-    }
-
-    fn remove_sink(&self, name: &str) {
-        self.sinks
+    fn remove(&self, name: &str) {
+        self.0
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|(n, _)| n != name);
@@ -227,7 +230,7 @@ impl Supervisor {
                 health.clone(),
             ),
         ));
-        self.registry.push_watcher(label.clone(), health);
+        self.registry.watchers.push(label.clone(), health);
         self.watchers.push(WatcherSlot {
             label,
             task: Task { stop, handle },
@@ -247,7 +250,7 @@ impl Supervisor {
             .position(|w| w.label == label)
             .ok_or_else(|| SupervisorError::NoSuchWatcher(label.to_owned()))?;
         let slot = self.watchers.remove(i);
-        self.registry.remove_watcher(label);
+        self.registry.watchers.remove(label);
         slot.task.stop.cancel();
         stop_watcher(slot.task.handle).await;
         Ok(())
@@ -298,7 +301,7 @@ impl Supervisor {
                 stats.clone(),
             ),
         ));
-        self.registry.push_sink(cfg.name.clone(), stats.clone());
+        self.registry.sinks.push(cfg.name.clone(), stats.clone());
         self.sinks.push(SinkSlot {
             name: cfg.name.clone(),
             sink,
@@ -328,7 +331,7 @@ impl Supervisor {
             .position(|s| s.name == name)
             .ok_or_else(|| SupervisorError::NoSuchSink(name.to_owned()))?;
         let mut slot = self.sinks.remove(i);
-        self.registry.remove_sink(name);
+        self.registry.sinks.remove(name);
         let mut tasks: Vec<Task> = slot.forward.take().into_iter().collect();
         // Forwarders into this sink lose their target.
         for other in &mut self.sinks {
