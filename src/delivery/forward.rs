@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use herald_sink_core::CloudEvent;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Sink};
+use herald_sink_core::{CloudEvent, DeadLetter};
 use tokio_util::sync::CancellationToken;
 
 use super::Stats;
@@ -40,28 +40,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A dead letter as the journal keeps it (`DeadLetters for Journal`), decoded.
 fn decode(record: &[u8]) -> Option<(CloudEvent, ErrorContext)> {
-    let value: serde_json::Value = serde_json::from_slice(record).ok()?;
-    let text = |key: &str| {
-        value
-            .get(key)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let error = ErrorContext {
-        sink: text("sink"),
-        class: text("class"),
-        code: text("code"),
-        message: text("error"),
-        attempts: value
-            .get("attempts")
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(1),
-        first_failure: text("firstFailure"),
-        last_failure: text("lastFailure"),
-    };
-    let event = CloudEvent::from_json_value(value.get("event")?.clone()).ok()?;
+    let DeadLetter { event, error, .. } = DeadLetter::from_bytes(record).ok()?;
     Some((event, error))
 }
 

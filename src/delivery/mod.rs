@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 use backon::BackoffBuilder;
 use futures::stream::{FuturesUnordered, StreamExt};
 use herald_sink_core::event::CloudEvent;
-use herald_sink_core::sink::{Envelope, Outcome, Reason, Sink};
+use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -173,28 +173,9 @@ impl Histogram {
     }
 }
 
-/// A dead letter: the event and why it could not be delivered (EVENT-FORMAT.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The journal sequence of the event.
-    pub seq: u64,
-    /// The event, as structured JSON.
-    pub event: Vec<u8>,
-    /// The sink that gave up.
-    pub sink: String,
-    /// Attempts made.
-    pub attempts: u32,
-    /// First failure time (RFC 3339).
-    pub first_failure: String,
-    /// Last failure time (RFC 3339).
-    pub last_failure: String,
-    /// `retryable` (a budget ran out) or `permanent` (the sink rejected it).
-    pub class: &'static str,
-    /// The low-cardinality reason code.
-    pub code: String,
-    /// The last error message.
-    pub error: String,
-}
+/// A dead letter: the event and why it could not be delivered (EVENT-FORMAT.md). The one record
+/// type of the dead-letter queue, shared with the forwarder, `herald dlq` and the admin endpoint.
+pub use herald_sink_core::dead_letter::DeadLetter;
 
 /// Where dead letters go.
 pub trait DeadLetters: Send + Sync + 'static {
@@ -251,24 +232,12 @@ enum Call {
 
 type SendResult = (Vec<Envelope>, Vec<Outcome>, Call);
 
-/// The journal keeps the dead letters: a JSON record per event, by sink and sequence.
+/// The journal keeps the dead letters: a JSON record per event ([`DeadLetter::to_bytes`]), by sink
+/// and sequence.
 impl DeadLetters for Journal {
     fn dead_letter(&self, letter: &DeadLetter) -> Result<(), String> {
-        let event: serde_json::Value =
-            serde_json::from_slice(&letter.event).unwrap_or(serde_json::Value::Null);
-        let record = serde_json::json!({
-            "seq": letter.seq,
-            "sink": letter.sink,
-            "attempts": letter.attempts,
-            "firstFailure": letter.first_failure,
-            "lastFailure": letter.last_failure,
-            "class": letter.class,
-            "code": letter.code,
-            "error": letter.error,
-            "event": event,
-        });
-        let bytes = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
-        self.dead_letter_put(&letter.sink, letter.seq, &bytes)
+        let bytes = letter.to_bytes().map_err(|e| e.to_string())?;
+        self.dead_letter_put(&letter.error.sink, letter.seq, &bytes)
             .map_err(|e| e.to_string())
     }
 
@@ -530,7 +499,7 @@ fn settle_replays(
                     not_before: Instant::now(),
                     in_flight: false,
                 };
-                bury(name, dead, stats, &p, "permanent", reason);
+                bury(name, dead, stats, &p, ErrorContext::PERMANENT, reason);
                 let _ = journal.replay_done(name, envelope.seq);
             }
             Outcome::Retry { .. } => retry = true,
@@ -687,7 +656,7 @@ fn settle(
                     continue;
                 }
                 if let Some(p) = window.done(seq) {
-                    bury(name, dead, stats, &p, "permanent", reason);
+                    bury(name, dead, stats, &p, ErrorContext::PERMANENT, reason);
                 }
             }
             Outcome::Retry { after, reason } => {
@@ -715,7 +684,7 @@ fn settle(
                             herald_sink_core::sink::codes::RETRIES_EXHAUSTED,
                             format!("{} ({})", reason.detail, reason.code),
                         );
-                        bury(name, dead, stats, &p, "retryable", &exhausted);
+                        bury(name, dead, stats, &p, ErrorContext::RETRYABLE, &exhausted);
                     }
                     continue;
                 }
@@ -805,14 +774,16 @@ fn bury(
     let now = SystemTime::now();
     let letter = DeadLetter {
         seq: p.envelope.seq,
-        event: p.envelope.event.to_structured_json(),
-        sink: name.to_string(),
-        attempts: p.attempts.max(1),
-        first_failure: rfc3339(p.first_failure.unwrap_or(now)),
-        last_failure: rfc3339(now),
-        class,
-        code: reason.code.to_string(),
-        error: reason.detail.to_string(),
+        error: ErrorContext {
+            sink: name.to_string(),
+            attempts: p.attempts.max(1),
+            first_failure: rfc3339(p.first_failure.unwrap_or(now)),
+            last_failure: rfc3339(now),
+            class: class.to_string(),
+            code: reason.code.to_string(),
+            message: reason.detail.to_string(),
+        },
+        event: CloudEvent::clone(&p.envelope.event),
     };
     tracing::error!(
         message = "Event dead-lettered.",

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use herald_sink_core::DeadLetter;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -460,11 +461,15 @@ async fn dlq_list(
     }
     match s.journal.dead_letters(&sink, usize::MAX) {
         Ok(rows) => {
-            let items: Vec<Value> = rows
+            // A record that does not decode is listed as `null`: it is there, and purging removes it.
+            let items: Vec<Option<DeadLetter>> = rows
                 .into_iter()
-                .map(|(_, b)| serde_json::from_slice(&b).unwrap_or(Value::Null))
+                .map(|(_, b)| DeadLetter::from_bytes(&b).ok())
                 .collect();
-            json_response(StatusCode::OK, &Value::Array(items))
+            json_response(
+                StatusCode::OK,
+                &serde_json::to_value(items).unwrap_or_default(),
+            )
         }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
