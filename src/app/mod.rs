@@ -269,7 +269,7 @@ pub async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), S
 /// Starts the bridge: cluster client, journal, sinks and their delivery, then one watcher per resource
 /// scope. `tuning` is for tests and benchmarks; `None` uses the defaults.
 pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Running, StartError> {
-    let admin_listener = crate::telemetry::admin::bind(cfg.admin.listen)
+    let admin_listener = crate::admin::bind(cfg.admin.listen)
         .await
         .map_err(|source| StartError::AdminBindFailed {
             addr: cfg.admin.listen,
@@ -426,7 +426,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
             addr: cfg.admin.listen,
             source,
         })?;
-    let admin_state = crate::telemetry::admin::AdminState {
+    let admin_state = crate::admin::AdminState {
         watchers: health.clone(),
         sinks: stats.clone(),
         journal: journal.clone(),
@@ -441,7 +441,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
             None => None,
         },
     };
-    let admin = tokio::spawn(crate::telemetry::admin::serve(
+    let admin = tokio::spawn(crate::admin::serve(
         admin_listener,
         admin_state,
         stop_admin.clone(),
