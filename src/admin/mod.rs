@@ -3,7 +3,8 @@
 //!
 //! - `health`: `/healthz` (herald's own loops only, so an API-server outage never becomes a restart
 //!   loop) and `/readyz` (watches synced, CRDs present);
-//! - `metrics`: `/metrics` (Prometheus text);
+//! - `metrics`: `/metrics`, Prometheus text rendered from
+//!   [`MetricName`](herald_sink_core::MetricName);
 //! - `status`: `/status` (JSON);
 //! - `dlq`: the dead-letter and replay calls, which need the bearer token.
 
