@@ -16,6 +16,7 @@ use herald_sink_core::{CloudEvent, DeadLetter};
 use tokio_util::sync::CancellationToken;
 
 use super::Stats;
+use crate::backoff::{self, Backoff};
 use crate::journal::Journal;
 
 /// A sink's `send_dead_letters`, type-erased so a forwarder can target any sink type.
@@ -34,9 +35,6 @@ pub fn forward_to<S: Sink>(sink: Arc<S>) -> Forward {
 const PAGE: usize = 256;
 /// How often an empty queue is looked at again.
 const POLL: Duration = Duration::from_millis(500);
-/// Backoff bounds after a round that forwarded nothing.
-const MIN_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A dead letter as the journal keeps it (`DeadLetters for Journal`), decoded.
 fn decode(record: &[u8]) -> Option<(CloudEvent, ErrorContext)> {
@@ -56,7 +54,7 @@ pub async fn run(
     // Letters the target rejected or that cannot be decoded stay in the DLQ for an operator; they are
     // not offered again until herald restarts.
     let mut held: HashSet<u64> = HashSet::new();
-    let mut failures: u32 = 0;
+    let mut backoff = Backoff::new(backoff::FORWARD);
     loop {
         let rows = match journal.dead_letters(&source, PAGE + held.len()) {
             Ok(rows) => rows,
@@ -114,14 +112,10 @@ pub async fn run(
                 );
             }
             if done.len() == letters.len() {
-                failures = 0;
+                backoff.reset();
                 Duration::ZERO
             } else {
-                failures = failures.saturating_add(1);
-                let cap = MIN_BACKOFF
-                    .saturating_mul(2u32.saturating_pow(failures.min(16)))
-                    .min(MAX_BACKOFF);
-                rand_upto(cap)
+                backoff.next_delay()
             }
         };
         tokio::select! {
@@ -129,13 +123,6 @@ pub async fn run(
             () = tokio::time::sleep(wait) => {}
         }
     }
-}
-
-/// Full jitter.
-fn rand_upto(cap: Duration) -> Duration {
-    use rand::Rng;
-    let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(rand::rng().random_range(0..=ms))
 }
 
 #[cfg(test)]

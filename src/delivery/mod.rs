@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use backon::BackoffBuilder;
 use futures::stream::{FuturesUnordered, StreamExt};
 use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink};
@@ -29,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::backoff;
 use crate::journal::Journal;
 use crate::route::Router;
 pub use window::{Pending, Window};
@@ -78,8 +78,8 @@ impl Default for Settings {
             max_attempts: None,
             max_age: None,
             pause_after: 3,
-            min_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(30),
+            min_backoff: backoff::DELIVERY.min,
+            max_backoff: backoff::DELIVERY.max,
             max_dead_letters: 100_000,
             dead_letter_recount: Duration::from_secs(5),
             oversize_dead_letter: Arc::default(),
@@ -189,19 +189,11 @@ fn rfc3339(t: SystemTime) -> String {
     herald_sink_core::event::format_time(t)
 }
 
-/// The delay before attempt `n + 1`: exponential from `min` to `max` (backon), drawn with full jitter.
-fn backoff(settings: &Settings, n: u32) -> Duration {
-    use rand::Rng;
-    let cap = backon::ExponentialBuilder::default()
-        .with_min_delay(settings.min_backoff)
-        .with_max_delay(settings.max_backoff)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
-        .nth(usize::try_from(n).unwrap_or(usize::MAX).min(64))
-        .unwrap_or(settings.max_backoff);
-    let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(rand::rng().random_range(0..=ms))
+/// The delay before attempt `n + 1`: [`backoff::DELIVERY`]'s schedule between the sink's bounds.
+fn retry_delay(settings: &Settings, n: u32) -> Duration {
+    backoff::DELIVERY
+        .between(settings.min_backoff, settings.max_backoff)
+        .delay(n)
 }
 
 struct Breaker {
@@ -507,7 +499,7 @@ fn settle_replays(
     }
     Instant::now()
         + if retry {
-            backoff(settings, 3)
+            retry_delay(settings, 3)
         } else {
             Duration::ZERO
         }
@@ -650,7 +642,7 @@ fn settle(
                     continue;
                 }
                 if dlq_full(settings, stats, dead) {
-                    let delay = backoff(settings, 6);
+                    let delay = retry_delay(settings, 6);
                     window.retry(seq, delay, reason.clone(), false, now);
                     stats.retried.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -690,7 +682,7 @@ fn settle(
                 }
                 let delay = after
                     .unwrap_or_default()
-                    .max(backoff(settings, attempts.saturating_sub(1)));
+                    .max(retry_delay(settings, attempts.saturating_sub(1)));
                 window.retry(seq, delay, reason.clone(), false, now);
                 stats.retried.fetch_add(1, Ordering::Relaxed);
             }
@@ -712,7 +704,7 @@ fn settle(
     }
     if breaker.paused {
         breaker.probes = breaker.probes.saturating_add(1);
-        breaker.probe_at = now + backoff(settings, breaker.probes);
+        breaker.probe_at = now + retry_delay(settings, breaker.probes);
         return;
     }
     breaker.failing_calls = breaker.failing_calls.saturating_add(1);
@@ -724,7 +716,7 @@ fn settle(
     if breaker.failing_calls >= settings.pause_after && breaker.failing_keys.len() >= 2 {
         breaker.paused = true;
         breaker.probes = 0;
-        breaker.probe_at = now + backoff(settings, 0);
+        breaker.probe_at = now + retry_delay(settings, 0);
         stats.paused.store(true, Ordering::SeqCst);
         let reason = outcomes
             .iter()
