@@ -6,7 +6,9 @@
 //! the demo and the benchmarks run against lives in [`sim`].
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admin;
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod delivery;

@@ -3,6 +3,7 @@
 
 use herald::delivery::{DeadLetter, DeadLetters};
 use herald::journal::{Journal, JournalConfig};
+use herald_sink_core::ErrorContext;
 use herald_sink_core::event::CloudEvent;
 use serde_json::{Value, json};
 
@@ -57,18 +58,20 @@ async fn dead_letters_are_listed_replayed_on_the_next_run_and_purged() {
             journal
                 .dead_letter(&DeadLetter {
                     seq,
-                    event: event.to_structured_json(),
-                    sink: "out".into(),
-                    attempts: 3,
-                    first_failure: "2026-01-01T00:00:00.000Z".into(),
-                    last_failure: "2026-01-01T00:01:00.000Z".into(),
-                    class,
-                    code: if class == "permanent" {
-                        "http_4xx".into()
-                    } else {
-                        "retries_exhausted".into()
+                    event,
+                    error: ErrorContext {
+                        sink: "out".into(),
+                        attempts: 3,
+                        first_failure: "2026-01-01T00:00:00.000Z".into(),
+                        last_failure: "2026-01-01T00:01:00.000Z".into(),
+                        class: class.into(),
+                        code: if class == "permanent" {
+                            "http_4xx".into()
+                        } else {
+                            "retries_exhausted".into()
+                        },
+                        message: "400 Bad Request".into(),
                     },
-                    error: "400 Bad Request".into(),
                 })
                 .unwrap();
         }

@@ -79,7 +79,7 @@ impl From<SupervisorError> for StartError {
 /// Starts the bridge: cluster client, journal, sinks and their delivery, then one watcher per resource
 /// scope. `tuning` is for tests and benchmarks; `None` uses the defaults.
 pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Running, StartError> {
-    let admin = crate::telemetry::admin::bind(cfg.admin.listen)
+    let admin = crate::admin::bind(cfg.admin.listen)
         .await
         .and_then(|listener| Ok((listener.local_addr()?, listener)))
         .map_err(|source| StartError::AdminBindFailed {
@@ -128,9 +128,9 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     ));
     let (admin_addr, listener) = admin;
     let stop_admin = CancellationToken::new();
-    let admin_task = tokio::spawn(crate::telemetry::admin::serve(
+    let admin_task = tokio::spawn(crate::admin::serve(
         listener,
-        crate::telemetry::admin::AdminState {
+        crate::admin::AdminState {
             registry: supervisor.registry().clone(),
             journal: journal.clone(),
             alive: supervisor.alive().clone(),

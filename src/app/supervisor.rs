@@ -71,6 +71,17 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry holding these entries (for an admin endpoint without a supervisor, in tests).
+    pub fn new(
+        watchers: Vec<(String, Arc<watch::Health>)>,
+        sinks: Vec<(String, Arc<delivery::Stats>)>,
+    ) -> Self {
+        Self {
+            watchers: Listed(RwLock::new(watchers)),
+            sinks: Listed(RwLock::new(sinks)),
+        }
+    }
+
     /// Each running watcher's label and health.
     pub fn watchers(&self) -> Vec<(String, Arc<watch::Health>)> {
         self.watchers.snapshot()

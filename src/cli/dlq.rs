@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use herald_sink_core::{DeadLetter, ErrorContext};
+use serde::{Deserialize as _, Serialize};
 use serde_json::{Value, json};
 
 use super::CliError;
@@ -105,13 +107,15 @@ impl Queue {
             .map_err(CliError::JournalFailed)
     }
 
-    async fn selected(&self, sel: &DlqSelect) -> Result<Vec<(u64, Value)>, CliError> {
-        let rows: Vec<(u64, Value)> = match self {
+    /// The selected dead letters by sequence; `None` for a record that does not decode (shown as
+    /// `null`, so an operator still sees it is there and can purge it).
+    async fn selected(&self, sel: &DlqSelect) -> Result<Vec<(u64, Option<DeadLetter>)>, CliError> {
+        let rows: Vec<(u64, Option<DeadLetter>)> = match self {
             Self::Stopped(journal) => journal
                 .dead_letters(&sel.sink, usize::MAX)
                 .map_err(CliError::JournalFailed)?
                 .into_iter()
-                .map(|(seq, bytes)| (seq, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+                .map(|(seq, bytes)| (seq, DeadLetter::from_bytes(&bytes).ok()))
                 .collect(),
             Self::Running(admin) => admin
                 .json("GET", &format!("/dlq/{}", sel.sink))
@@ -119,7 +123,10 @@ impl Queue {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|r| (r["seq"].as_u64().unwrap_or(0), r.clone()))
+                .map(|r| {
+                    let letter = DeadLetter::deserialize(r).ok();
+                    (letter.as_ref().map_or(0, |l| l.seq), letter)
+                })
                 .collect(),
         };
         Ok(rows
@@ -193,32 +200,42 @@ pub(super) async fn dlq(args: DlqArgs) -> Result<(), CliError> {
                 }
             };
             let whole = matches!(args.action, DlqAction::Show(_));
+            let shown = |letter: &Option<DeadLetter>| -> Value {
+                let shown = match letter {
+                    Some(l) if whole => serde_json::to_value(l),
+                    Some(l) => serde_json::to_value(Listed::of(l)),
+                    None => Ok(Value::Null),
+                };
+                shown.unwrap_or_default()
+            };
             if sel.json {
-                let items: Vec<Value> = rows
-                    .iter()
-                    .map(|(_, r)| if whole { r.clone() } else { without_event(r) })
-                    .collect();
+                let items: Vec<Value> = rows.iter().map(|(_, l)| shown(l)).collect();
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&items).unwrap_or_default()
                 );
             } else if whole {
-                for (_, r) in &rows {
-                    println!("{}", serde_json::to_string_pretty(r).unwrap_or_default());
+                for (_, l) in &rows {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&shown(l)).unwrap_or_default()
+                    );
                 }
             } else {
                 println!(
                     "{:>8}  {:<50} {:<10} {:<18} {:>8}  ERROR",
                     "SEQ", "ID", "CLASS", "CODE", "ATTEMPTS"
                 );
-                for (seq, r) in &rows {
+                for (seq, l) in &rows {
+                    let (id, error) = l
+                        .as_ref()
+                        .map_or(("", None), |l| (l.event.id.as_str(), Some(&l.error)));
                     println!(
-                        "{seq:>8}  {:<50} {:<10} {:<18} {:>8}  {}",
-                        r.pointer("/event/id").and_then(Value::as_str).unwrap_or(""),
-                        r["class"].as_str().unwrap_or(""),
-                        r["code"].as_str().unwrap_or(""),
-                        r["attempts"],
-                        r["error"].as_str().unwrap_or("")
+                        "{seq:>8}  {id:<50} {:<10} {:<18} {:>8}  {}",
+                        error.map_or("", |e| e.class.as_str()),
+                        error.map_or("", |e| e.code.as_str()),
+                        error.map_or(String::new(), |e| e.attempts.to_string()),
+                        error.map_or("", |e| e.message.as_str()),
                     );
                 }
             }
@@ -239,18 +256,24 @@ pub(super) async fn dlq(args: DlqArgs) -> Result<(), CliError> {
     result
 }
 
-fn without_event(r: &Value) -> Value {
-    let mut r = r.clone();
-    if let Some(m) = r.as_object_mut() {
-        let id = m
-            .get("event")
-            .and_then(|e| e.get("id"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        m.remove("event");
-        m.insert("id".into(), id);
+/// A dead letter as `herald dlq list --json` prints it: the record without its event, plus the
+/// event's id.
+#[derive(Serialize)]
+struct Listed<'a> {
+    seq: u64,
+    #[serde(flatten)]
+    error: &'a ErrorContext,
+    id: &'a str,
+}
+
+impl<'a> Listed<'a> {
+    fn of(letter: &'a DeadLetter) -> Self {
+        Self {
+            seq: letter.seq,
+            error: &letter.error,
+            id: &letter.event.id,
+        }
     }
-    r
 }
 
 fn report(as_json: bool, what: &str, seqs: &[u64]) {

@@ -11,11 +11,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use herald_sink_core::CloudEvent;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Sink};
+use herald_sink_core::{CloudEvent, DeadLetter};
 use tokio_util::sync::CancellationToken;
 
 use super::Stats;
+use crate::backoff::{self, Backoff};
 use crate::journal::Journal;
 
 /// A sink's `send_dead_letters`, type-erased so a forwarder can target any sink type.
@@ -34,34 +35,10 @@ pub fn forward_to<S: Sink>(sink: Arc<S>) -> Forward {
 const PAGE: usize = 256;
 /// How often an empty queue is looked at again.
 const POLL: Duration = Duration::from_millis(500);
-/// Backoff bounds after a round that forwarded nothing.
-const MIN_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A dead letter as the journal keeps it (`DeadLetters for Journal`), decoded.
 fn decode(record: &[u8]) -> Option<(CloudEvent, ErrorContext)> {
-    let value: serde_json::Value = serde_json::from_slice(record).ok()?;
-    let text = |key: &str| {
-        value
-            .get(key)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let error = ErrorContext {
-        sink: text("sink"),
-        class: text("class"),
-        code: text("code"),
-        message: text("error"),
-        attempts: value
-            .get("attempts")
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(1),
-        first_failure: text("firstFailure"),
-        last_failure: text("lastFailure"),
-    };
-    let event = CloudEvent::from_json_value(value.get("event")?.clone()).ok()?;
+    let DeadLetter { event, error, .. } = DeadLetter::from_bytes(record).ok()?;
     Some((event, error))
 }
 
@@ -77,7 +54,7 @@ pub async fn run(
     // Letters the target rejected or that cannot be decoded stay in the DLQ for an operator; they are
     // not offered again until herald restarts.
     let mut held: HashSet<u64> = HashSet::new();
-    let mut failures: u32 = 0;
+    let mut backoff = Backoff::new(backoff::FORWARD);
     loop {
         let rows = match journal.dead_letters(&source, PAGE + held.len()) {
             Ok(rows) => rows,
@@ -135,14 +112,10 @@ pub async fn run(
                 );
             }
             if done.len() == letters.len() {
-                failures = 0;
+                backoff.reset();
                 Duration::ZERO
             } else {
-                failures = failures.saturating_add(1);
-                let cap = MIN_BACKOFF
-                    .saturating_mul(2u32.saturating_pow(failures.min(16)))
-                    .min(MAX_BACKOFF);
-                rand_upto(cap)
+                backoff.next_delay()
             }
         };
         tokio::select! {
@@ -150,13 +123,6 @@ pub async fn run(
             () = tokio::time::sleep(wait) => {}
         }
     }
-}
-
-/// Full jitter.
-fn rand_upto(cap: Duration) -> Duration {
-    use rand::Rng;
-    let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(rand::rng().random_range(0..=ms))
 }
 
 #[cfg(test)]

@@ -21,14 +21,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use backon::BackoffBuilder;
 use futures::stream::{FuturesUnordered, StreamExt};
 use herald_sink_core::event::CloudEvent;
-use herald_sink_core::sink::{Envelope, Outcome, Reason, Sink};
+use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::backoff;
 use crate::config::{OnOversize, ResourceConfig};
 use crate::journal::Journal;
 use crate::route::{ResourcePattern, Router};
@@ -77,8 +77,8 @@ impl Default for Settings {
             max_attempts: None,
             max_age: None,
             pause_after: 3,
-            min_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(30),
+            min_backoff: backoff::DELIVERY.min,
+            max_backoff: backoff::DELIVERY.max,
             max_dead_letters: 100_000,
             dead_letter_recount: Duration::from_secs(5),
             oversize: OversizePolicy::default(),
@@ -205,28 +205,9 @@ impl Histogram {
     }
 }
 
-/// A dead letter: the event and why it could not be delivered (EVENT-FORMAT.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The journal sequence of the event.
-    pub seq: u64,
-    /// The event, as structured JSON.
-    pub event: Vec<u8>,
-    /// The sink that gave up.
-    pub sink: String,
-    /// Attempts made.
-    pub attempts: u32,
-    /// First failure time (RFC 3339).
-    pub first_failure: String,
-    /// Last failure time (RFC 3339).
-    pub last_failure: String,
-    /// `retryable` (a budget ran out) or `permanent` (the sink rejected it).
-    pub class: &'static str,
-    /// The low-cardinality reason code.
-    pub code: String,
-    /// The last error message.
-    pub error: String,
-}
+/// A dead letter: the event and why it could not be delivered (EVENT-FORMAT.md). The one record
+/// type of the dead-letter queue, shared with the forwarder, `herald dlq` and the admin endpoint.
+pub use herald_sink_core::dead_letter::DeadLetter;
 
 /// Where dead letters go.
 pub trait DeadLetters: Send + Sync + 'static {
@@ -240,19 +221,11 @@ fn rfc3339(t: SystemTime) -> String {
     herald_sink_core::event::format_time(t)
 }
 
-/// The delay before attempt `n + 1`: exponential from `min` to `max` (backon), drawn with full jitter.
-fn backoff(settings: &Settings, n: u32) -> Duration {
-    use rand::Rng;
-    let cap = backon::ExponentialBuilder::default()
-        .with_min_delay(settings.min_backoff)
-        .with_max_delay(settings.max_backoff)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
-        .nth(usize::try_from(n).unwrap_or(usize::MAX).min(64))
-        .unwrap_or(settings.max_backoff);
-    let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(rand::rng().random_range(0..=ms))
+/// The delay before attempt `n + 1`: [`backoff::DELIVERY`]'s schedule between the sink's bounds.
+fn retry_delay(settings: &Settings, n: u32) -> Duration {
+    backoff::DELIVERY
+        .between(settings.min_backoff, settings.max_backoff)
+        .delay(n)
 }
 
 struct Breaker {
@@ -283,24 +256,12 @@ enum Call {
 
 type SendResult = (Vec<Envelope>, Vec<Outcome>, Call);
 
-/// The journal keeps the dead letters: a JSON record per event, by sink and sequence.
+/// The journal keeps the dead letters: a JSON record per event ([`DeadLetter::to_bytes`]), by sink
+/// and sequence.
 impl DeadLetters for Journal {
     fn dead_letter(&self, letter: &DeadLetter) -> Result<(), String> {
-        let event: serde_json::Value =
-            serde_json::from_slice(&letter.event).unwrap_or(serde_json::Value::Null);
-        let record = serde_json::json!({
-            "seq": letter.seq,
-            "sink": letter.sink,
-            "attempts": letter.attempts,
-            "firstFailure": letter.first_failure,
-            "lastFailure": letter.last_failure,
-            "class": letter.class,
-            "code": letter.code,
-            "error": letter.error,
-            "event": event,
-        });
-        let bytes = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
-        self.dead_letter_put(&letter.sink, letter.seq, &bytes)
+        let bytes = letter.to_bytes().map_err(|e| e.to_string())?;
+        self.dead_letter_put(&letter.error.sink, letter.seq, &bytes)
             .map_err(|e| e.to_string())
     }
 
@@ -562,7 +523,7 @@ fn settle_replays(
                     not_before: Instant::now(),
                     in_flight: false,
                 };
-                bury(name, dead, stats, &p, "permanent", reason);
+                bury(name, dead, stats, &p, ErrorContext::PERMANENT, reason);
                 let _ = journal.replay_done(name, envelope.seq);
             }
             Outcome::Retry { .. } => retry = true,
@@ -570,7 +531,7 @@ fn settle_replays(
     }
     Instant::now()
         + if retry {
-            backoff(settings, 3)
+            retry_delay(settings, 3)
         } else {
             Duration::ZERO
         }
@@ -713,13 +674,13 @@ fn settle(
                     continue;
                 }
                 if dlq_full(settings, stats, dead) {
-                    let delay = backoff(settings, 6);
+                    let delay = retry_delay(settings, 6);
                     window.retry(seq, delay, reason.clone(), false, now);
                     stats.retried.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 if let Some(p) = window.done(seq) {
-                    bury(name, dead, stats, &p, "permanent", reason);
+                    bury(name, dead, stats, &p, ErrorContext::PERMANENT, reason);
                 }
             }
             Outcome::Retry { after, reason } => {
@@ -747,13 +708,13 @@ fn settle(
                             herald_sink_core::sink::codes::RETRIES_EXHAUSTED,
                             format!("{} ({})", reason.detail, reason.code),
                         );
-                        bury(name, dead, stats, &p, "retryable", &exhausted);
+                        bury(name, dead, stats, &p, ErrorContext::RETRYABLE, &exhausted);
                     }
                     continue;
                 }
                 let delay = after
                     .unwrap_or_default()
-                    .max(backoff(settings, attempts.saturating_sub(1)));
+                    .max(retry_delay(settings, attempts.saturating_sub(1)));
                 window.retry(seq, delay, reason.clone(), false, now);
                 stats.retried.fetch_add(1, Ordering::Relaxed);
             }
@@ -775,7 +736,7 @@ fn settle(
     }
     if breaker.paused {
         breaker.probes = breaker.probes.saturating_add(1);
-        breaker.probe_at = now + backoff(settings, breaker.probes);
+        breaker.probe_at = now + retry_delay(settings, breaker.probes);
         return;
     }
     breaker.failing_calls = breaker.failing_calls.saturating_add(1);
@@ -787,7 +748,7 @@ fn settle(
     if breaker.failing_calls >= settings.pause_after && breaker.failing_keys.len() >= 2 {
         breaker.paused = true;
         breaker.probes = 0;
-        breaker.probe_at = now + backoff(settings, 0);
+        breaker.probe_at = now + retry_delay(settings, 0);
         stats.paused.store(true, Ordering::SeqCst);
         let reason = outcomes
             .iter()
@@ -821,14 +782,16 @@ fn bury(
     let now = SystemTime::now();
     let letter = DeadLetter {
         seq: p.envelope.seq,
-        event: p.envelope.event.to_structured_json(),
-        sink: name.to_string(),
-        attempts: p.attempts.max(1),
-        first_failure: rfc3339(p.first_failure.unwrap_or(now)),
-        last_failure: rfc3339(now),
-        class,
-        code: reason.code.to_string(),
-        error: reason.detail.to_string(),
+        error: ErrorContext {
+            sink: name.to_string(),
+            attempts: p.attempts.max(1),
+            first_failure: rfc3339(p.first_failure.unwrap_or(now)),
+            last_failure: rfc3339(now),
+            class: class.to_string(),
+            code: reason.code.to_string(),
+            message: reason.detail.to_string(),
+        },
+        event: CloudEvent::clone(&p.envelope.event),
     };
     tracing::error!(
         message = "Event dead-lettered.",

@@ -224,15 +224,23 @@ async fn rejects_and_exhausted_budgets_become_dead_letters_and_the_key_goes_on()
     let letters = grave.0.lock().unwrap().clone();
     let bad = letters.iter().find(|l| l.seq == 1).unwrap();
     assert_eq!(
-        (bad.class, bad.code.as_str(), bad.attempts),
+        (
+            bad.error.class.as_str(),
+            bad.error.code.as_str(),
+            bad.error.attempts
+        ),
         ("permanent", "http_4xx", 1)
     );
     let slow = letters.iter().find(|l| l.seq == 3).unwrap();
     assert_eq!(
-        (slow.class, slow.code.as_str(), slow.attempts),
+        (
+            slow.error.class.as_str(),
+            slow.error.code.as_str(),
+            slow.error.attempts
+        ),
         ("retryable", "retries_exhausted", 3)
     );
-    assert!(slow.error.contains("503"));
+    assert!(slow.error.message.contains("503"));
     assert_eq!(*sink.taken.lock().unwrap(), ["after-bad", "after-slow"]);
     stop.cancel();
     driver.await.unwrap();
@@ -501,7 +509,7 @@ async fn an_oversized_event_goes_as_its_reference_unless_its_resource_says_dead_
     ));
     append(&j, vec![event("big", "a")]).await;
     until(|| stats.dead_lettered.load(Ordering::SeqCst) == 1).await;
-    assert_eq!(grave.0.lock().unwrap()[0].code, "oversize");
+    assert_eq!(grave.0.lock().unwrap()[0].error.code, "oversize");
     stop.cancel();
     driver.await.unwrap();
 }

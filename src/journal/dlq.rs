@@ -1,6 +1,9 @@
 //! Dead letters and replays, per sink, in the same store: `d/<sink>\0<seq>` holds what a sink gave up on
-//! (an opaque record the delivery layer writes), `r/<sink>\0<seq>` what an operator asked to send again.
+//! (a [`DeadLetter`] record, written by the delivery layer), `r/<sink>\0<seq>` what an operator asked
+//! to send again.
 //! Both are bounded scans by sink prefix; neither affects cursors or retention of the event log.
+
+use herald_sink_core::DeadLetter;
 
 use super::error::{JournalError, Result};
 use super::{Journal, keys};
@@ -97,7 +100,7 @@ impl Journal {
     }
 
     /// Moves dead letters (`None`: all of `sink`'s) into the replay queue in one atomic batch, so a
-    /// replay that fails again while the move runs cannot be erased by it. Each record's `event` member
+    /// replay that fails again while the move runs cannot be erased by it. Each record's event
     /// (structured JSON) is what gets queued; returns the moved sequence numbers.
     pub fn dead_letters_to_replay(&self, sink: &str, seqs: Option<&[u64]>) -> Result<Vec<u64>> {
         let rows = self.dead_letters(sink, usize::MAX)?;
@@ -107,12 +110,10 @@ impl Journal {
             if seqs.is_some_and(|s| !s.contains(&seq)) {
                 continue;
             }
-            let event = serde_json::from_slice::<serde_json::Value>(&record)
-                .ok()
-                .and_then(|r| {
-                    r.get("event")
-                        .map(|e| serde_json::to_vec(e).unwrap_or_default())
-                })
+            // A record that does not decode queues nothing the driver can read: it drops it as an
+            // unreadable replay, with a log line, instead of keeping it in the DLQ for ever.
+            let event = DeadLetter::from_bytes(&record)
+                .map(|letter| letter.event.to_structured_json())
                 .unwrap_or_default();
             batch.remove(key(DEAD_PREFIX, sink, seq));
             batch.insert(key(REPLAY_PREFIX, sink, seq), event);

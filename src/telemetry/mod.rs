@@ -1,7 +1,5 @@
-//! Telemetry: logging (human or JSON, always to stderr so stdout stays for data) and the admin endpoint
-//! ([`admin`]).
-
-pub mod admin;
+//! Telemetry: logging set-up (human or JSON, always to stderr so stdout stays for data). The admin
+//! endpoint, with `/metrics`, is [`crate::admin`].
 
 use tracing_subscriber::EnvFilter;
 

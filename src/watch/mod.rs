@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::backoff::{self, Backoff};
 use crate::journal::Journal;
 
 pub use resolve::{Resolved, resolve};
@@ -110,7 +111,7 @@ pub async fn run(
 ) {
     let mut state = State::Resolving;
     let mut resolved: Option<Resolved> = None;
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(backoff::WATCH);
     let namespaces = NamespaceCache::default();
     loop {
         if stop.is_cancelled() {
@@ -134,19 +135,19 @@ pub async fn run(
                     next
                 }
                 Ok(None) => {
-                    if health.resolved.swap(false, Ordering::SeqCst) || backoff.attempts == 0 {
+                    if health.resolved.swap(false, Ordering::SeqCst) || backoff.failures() == 0 {
                         tracing::warn!(
                             message = "Waiting for the resource to be served; not ready until it is.",
                             error = %resolve::unserved(&spec),
                         );
                     }
-                    backoff.attempts += 1;
+                    backoff.note_failure();
                     sleep_or_stop(tuning.resolve_interval, &stop).await;
                     State::Resolving
                 }
                 Err(error) => {
                     tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), %error);
-                    sleep_or_stop(backoff.next(), &stop).await;
+                    sleep_or_stop(backoff.next_delay(), &stop).await;
                     State::Resolving
                 }
             },
@@ -161,7 +162,7 @@ pub async fn run(
                     Err(sync::SyncError::NotServed) => State::Resolving,
                     Err(error) => {
                         tracing::warn!(message = "List failed; retrying.", resource = %r.display(), %error);
-                        sleep_or_stop(backoff.next(), &stop).await;
+                        sleep_or_stop(backoff.next_delay(), &stop).await;
                         State::Listing
                     }
                 }
@@ -178,7 +179,7 @@ pub async fn run(
                     if began.elapsed() >= HEALTHY_WATCH {
                         backoff.reset();
                     } else {
-                        sleep_or_stop(backoff.next(), &stop).await;
+                        sleep_or_stop(backoff.next_delay(), &stop).await;
                     }
                 }
                 next
@@ -349,30 +350,5 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {
     tokio::select! {
         () = tokio::time::sleep(d) => {}
         () = stop.cancelled() => {}
-    }
-}
-
-/// Exponential backoff with full jitter, 800 ms doubling to 30 s (kube-runtime's default shape).
-struct Backoff {
-    attempts: u32,
-}
-
-impl Backoff {
-    fn new() -> Self {
-        Self { attempts: 0 }
-    }
-
-    fn next(&mut self) -> Duration {
-        use rand::Rng;
-        let cap = Duration::from_millis(800)
-            .saturating_mul(1 << self.attempts.min(6))
-            .min(Duration::from_secs(30));
-        self.attempts = self.attempts.saturating_add(1);
-        let ms = u64::try_from(cap.as_millis()).unwrap_or(30_000);
-        Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
-    }
-
-    fn reset(&mut self) {
-        self.attempts = 0;
     }
 }

@@ -2,14 +2,16 @@
 // STYLE.md §7: library crates take clippy's pedantic set; each `allow` carries its reason.
 #![warn(clippy::pedantic)]
 
+pub mod dead_letter;
 pub mod encode;
 pub mod event;
 pub mod metrics;
 pub mod sink;
 pub mod template;
 
+pub use dead_letter::{DeadLetter, ErrorContext};
 pub use encode::{DecodeError, Mode};
 pub use event::{CloudEvent, ExtensionValue, ValidationError};
 pub use metrics::MetricName;
-pub use sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
+pub use sink::{Envelope, Outcome, Reason, Sink, SinkError};
 pub use template::{Template, TemplateError, Vars};

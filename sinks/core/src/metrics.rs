@@ -1,4 +1,4 @@
-//! Names of the per-sink metrics; start at [`MetricName`].
+//! Every metric herald exports, named in one place; start at [`MetricName`].
 
 use std::fmt;
 
@@ -13,53 +13,127 @@ pub enum MetricKind {
     Histogram,
 }
 
-/// Every per-sink metric herald exports.
+impl MetricKind {
+    /// The Prometheus `# TYPE` word.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Counter => "counter",
+            Self::Gauge => "gauge",
+            Self::Histogram => "histogram",
+        }
+    }
+}
+
+/// Every metric herald exports on `/metrics`, in the order the exporter writes them.
 ///
-/// Only the metrics labelled by `sink` live here; herald's other metrics
-/// (`herald_observed_changes_total`, `herald_errors_total`) are listed in the herald crate's
-/// `telemetry` module. Names follow `herald_<noun>_<unit>[_total]`. Label values come from small
-/// fixed sets (the sink's [`Sink::NAME`](crate::Sink::NAME), a [`Reason::code`](crate::Reason)),
-/// never object names or raw error text. Emit once per batch with a count; a retry is not a drop,
-/// only dead-lettering counts as lost.
+/// This enum is the single list: the admin endpoint renders each family's `# HELP` and `# TYPE`
+/// from it, and a test checks that it renders every variant and nothing else, so a name cannot be
+/// declared without being exported or exported without being declared. It lives in the crate every
+/// sink shares so that a sink crate that reports a metric uses the same names.
+///
+/// Names follow `herald_<noun>_<unit>[_total]`. Label values come from small fixed sets (the
+/// configured resource, the sink's name), never object names or raw error text. A retry is not a
+/// drop: only dead-lettering counts as lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MetricName {
-    /// `herald_sink_sent_events_total{sink}`: events a sink reported [`Ok`](crate::Outcome::Ok).
+    /// `herald_observed_changes_total{resource}`, a counter.
+    ObservedChangesTotal,
+    /// `herald_filtered_changes_total{resource}`, a counter.
+    FilteredChangesTotal,
+    /// `herald_watch_restarts_total{resource}`, a counter.
+    WatchRestartsTotal,
+    /// `herald_watch_relists_total{resource}`, a counter.
+    WatchRelistsTotal,
+    /// `herald_resync_events_total{resource}`, a counter.
+    ResyncEventsTotal,
+    /// `herald_watch_synced{resource}`, a gauge.
+    WatchSynced,
+    /// `herald_sink_sent_events_total{sink}`, a counter.
     SinkSentEventsTotal,
-    /// `herald_sink_sent_bytes_total{sink}`: encoded bytes of those events.
-    SinkSentBytesTotal,
-    /// `herald_sink_retried_events_total{sink,code}`: events that came back as
-    /// [`Retry`](crate::Outcome::Retry).
+    /// `herald_sink_retried_events_total{sink}`, a counter.
     SinkRetriedEventsTotal,
-    /// `herald_dead_lettered_events_total{sink,code}`: events moved to the dead-letter queue
-    /// (rejected, or out of an explicit attempt/age budget).
+    /// `herald_dead_lettered_events_total{sink}`, a counter.
     DeadLetteredEventsTotal,
-    /// `herald_journal_lag_events{sink}`: journaled events not yet acknowledged by the sink.
+    /// `herald_dead_letter_queue_size{sink}`, a gauge.
+    DeadLetterQueueSize,
+    /// `herald_dead_letter_queue_full{sink}`, a gauge.
+    DeadLetterQueueFull,
+    /// `herald_dead_letters_forwarded_total{sink}`, a counter.
+    DeadLettersForwardedTotal,
+    /// `herald_dead_letters_forward_rejected_total{sink}`, a counter.
+    DeadLettersForwardRejectedTotal,
+    /// `herald_sink_truncated_events_total{sink}`, a counter.
+    SinkTruncatedEventsTotal,
+    /// `herald_sink_paused{sink}`, a gauge.
+    SinkPaused,
+    /// `herald_journal_lag_events{sink}`, a gauge.
     JournalLagEvents,
-    /// `herald_sink_request_duration_seconds{sink}`: wall time of one `send` call.
-    SinkRequestDurationSeconds,
+    /// `herald_journal_oldest_undelivered_age_seconds{sink}`, a gauge.
+    JournalOldestUndeliveredAgeSeconds,
+    /// `herald_journal_backlog_events`, a gauge.
+    JournalBacklogEvents,
+    /// `herald_journal_appends_total`, a counter.
+    JournalAppendsTotal,
+    /// `herald_journal_size_bytes`, a gauge.
+    JournalSizeBytes,
+    /// `herald_change_to_delivery_seconds{sink}`, a histogram.
+    ChangeToDeliverySeconds,
 }
 
 impl MetricName {
-    /// Every variant, for describing them all at start-up.
-    pub const ALL: [MetricName; 6] = [
+    /// Every variant, in the exporter's order.
+    pub const ALL: [MetricName; 21] = [
+        Self::ObservedChangesTotal,
+        Self::FilteredChangesTotal,
+        Self::WatchRestartsTotal,
+        Self::WatchRelistsTotal,
+        Self::ResyncEventsTotal,
+        Self::WatchSynced,
         Self::SinkSentEventsTotal,
-        Self::SinkSentBytesTotal,
         Self::SinkRetriedEventsTotal,
         Self::DeadLetteredEventsTotal,
+        Self::DeadLetterQueueSize,
+        Self::DeadLetterQueueFull,
+        Self::DeadLettersForwardedTotal,
+        Self::DeadLettersForwardRejectedTotal,
+        Self::SinkTruncatedEventsTotal,
+        Self::SinkPaused,
         Self::JournalLagEvents,
-        Self::SinkRequestDurationSeconds,
+        Self::JournalOldestUndeliveredAgeSeconds,
+        Self::JournalBacklogEvents,
+        Self::JournalAppendsTotal,
+        Self::JournalSizeBytes,
+        Self::ChangeToDeliverySeconds,
     ];
 
     /// The exported name.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
+            Self::ObservedChangesTotal => "herald_observed_changes_total",
+            Self::FilteredChangesTotal => "herald_filtered_changes_total",
+            Self::WatchRestartsTotal => "herald_watch_restarts_total",
+            Self::WatchRelistsTotal => "herald_watch_relists_total",
+            Self::ResyncEventsTotal => "herald_resync_events_total",
+            Self::WatchSynced => "herald_watch_synced",
             Self::SinkSentEventsTotal => "herald_sink_sent_events_total",
-            Self::SinkSentBytesTotal => "herald_sink_sent_bytes_total",
             Self::SinkRetriedEventsTotal => "herald_sink_retried_events_total",
             Self::DeadLetteredEventsTotal => "herald_dead_lettered_events_total",
+            Self::DeadLetterQueueSize => "herald_dead_letter_queue_size",
+            Self::DeadLetterQueueFull => "herald_dead_letter_queue_full",
+            Self::DeadLettersForwardedTotal => "herald_dead_letters_forwarded_total",
+            Self::DeadLettersForwardRejectedTotal => "herald_dead_letters_forward_rejected_total",
+            Self::SinkTruncatedEventsTotal => "herald_sink_truncated_events_total",
+            Self::SinkPaused => "herald_sink_paused",
             Self::JournalLagEvents => "herald_journal_lag_events",
-            Self::SinkRequestDurationSeconds => "herald_sink_request_duration_seconds",
+            Self::JournalOldestUndeliveredAgeSeconds => {
+                "herald_journal_oldest_undelivered_age_seconds"
+            }
+            Self::JournalBacklogEvents => "herald_journal_backlog_events",
+            Self::JournalAppendsTotal => "herald_journal_appends_total",
+            Self::JournalSizeBytes => "herald_journal_size_bytes",
+            Self::ChangeToDeliverySeconds => "herald_change_to_delivery_seconds",
         }
     }
 
@@ -67,40 +141,98 @@ impl MetricName {
     #[must_use]
     pub const fn kind(self) -> MetricKind {
         match self {
-            Self::SinkSentEventsTotal
-            | Self::SinkSentBytesTotal
+            Self::ObservedChangesTotal
+            | Self::FilteredChangesTotal
+            | Self::WatchRestartsTotal
+            | Self::WatchRelistsTotal
+            | Self::ResyncEventsTotal
+            | Self::SinkSentEventsTotal
             | Self::SinkRetriedEventsTotal
-            | Self::DeadLetteredEventsTotal => MetricKind::Counter,
-            Self::JournalLagEvents => MetricKind::Gauge,
-            Self::SinkRequestDurationSeconds => MetricKind::Histogram,
+            | Self::DeadLetteredEventsTotal
+            | Self::DeadLettersForwardedTotal
+            | Self::DeadLettersForwardRejectedTotal
+            | Self::SinkTruncatedEventsTotal
+            | Self::JournalAppendsTotal => MetricKind::Counter,
+            Self::WatchSynced
+            | Self::DeadLetterQueueSize
+            | Self::DeadLetterQueueFull
+            | Self::SinkPaused
+            | Self::JournalLagEvents
+            | Self::JournalOldestUndeliveredAgeSeconds
+            | Self::JournalBacklogEvents
+            | Self::JournalSizeBytes => MetricKind::Gauge,
+            Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
 
-    /// The label names the metric carries, in this order.
+    /// The label names the metric carries, in this order (a histogram's `le` is not listed).
     #[must_use]
     pub const fn labels(self) -> &'static [&'static str] {
         match self {
+            Self::ObservedChangesTotal
+            | Self::FilteredChangesTotal
+            | Self::WatchRestartsTotal
+            | Self::WatchRelistsTotal
+            | Self::ResyncEventsTotal
+            | Self::WatchSynced => &["resource"],
             Self::SinkSentEventsTotal
-            | Self::SinkSentBytesTotal
+            | Self::SinkRetriedEventsTotal
+            | Self::DeadLetteredEventsTotal
+            | Self::DeadLetterQueueSize
+            | Self::DeadLetterQueueFull
+            | Self::DeadLettersForwardedTotal
+            | Self::DeadLettersForwardRejectedTotal
+            | Self::SinkTruncatedEventsTotal
+            | Self::SinkPaused
             | Self::JournalLagEvents
-            | Self::SinkRequestDurationSeconds => &["sink"],
-            Self::SinkRetriedEventsTotal | Self::DeadLetteredEventsTotal => &["sink", "code"],
+            | Self::JournalOldestUndeliveredAgeSeconds
+            | Self::ChangeToDeliverySeconds => &["sink"],
+            Self::JournalBacklogEvents | Self::JournalAppendsTotal | Self::JournalSizeBytes => &[],
         }
     }
 
-    /// One-line help text for the exporter.
+    /// One-line help text, the exporter's `# HELP`.
     #[must_use]
     pub const fn description(self) -> &'static str {
         match self {
-            Self::SinkSentEventsTotal => "Events the sink acknowledged as durable.",
-            Self::SinkSentBytesTotal => "Encoded bytes of the events the sink acknowledged.",
-            Self::SinkRetriedEventsTotal => "Events the sink asked to retry, by reason code.",
-            Self::DeadLetteredEventsTotal => {
-                "Events moved to the dead-letter queue, by reason code."
+            Self::ObservedChangesTotal => "Changes that became events, per resource.",
+            Self::FilteredChangesTotal => {
+                "Changes observed but filtered out (event types, status-only updates)."
             }
-            Self::JournalLagEvents => "Journaled events the sink has not acknowledged yet.",
-            Self::SinkRequestDurationSeconds => {
-                "Duration of one send call to the sink, in seconds."
+            Self::WatchRestartsTotal => "Watch streams restarted (ends, errors, stalls).",
+            Self::WatchRelistsTotal => "Relists (first start and after 410 Gone).",
+            Self::ResyncEventsTotal => "Events synthesized by relists.",
+            Self::WatchSynced => "1 when the resource is served and its watch is open.",
+            Self::SinkSentEventsTotal => "Events a sink acknowledged.",
+            Self::SinkRetriedEventsTotal => "Retries scheduled per sink.",
+            Self::DeadLetteredEventsTotal => "Events dead-lettered per sink.",
+            Self::DeadLetterQueueSize => {
+                "Dead letters waiting in a sink's queue (recounted every few seconds)."
+            }
+            Self::DeadLetterQueueFull => {
+                "1 while a sink's dead-letter queue is at journal.maxDeadLetters: failing events are held and retried."
+            }
+            Self::DeadLettersForwardedTotal => {
+                "Dead letters forwarded to the sink's deadLetterSink."
+            }
+            Self::DeadLettersForwardRejectedTotal => {
+                "Dead letters the deadLetterSink rejected; they stay in the queue."
+            }
+            Self::SinkTruncatedEventsTotal => {
+                "Oversized events sent in their reference-only form (onOversize: reference)."
+            }
+            Self::SinkPaused => "1 while a sink fails everything and is being probed.",
+            Self::JournalLagEvents => "Journaled events a sink has not finished yet.",
+            Self::JournalOldestUndeliveredAgeSeconds => {
+                "Age of the oldest event a sink has not finished (0 when caught up)."
+            }
+            Self::JournalBacklogEvents => "Undelivered events of the slowest sink.",
+            Self::JournalAppendsTotal => {
+                "Journal appends that carried events (events journaled per append shows how well watch batches fill)."
+            }
+            Self::JournalSizeBytes => "The journal's size on disk.",
+            Self::ChangeToDeliverySeconds => {
+                "From herald's observation of a change to the sink's acknowledgement."
             }
         }
     }
@@ -119,18 +251,35 @@ mod tests {
 
     use super::*;
 
+    /// A renamed metric breaks every dashboard and alert built on it: the names are pinned here,
+    /// in the exporter's order, so a rename is a deliberate change of this list.
     #[test]
-    fn names_match_the_style_guide() {
+    fn exported_names_are_pinned() {
         let names: Vec<&str> = MetricName::ALL.iter().map(|m| m.as_str()).collect();
         assert_eq!(
             names,
             [
+                "herald_observed_changes_total",
+                "herald_filtered_changes_total",
+                "herald_watch_restarts_total",
+                "herald_watch_relists_total",
+                "herald_resync_events_total",
+                "herald_watch_synced",
                 "herald_sink_sent_events_total",
-                "herald_sink_sent_bytes_total",
                 "herald_sink_retried_events_total",
                 "herald_dead_lettered_events_total",
+                "herald_dead_letter_queue_size",
+                "herald_dead_letter_queue_full",
+                "herald_dead_letters_forwarded_total",
+                "herald_dead_letters_forward_rejected_total",
+                "herald_sink_truncated_events_total",
+                "herald_sink_paused",
                 "herald_journal_lag_events",
-                "herald_sink_request_duration_seconds",
+                "herald_journal_oldest_undelivered_age_seconds",
+                "herald_journal_backlog_events",
+                "herald_journal_appends_total",
+                "herald_journal_size_bytes",
+                "herald_change_to_delivery_seconds",
             ]
         );
     }
@@ -151,7 +300,13 @@ mod tests {
                 metric.kind() == MetricKind::Counter,
                 "only counters end in _total: {name}"
             );
-            assert_eq!(metric.labels().first(), Some(&"sink"), "{name}");
+            assert!(
+                metric
+                    .labels()
+                    .iter()
+                    .all(|l| ["resource", "sink"].contains(l)),
+                "labels come from the fixed set: {name}"
+            );
             assert_eq!(metric.to_string(), name);
             assert!(!metric.description().is_empty());
         }

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::dead_letter::ErrorContext;
 use crate::event::CloudEvent;
 
 /// A destination herald delivers events to (Kafka, NATS, webhook, file).
@@ -116,81 +117,6 @@ pub trait Sink: Send + Sync + 'static {
         letters: &[Envelope],
         errors: &[ErrorContext],
     ) -> impl Future<Output = Vec<Outcome>> + Send;
-}
-
-/// Why an event became a dead letter (EVENT-FORMAT.md: sink, attempts, first and last failure,
-/// error class, code and message), forwarded with it to a `deadLetterSink`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ErrorContext {
-    /// The sink that gave up on the event.
-    pub sink: String,
-    /// `permanent` (the sink rejected it) or `retryable` (an explicit budget ran out).
-    pub class: String,
-    /// The low-cardinality reason code (`http_400`, `message_too_large`, `retries_exhausted`).
-    pub code: String,
-    /// The last error message, as the destination gave it.
-    pub message: String,
-    /// Attempts made.
-    pub attempts: u32,
-    /// First failure, RFC 3339.
-    pub first_failure: String,
-    /// Last failure, RFC 3339.
-    pub last_failure: String,
-}
-
-impl ErrorContext {
-    /// The context as `(name, value)` pairs with hyphenated names and no prefix (`code`,
-    /// `first-failure` …); each sink adds its own prefix.
-    #[must_use]
-    pub fn fields(&self) -> [(&'static str, String); 7] {
-        [
-            ("sink", self.sink.clone()),
-            ("class", self.class.clone()),
-            ("code", self.code.clone()),
-            ("message", self.message.clone()),
-            ("attempts", self.attempts.to_string()),
-            ("first-failure", self.first_failure.clone()),
-            ("last-failure", self.last_failure.clone()),
-        ]
-    }
-
-    /// `herald-error-*` headers (HTTP and NATS), values as plain text; the sink encodes them for
-    /// its protocol (the webhook sink percent-encodes like `ce-` headers).
-    #[must_use]
-    pub fn hyphen_headers(&self) -> Vec<(String, String)> {
-        self.fields()
-            .into_iter()
-            .map(|(name, value)| (format!("herald-error-{name}"), value))
-            .collect()
-    }
-
-    /// `herald_error_*` headers (Kafka), values as UTF-8 bytes.
-    #[must_use]
-    pub fn kafka_headers(&self) -> Vec<(String, Vec<u8>)> {
-        self.fields()
-            .into_iter()
-            .map(|(name, value)| {
-                (
-                    format!("herald_error_{}", name.replace('-', "_")),
-                    value.into_bytes(),
-                )
-            })
-            .collect()
-    }
-
-    /// The context as a JSON object with camelCase keys, the form of the journal's DLQ records.
-    #[must_use]
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "sink": self.sink,
-            "class": self.class,
-            "code": self.code,
-            "message": self.message,
-            "attempts": self.attempts,
-            "firstFailure": self.first_failure,
-            "lastFailure": self.last_failure,
-        })
-    }
 }
 
 /// One journaled event on its way to a sink.
@@ -457,26 +383,6 @@ mod tests {
             Envelope::new(1, CloudEvent::new("a", "/s", "t")),
             Envelope::new(2, CloudEvent::new("b", "/s", "t")),
         ]
-    }
-
-    #[test]
-    fn error_context_headers_per_protocol() {
-        let error = ErrorContext {
-            sink: "hook".into(),
-            class: "permanent".into(),
-            code: "http_400".into(),
-            message: "bad".into(),
-            attempts: 2,
-            first_failure: "t1".into(),
-            last_failure: "t2".into(),
-        };
-        let hyphen = error.hyphen_headers();
-        assert!(hyphen.contains(&("herald-error-code".into(), "http_400".into())));
-        assert!(hyphen.contains(&("herald-error-first-failure".into(), "t1".into())));
-        let kafka = error.kafka_headers();
-        assert!(kafka.contains(&("herald_error_last_failure".into(), b"t2".to_vec())));
-        assert!(kafka.contains(&("herald_error_attempts".into(), b"2".to_vec())));
-        assert_eq!(error.to_json()["firstFailure"], "t1");
     }
 
     #[test]

@@ -211,8 +211,8 @@ impl Sink for FileSink {
         self.write_outcomes(&bytes, batch.len())
     }
 
-    /// One JSON line per letter, `{"error": {...}, "event": {...}}`: the shape of the journal's
-    /// own DLQ records, so one reader handles both.
+    /// One JSON line per letter, `{"error": {...}, "event": {...}}`; `error` is the
+    /// [`ErrorContext`]'s serde form, the keys of the journal's own dead-letter records.
     async fn send_dead_letters(
         &self,
         letters: &[Envelope],

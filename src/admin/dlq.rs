@@ -1,0 +1,206 @@
+//! The dead-letter and replay calls: `GET /dlq/<sink>`, `POST /dlq/<sink>/replay`,
+//! `POST /dlq/<sink>/purge` and `POST /replay`. Every one needs the bearer token (DLQ reads too: dead
+//! letters carry whole events).
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use herald_sink_core::DeadLetter;
+use serde_json::{Value, json};
+
+use super::AdminState;
+
+/// Checks the bearer token of a mutating call: 403 when none is configured, 401 when it is wrong.
+fn authorize(s: &AdminState, headers: &axum::http::HeaderMap) -> Result<(), Box<Response>> {
+    let Some(token) = &s.token else {
+        let r = (
+            StatusCode::FORBIDDEN,
+            "mutating calls are disabled: set admin.token\n",
+        )
+            .into_response();
+        return Err(Box::new(r));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compare without an early exit, so timing does not tell how much of a guess was right.
+    let ok = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Box::new(
+            (
+                StatusCode::UNAUTHORIZED,
+                "a valid bearer token is required\n",
+            )
+                .into_response(),
+        ))
+    }
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response {
+    let mut r = (code, serde_json::to_vec_pretty(v).unwrap_or_default()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn known_sink(s: &AdminState, sink: &str) -> Result<(), Box<Response>> {
+    if s.registry.has_sink(sink) {
+        Ok(())
+    } else {
+        Err(Box::new(
+            (StatusCode::NOT_FOUND, format!("no sink named {sink:?}\n")).into_response(),
+        ))
+    }
+}
+
+pub(super) async fn dlq_list(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path(sink): axum::extract::Path<String>,
+) -> Response {
+    // Dead letters carry whole events: reading them needs the token too.
+    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
+        return *r;
+    }
+    match s.journal.dead_letters(&sink, usize::MAX) {
+        Ok(rows) => {
+            // A record that does not decode is listed as `null`: it is there, and purging removes it.
+            let items: Vec<Option<DeadLetter>> = rows
+                .into_iter()
+                .map(|(_, b)| DeadLetter::from_bytes(&b).ok())
+                .collect();
+            json_response(
+                StatusCode::OK,
+                &serde_json::to_value(items).unwrap_or_default(),
+            )
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+type Query = axum::extract::Query<std::collections::HashMap<String, String>>;
+
+/// `seqs=1,2,3`: only these dead letters (`None`: all); a malformed list is a 400.
+fn seqs_param(
+    q: &std::collections::HashMap<String, String>,
+) -> Result<Option<Vec<u64>>, Box<Response>> {
+    let Some(list) = q.get("seqs").filter(|l| !l.is_empty()) else {
+        return Ok(None);
+    };
+    list.split(',')
+        .map(|n| n.trim().parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(|_| {
+            Box::new(
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("seqs={list:?} is not a comma-separated list of sequence numbers\n"),
+                )
+                    .into_response(),
+            )
+        })
+}
+
+/// The checks every DLQ mutation makes (token, sink, `seqs`), and the selected dead letters.
+fn dlq_selection(
+    s: &AdminState,
+    headers: &axum::http::HeaderMap,
+    sink: &str,
+    q: &std::collections::HashMap<String, String>,
+) -> Result<Option<Vec<u64>>, Box<Response>> {
+    authorize(s, headers)?;
+    known_sink(s, sink)?;
+    seqs_param(q)
+}
+
+pub(super) async fn dlq_replay(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path(sink): axum::extract::Path<String>,
+    axum::extract::Query(q): Query,
+) -> Response {
+    let seqs = match dlq_selection(&s, &headers, &sink, &q) {
+        Ok(seqs) => seqs,
+        Err(r) => return *r,
+    };
+    match s.journal.dead_letters_to_replay(&sink, seqs.as_deref()) {
+        Ok(queued) => json_response(StatusCode::OK, &json!({"queued": queued})),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+pub(super) async fn dlq_purge(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path(sink): axum::extract::Path<String>,
+    axum::extract::Query(q): Query,
+) -> Response {
+    let seqs = match dlq_selection(&s, &headers, &sink, &q) {
+        Ok(seqs) => seqs,
+        Err(r) => return *r,
+    };
+    match s.journal.dead_letters_remove(&sink, seqs.as_deref()) {
+        Ok(n) => json_response(StatusCode::OK, &json!({"purged": n})),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// `POST /replay?sink=S&from=SEQ&since=TIME` (either or both): queues journaled events (within retention) for redelivery.
+pub(super) async fn replay(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let sink = q.get("sink").cloned().unwrap_or_default();
+    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
+        return *r;
+    }
+    let from = match q.get("from").map(|f| f.parse::<u64>()) {
+        None => None,
+        Some(Ok(from)) => Some(from),
+        Some(Err(_)) => {
+            return (StatusCode::BAD_REQUEST, "from must be a sequence number\n").into_response();
+        }
+    };
+    let since = match q.get("since").map(|t| t.parse::<jiff::Timestamp>()) {
+        None => None,
+        Some(Ok(since)) => Some(since),
+        Some(Err(e)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("since is not an RFC 3339 time: {e}\n"),
+            )
+                .into_response();
+        }
+    };
+    if from.is_none() && since.is_none() {
+        return (
+            StatusCode::BAD_REQUEST,
+            "from=SEQ or since=TIME is required\n",
+        )
+            .into_response();
+    }
+    let queued = match crate::delivery::queue_replays(
+        &s.journal,
+        &s.router,
+        &sink,
+        from.unwrap_or(1),
+        since,
+    ) {
+        Ok(queued) => queued,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    };
+    json_response(StatusCode::OK, &json!({"queued": queued}))
+}
