@@ -11,8 +11,8 @@ use crate::config::{self, ClusterSource, Config, Namespaces, ResourceConfig};
 use crate::event::{self, Op};
 use crate::journal::{Journal, JournalConfig, JournalError};
 use crate::route::{Route, Router};
-use crate::sim::{LoadError, SimConfig, SimError, Simulator};
 use crate::{delivery, watch};
+use herald_sim::{LoadError, SimConfig, SimError, Simulator};
 
 mod sinks;
 

@@ -1,4 +1,4 @@
-//! `herald sim`: an in-memory Kubernetes API server for tests, demos and development.
+//! herald-sim: an in-memory Kubernetes API server for tests, demos and development.
 //!
 //! It speaks the list/watch protocol as WATCH-PROTOCOL.md describes it, faithfully enough that kube-rs
 //! and kubectl cannot tell it from a real API server for everything herald touches. Start it with
@@ -6,14 +6,15 @@
 //! [`Simulator::kubeconfig_path`]. `docs/simulator.md` says what is faithful and what is not.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), herald::sim::SimError> {
-//! use herald::sim::{SimConfig, Simulator};
+//! # async fn demo() -> Result<(), herald_sim::SimError> {
+//! use herald_sim::{SimConfig, Simulator};
 //! let sim = Simulator::start(SimConfig::default()).await?;
 //! let client = sim.client()?;
 //! # let _ = client;
 //! sim.shutdown().await;
 //! # Ok(()) }
 //! ```
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
 mod crd;
