@@ -48,7 +48,7 @@ fn main() {
 }
 
 async fn run() {
-    herald_sim::install_crypto_provider();
+    herald::cli::install_crypto_provider();
     let objects = env("HERALD_BENCH_OBJECTS", 10_000);
     let changes = env("HERALD_BENCH_CHANGES", 100_000);
     let history = usize::try_from(objects + changes * 2 + 100).expect("fits");

@@ -67,7 +67,7 @@ fn main() {
 }
 
 async fn run() {
-    herald_sim::install_crypto_provider();
+    herald::cli::install_crypto_provider();
     let changes: u64 = std::env::var("HERALD_BENCH_CHANGES")
         .ok()
         .and_then(|v| v.parse().ok())

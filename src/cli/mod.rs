@@ -116,7 +116,7 @@ impl CliError {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
-    herald_sim::install_crypto_provider();
+    install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -129,6 +129,15 @@ pub fn main() -> ExitCode {
             ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
         }
     }
+}
+
+/// Installs herald's one rustls crypto provider, ring (DECISIONS.md), as the process default, once,
+/// before anything builds a TLS client. No library crate installs one: the webhook sink's reqwest
+/// refuses to pick one itself, and kube and async-nats take the process default. Public for
+/// benchmarks and tests that run herald in-process: they call it as the binary does.
+pub fn install_crypto_provider() {
+    // Err means one is installed already, which is the state we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 async fn run(command: Command) -> Result<(), CliError> {
