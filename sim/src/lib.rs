@@ -30,7 +30,7 @@ mod patch;
 mod persist;
 mod resource;
 mod schema;
-mod selector;
+pub mod selector;
 mod status;
 mod store;
 mod tls;
