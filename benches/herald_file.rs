@@ -8,12 +8,12 @@
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
 #![allow(clippy::expect_used)]
 
-#[path = "support/mod.rs"]
+#[path = "../sim/benches/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
 
-use herald::sim::{ResourceRef, SimConfig, Simulator};
+use herald_sim::{ResourceRef, SimConfig, Simulator};
 use serde_json::json;
 use support::{cpu_seconds, raw_reader};
 
@@ -48,7 +48,7 @@ fn main() {
 }
 
 async fn run() {
-    herald::sim::install_crypto_provider();
+    herald::cli::install_crypto_provider();
     let objects = env("HERALD_BENCH_OBJECTS", 10_000);
     let changes = env("HERALD_BENCH_CHANGES", 100_000);
     let history = usize::try_from(objects + changes * 2 + 100).expect("fits");

@@ -14,7 +14,7 @@
 
 #[path = "support/kafka.rs"]
 mod kafka;
-#[path = "support/mod.rs"]
+#[path = "../sim/benches/support/mod.rs"]
 mod support;
 #[path = "support/workload.rs"]
 mod workload;

@@ -7,14 +7,14 @@
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
 #![allow(clippy::expect_used)]
 
-#[path = "support/mod.rs"]
+#[path = "../sim/benches/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use herald::sim::{ResourceRef, SimConfig, Simulator};
+use herald_sim::{ResourceRef, SimConfig, Simulator};
 use serde_json::json;
 use support::cpu_seconds;
 
@@ -67,7 +67,7 @@ fn main() {
 }
 
 async fn run() {
-    herald::sim::install_crypto_provider();
+    herald::cli::install_crypto_provider();
     let changes: u64 = std::env::var("HERALD_BENCH_CHANGES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -3,7 +3,7 @@
 //! The data flow: [`watch`] (list/watch, resumable) → [`event`] (normalize to CloudEvents) → [`journal`]
 //! (durable, in sled) → [`route`] → [`delivery`] (per sink). The binary is a thin shell over
 //! [`cli::main`]; [`config`] is its configuration; the simulator of the Kubernetes API that every test,
-//! the demo and the benchmarks run against lives in [`sim`].
+//! the demo and the benchmarks run against is its own crate, [`herald_sim`].
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
@@ -16,6 +16,5 @@ pub mod event;
 pub mod exit_code;
 pub mod journal;
 pub mod route;
-pub mod sim;
 pub mod telemetry;
 pub mod watch;

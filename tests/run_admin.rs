@@ -161,7 +161,7 @@ async fn a_burst_of_changes_is_journaled_in_batches() {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;
-    let widgets = herald::sim::ResourceRef::namespaced("example.com", "v1", "widgets", "default");
+    let widgets = herald_sim::ResourceRef::namespaced("example.com", "v1", "widgets", "default");
     let names: Vec<String> = (0..50).map(|i| format!("w{i:02}")).collect();
     sim.create_many(
         &widgets,

@@ -13,7 +13,7 @@ use crate::support::{Herald, Raw, free_port, sim, widget, widgets_crd};
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 
-fn config(sim: &herald::sim::Simulator, dir: &std::path::Path, sink: &str) -> String {
+fn config(sim: &herald_sim::Simulator, dir: &std::path::Path, sink: &str) -> String {
     format!(
         "cluster:\n  name: test\n  kubeconfig:\n    path: {}\nresources:\n  - group: example.com\n    kind: Widget\nsinks:\n  - name: bus\n{sink}journal:\n  path: {}\n  flushInterval: 2ms\nadmin:\n  listen: 127.0.0.1:{}\n",
         sim.kubeconfig_path().display(),

@@ -1,6 +1,6 @@
 //! `herald check`: offline validation, and `--connect` against the simulator (discovery, RBAC, sinks).
 
-use herald::sim::DenyRule;
+use herald_sim::DenyRule;
 
 use crate::support::{Raw, WIDGETS_RESOURCE, herald_config, sim, widgets_crd};
 

@@ -139,7 +139,7 @@ async fn until(what: &str, f: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn a_private_ca_and_a_client_certificate_reach_a_mutual_tls_receiver_and_a_500_is_retried() {
-    herald::sim::install_crypto_provider();
+    herald::cli::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path());
     let mut roots = rustls::RootCertStore::empty();

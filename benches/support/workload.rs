@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use herald::sim::{ResourceRef, SimConfig, Simulator};
+use herald_sim::{ResourceRef, SimConfig, Simulator};
 use serde_json::json;
 
 use crate::support::cpu_seconds;
@@ -29,7 +29,7 @@ pub struct Workload {
 /// Starts the simulator and preloads `objects` widgets with `create_many` (no HTTP, no events
 /// herald would see: herald starts with `initialState: skip`).
 pub async fn preload(objects: u64, changes: u64) -> Workload {
-    herald::sim::install_crypto_provider();
+    herald::cli::install_crypto_provider();
     let history = usize::try_from(objects + changes * 2 + 50_000).expect("fits");
     let sim = Simulator::start(
         SimConfig::default()

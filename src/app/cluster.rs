@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::sim::{SimConfig, Simulator};
+use herald_sim::{SimConfig, Simulator};
 
 use super::StartError;
 use crate::config::{ClusterSource, Config};

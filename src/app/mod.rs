@@ -8,11 +8,12 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use herald_sim::{LoadError, SimError, Simulator};
+
 use crate::config::Config;
 use crate::delivery::{self, OversizePolicy};
 use crate::journal::{self, Journal, JournalConfig, JournalError};
 use crate::route::Router;
-use crate::sim::{LoadError, SimError, Simulator};
 use crate::watch::{self, WatchSpec};
 
 mod cluster;

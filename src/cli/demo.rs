@@ -15,8 +15,8 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::CliError;
-use crate::sim::ResourceRef;
 use crate::{app, config};
+use herald_sim::ResourceRef;
 
 /// Options of `herald demo`.
 #[derive(Debug, Args)]
@@ -51,7 +51,7 @@ spec:
 "#;
 
 /// One simulated change.
-type Step<'a> = Box<dyn Fn() -> Result<(), crate::sim::ApiError> + 'a>;
+type Step<'a> = Box<dyn Fn() -> Result<(), herald_sim::ApiError> + 'a>;
 
 /// The changes the demo makes, and how many events they produce.
 const EXPECTED_EVENTS: usize = 7;

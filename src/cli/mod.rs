@@ -58,7 +58,7 @@ pub enum Command {
 pub enum CliError {
     /// The simulator could not start.
     #[error("cannot start the simulator")]
-    SimStartFailed(#[source] crate::sim::SimError),
+    SimStartFailed(#[source] herald_sim::SimError),
     /// The configuration is invalid.
     #[error("invalid configuration")]
     ConfigInvalid(#[source] crate::config::ConfigError),
@@ -76,7 +76,7 @@ pub enum CliError {
     JournalFailed(#[source] crate::journal::JournalError),
     /// A `--load` file could not be applied.
     #[error("cannot load the simulator's start-up objects")]
-    SimLoadFailed(#[source] crate::sim::LoadError),
+    SimLoadFailed(#[source] herald_sim::LoadError),
     /// The async runtime could not start.
     #[error("cannot start the async runtime")]
     RuntimeFailed(#[source] std::io::Error),
@@ -89,7 +89,7 @@ impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::SimStartFailed(crate::sim::SimError::BindFailed { .. }) => {
+            CliError::SimStartFailed(herald_sim::SimError::BindFailed { .. }) => {
                 exit_code::BIND_FAILED
             }
             CliError::SimLoadFailed(_) | CliError::ConfigInvalid(_) => exit_code::CONFIG_INVALID,
@@ -117,7 +117,7 @@ impl CliError {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
-    crate::sim::install_crypto_provider();
+    install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -130,6 +130,15 @@ pub fn main() -> ExitCode {
             ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
         }
     }
+}
+
+/// Installs herald's one rustls crypto provider, ring (DECISIONS.md), as the process default, once,
+/// before anything builds a TLS client. No library crate installs one: the webhook sink's reqwest
+/// refuses to pick one itself, and kube and async-nats take the process default. Public for
+/// benchmarks and tests that run herald in-process: they call it as the binary does.
+pub fn install_crypto_provider() {
+    // Err means one is installed already, which is the state we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 async fn run(command: Command) -> Result<(), CliError> {

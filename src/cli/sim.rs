@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::CliError;
-use crate::sim::{FailRule, LatencyRule, SimConfig, Simulator};
+use herald_sim::{FailRule, LatencyRule, SimConfig, Simulator};
 
 /// Options of `herald sim`.
 #[derive(Debug, Args)]

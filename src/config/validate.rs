@@ -9,6 +9,7 @@ use super::route::split_resource;
 use super::sink::{Fsync, SinkKind, WebhookAuth, WebhookSinkConfig};
 use super::{Config, FieldError};
 use super::{KafkaSinkConfig, NatsAuth, NatsSinkConfig, SECRET_PROPERTIES};
+use herald_sim::selector::{FieldSelector, LabelOp, LabelSelector};
 use herald_sink_core::Template;
 
 /// Collects problems in document order.
@@ -752,264 +753,56 @@ pub(crate) fn check_json_pointer(pointer: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Label selector syntax as the API server parses it: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
-/// `k notin (a,b)`, `k`, `!k`, `k>1`, `k<1`, comma-separated; keys and values checked for form.
+/// Label selector syntax as the API server parses it (herald-sim's parser, the one the simulator
+/// serves with), plus one rule of herald's: a value list of `in`/`notin` holds no empty value.
 pub(crate) fn check_label_selector(selector: &str) -> Result<(), String> {
     label_selector(selector)
         .map_err(|detail| format!("invalid label selector {selector:?}: {detail}"))
 }
 
-#[derive(Debug, PartialEq)]
-enum Token<'a> {
-    Ident(&'a str),
-    Not,
-    Eq,
-    DoubleEq,
-    NotEq,
-    Gt,
-    Lt,
-    Open,
-    Close,
-    Comma,
-}
-
-fn tokenize(s: &str) -> Vec<Token<'_>> {
-    let mut tokens = Vec::new();
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let rest = &s[i..];
-        let (token, len) = match bytes[i] {
-            b' ' | b'\t' | b'\n' | b'\r' => {
-                i += 1;
-                continue;
-            }
-            b'!' if rest.starts_with("!=") => (Token::NotEq, 2),
-            b'!' => (Token::Not, 1),
-            b'=' if rest.starts_with("==") => (Token::DoubleEq, 2),
-            b'=' => (Token::Eq, 1),
-            b'>' => (Token::Gt, 1),
-            b'<' => (Token::Lt, 1),
-            b'(' => (Token::Open, 1),
-            b')' => (Token::Close, 1),
-            b',' => (Token::Comma, 1),
-            _ => {
-                let len = rest
-                    .find(|c: char| c.is_whitespace() || "!=><(),".contains(c))
-                    .unwrap_or(rest.len());
-                (Token::Ident(&rest[..len]), len)
-            }
-        };
-        tokens.push(token);
-        i += len;
-    }
-    tokens
-}
-
 fn label_selector(selector: &str) -> Result<(), String> {
-    let tokens = tokenize(selector);
-    let mut t = tokens.iter().peekable();
-    if t.peek().is_none() {
-        return Ok(());
-    }
-    loop {
-        // One requirement.
-        let negated = t.next_if_eq(&&Token::Not).is_some();
-        let Some(Token::Ident(key)) = t.next() else {
-            return Err("expected a label key".into());
+    let parsed = LabelSelector::parse_explained(selector).map_err(|e| e.reason().to_owned())?;
+    // The API server reads `in ()` as "the empty value" and `(a,,b)` as holding it; written into
+    // a configuration, that is more likely a slip than a wish.
+    for requirement in parsed.requirements() {
+        let word = match requirement.op() {
+            LabelOp::In => "in",
+            LabelOp::NotIn => "notin",
+            _ => continue,
         };
-        check_label_key(key)?;
-        if negated {
-            // `!key` takes no operator.
-        } else {
-            match t.peek() {
-                None | Some(Token::Comma) => {}
-                Some(Token::Eq | Token::DoubleEq | Token::NotEq) => {
-                    t.next();
-                    match t.peek() {
-                        Some(Token::Ident(v)) => {
-                            check_label_value(v)?;
-                            t.next();
-                        }
-                        None | Some(Token::Comma) => {} // `k=` selects the empty value
-                        Some(other) => {
-                            return Err(format!(
-                                "expected a value after {key:?}=, found {}",
-                                describe(other)
-                            ));
-                        }
-                    }
-                }
-                Some(Token::Gt | Token::Lt) => {
-                    t.next();
-                    match t.next() {
-                        Some(Token::Ident(v)) if v.parse::<i64>().is_ok() => {}
-                        _ => return Err(format!("{key:?} with > or < needs an integer")),
-                    }
-                }
-                Some(Token::Ident(word @ ("in" | "notin"))) => {
-                    t.next();
-                    if t.next() != Some(&Token::Open) {
-                        return Err(format!(
-                            "{word:?} needs a list in parentheses, like ({word} (a,b))"
-                        ));
-                    }
-                    let mut count = 0;
-                    loop {
-                        match t.next() {
-                            Some(Token::Ident(v)) => {
-                                check_label_value(v)?;
-                                count += 1;
-                                match t.next() {
-                                    Some(Token::Comma) => {}
-                                    Some(Token::Close) => break,
-                                    _ => return Err("expected ',' or ')' in a value list".into()),
-                                }
-                            }
-                            Some(Token::Close) if count == 0 => {
-                                return Err(format!("{word:?} needs at least one value"));
-                            }
-                            _ => return Err("unterminated value list".into()),
-                        }
-                    }
-                }
-                Some(other) => {
-                    return Err(format!(
-                        "expected an operator (=, ==, !=, in, notin, >, <) after {key:?}, found {}",
-                        describe(other)
-                    ));
-                }
+        match requirement.values() {
+            [only] if only.is_empty() => return Err(format!("{word:?} needs at least one value")),
+            values if values.iter().any(String::is_empty) => {
+                return Err(format!("the value list of {word:?} holds an empty value"));
             }
+            _ => {}
         }
-        match t.next() {
-            None => return Ok(()),
-            Some(Token::Comma) if t.peek().is_some() => {}
-            Some(Token::Comma) => return Err("trailing ','".into()),
-            Some(other) => {
-                return Err(format!(
-                    "expected ',' or the end, found {}",
-                    describe(other)
-                ));
-            }
-        }
-    }
-}
-
-fn describe(token: &Token<'_>) -> String {
-    match token {
-        Token::Ident(word) => format!("{word:?}"),
-        Token::Not => "'!'".into(),
-        Token::Eq => "'='".into(),
-        Token::DoubleEq => "'=='".into(),
-        Token::NotEq => "'!='".into(),
-        Token::Gt => "'>'".into(),
-        Token::Lt => "'<'".into(),
-        Token::Open => "'('".into(),
-        Token::Close => "')'".into(),
-        Token::Comma => "','".into(),
-    }
-}
-
-/// `[prefix/]name`: prefix a DNS subdomain, name up to 63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends.
-fn check_label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && is_dns_subdomain(p));
-    if !prefix_ok || !is_label_name(name) || name.is_empty() {
-        return Err(format!(
-            "{key:?} is not a label key ([prefix/]name: name up to 63 letters, digits, '-', '_', '.', \
-             starting and ending with a letter or digit)"
-        ));
     }
     Ok(())
 }
 
-fn check_label_value(value: &str) -> Result<(), String> {
-    if !is_label_name(value) {
-        return Err(format!(
-            "{value:?} is not a label value (up to 63 letters, digits, '-', '_', '.', starting and \
-             ending with a letter or digit)"
-        ));
-    }
-    Ok(())
-}
-
-/// Empty, or up to 63 of `[A-Za-z0-9_.-]` with an alphanumeric first and last character.
-fn is_label_name(s: &str) -> bool {
-    s.is_empty()
-        || (s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
-}
-
-/// Field selector syntax as the API server parses it: comma-separated `field=value`,
-/// `field==value`, `field!=value`; `\`, `,` and `=` in values escaped with `\`.
+/// Field selector syntax as the API server parses it (herald-sim's parser), plus one rule of
+/// herald's: every term names a field.
 pub(crate) fn check_field_selector(selector: &str) -> Result<(), String> {
     field_selector(selector)
         .map_err(|detail| format!("invalid field selector {selector:?}: {detail}"))
 }
 
 fn field_selector(selector: &str) -> Result<(), String> {
-    for term in split_unescaped(selector, ',') {
-        if term.is_empty() {
-            continue;
-        }
-        let Some((field, value)) = split_field_term(term) else {
-            return Err(format!("{term:?} has no =, == or !="));
-        };
-        if field.trim().is_empty() {
-            return Err(format!("{term:?} has no field name"));
-        }
-        let mut chars = value.chars();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' if !matches!(chars.next(), Some('\\' | ',' | '=')) => {
-                    return Err(format!(
-                        "invalid escape in {value:?}: only \\\\, \\, and \\= are allowed"
-                    ));
-                }
-                '=' => return Err(format!("unescaped '=' in value {value:?}; write \\=")),
-                _ => {}
-            }
+    let parsed = FieldSelector::parse_explained(selector).map_err(|e| e.reason().to_owned())?;
+    for term in parsed.requirements() {
+        if term.field.trim().is_empty() {
+            let op = if term.negated { "!=" } else { "=" };
+            let value = term
+                .value
+                .replace('\\', r"\\")
+                .replace(',', r"\,")
+                .replace('=', r"\=");
+            let written = format!("{}{op}{value}", term.field);
+            return Err(format!("{written:?} has no field name"));
         }
     }
     Ok(())
-}
-
-/// Splits at `sep` where it is not escaped by a backslash.
-fn split_unescaped(s: &str, sep: char) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let mut start = 0;
-    let mut escaped = false;
-    for (i, c) in s.char_indices() {
-        if escaped {
-            escaped = false;
-        } else if c == '\\' {
-            escaped = true;
-        } else if c == sep {
-            parts.push(&s[start..i]);
-            start = i + c.len_utf8();
-        }
-    }
-    parts.push(&s[start..]);
-    parts
-}
-
-/// `field` and `value` around the leftmost operator, as apimachinery's `splitTerm`.
-fn split_field_term(term: &str) -> Option<(&str, &str)> {
-    for (i, _) in term.char_indices() {
-        let rest = &term[i..];
-        for op in ["!=", "==", "="] {
-            if let Some(value) = rest.strip_prefix(op) {
-                return Some((&term[..i], value));
-            }
-        }
-    }
-    None
 }
 
 /// Renders problems for `ConfigError`'s message.

@@ -60,9 +60,9 @@ impl NatsSink {
     /// up, creating it from [`JetStreamConfig::create`] when it is missing. An existing stream is
     /// used as it is.
     ///
-    /// TLS is rustls with ring: if no process-wide rustls provider is installed yet, ring is
-    /// installed (herald's one provider, DECISIONS.md). After this returns, the client reconnects
-    /// by itself, forever.
+    /// TLS is rustls with the process-wide provider, which herald installs at start-up (ring, its
+    /// one provider, DECISIONS.md); this crate installs none. After this returns, the client
+    /// reconnects by itself, forever.
     ///
     /// # Errors
     ///
@@ -75,8 +75,6 @@ impl NatsSink {
     /// - [`SinkError::Unavailable`]: JetStream is not enabled, or did not answer in time.
     pub async fn connect(config: NatsConfig) -> Result<Self, SinkError> {
         config.check()?;
-        // Err means a provider is already installed; ring is the only one compiled into herald.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let target = config.servers.join(",");
         let servers = config
             .servers

@@ -56,15 +56,15 @@ impl WebhookSink {
     ///
     /// The client follows no redirects, applies `config.timeout` to every request, honours the
     /// `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` environment variables, and speaks HTTP/1.1. TLS is
-    /// rustls with ring: if no process-wide rustls provider is installed yet, ring is installed
-    /// (herald's one provider, DECISIONS.md).
+    /// rustls with the process-wide provider, which the program installs before building a sink
+    /// (herald: ring, its one provider, DECISIONS.md); this crate installs none.
     ///
     /// # Errors
     ///
     /// [`SinkError::InvalidConfig`] for a URL that is not `http`/`https` or carries credentials, a
     /// zero timeout, an extra header herald sets itself or that is malformed, a Basic user name
-    /// with `:`, a credential that cannot be a header value, or unusable PEM (CA or client
-    /// identity).
+    /// with `:`, a credential that cannot be a header value, unusable PEM (CA or client
+    /// identity), or no process-wide rustls provider installed.
     pub fn new(config: WebhookConfig) -> Result<Self, SinkError> {
         let url = parse_url(&config.url)?;
         if config.timeout.is_zero() {
@@ -363,8 +363,13 @@ fn parse_url(text: &str) -> Result<Url, SinkError> {
 }
 
 fn build_client(config: &WebhookConfig) -> Result<reqwest::Client, SinkError> {
-    // Err means a provider is already installed; ring is the only one compiled into herald.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // reqwest takes the process-wide provider and panics without one: say so instead.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        return Err(invalid(
+            "cannot build the HTTP client: no rustls crypto provider is installed (the program \
+             installs one at start-up)",
+        ));
+    }
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(config.timeout)
@@ -441,6 +446,11 @@ mod tests {
     use super::*;
     use crate::config::{ClientIdentity, SigningConfig, TlsConfig};
 
+    /// What the program does at start-up (herald's cli): a client needs a process-wide provider.
+    fn install_provider() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+
     fn detail(err: SinkError) -> String {
         match err {
             SinkError::InvalidConfig { detail } => detail.into_owned(),
@@ -455,6 +465,7 @@ mod tests {
 
     #[test]
     fn builds_for_http_and_https_urls() {
+        install_provider();
         for url in [
             "http://127.0.0.1:8080/hook",
             "https://receiver.example/hooks/herald?tenant=a",
@@ -485,6 +496,7 @@ mod tests {
 
     #[test]
     fn refuses_bad_settings() {
+        install_provider();
         let base = || WebhookConfig::new("http://127.0.0.1:1/");
         let cases = [
             (
@@ -561,6 +573,7 @@ mod tests {
     /// Refused before any connection is attempted (the URL's port is never contacted).
     #[tokio::test]
     async fn dead_letter_headers_must_be_named_herald_error() {
+        install_provider();
         let sink = WebhookSink::new(WebhookConfig::new("http://127.0.0.1:1/")).unwrap();
         let letters = [Envelope::new(1, CloudEvent::new("1", "/s", "t"))];
         let outcomes = sink
@@ -602,6 +615,7 @@ mod tests {
 
     #[test]
     fn builder_errors_are_rejected_without_the_url() {
+        install_provider();
         let client = build_client(&WebhookConfig::new("http://127.0.0.1:1/")).unwrap();
         let error = client
             .post("http://127.0.0.1:1/p/s3cret")

@@ -1,6 +1,6 @@
 //! `--data-dir` persistence (state survives restarts, the revision never goes backwards) and `--load`.
 
-use herald::sim::{LoadError, SimConfig};
+use herald_sim::{LoadError, SimConfig};
 use serde_json::json;
 
 use crate::support::{Raw, sim, sim_with, widget, widgets_crd};

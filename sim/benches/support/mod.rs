@@ -1,8 +1,10 @@
-//! Helpers both benchmarks share: process CPU time and a bare watch line reader (the ceiling).
+//! Helpers every benchmark shares: process CPU time and a bare watch line reader (the ceiling).
+//! herald's benchmarks (the top-level `benches/`) include this file too, so it uses nothing of the herald crate.
 
 use futures::StreamExt;
 
-/// The allocator the `herald` binary ships with (src/main.rs), so figures match the binary.
+/// The allocator the `herald` binary ships with (its src/main.rs), so figures match the binary, which
+/// serves `herald sim` too.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -25,8 +27,8 @@ pub fn cpu_seconds() -> f64 {
 // Not every benchmark reads a watch directly.
 #[allow(dead_code)]
 pub async fn raw_reader(url: String, want: u64) -> u64 {
-    // reqwest's rustls has no bundled provider: install herald's one, ring, before any client.
-    herald::sim::install_crypto_provider();
+    // reqwest's rustls has no bundled provider: install ring, herald's one, before any client.
+    herald_sim::install_crypto_provider();
     let resp = reqwest::get(url).await.expect("watch starts");
     let mut body = resp.bytes_stream();
     let mut seen = 0;

@@ -9,7 +9,7 @@ const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 const MERGE: &str = "application/merge-patch+json";
 const JSON_PATCH: &str = "application/json-patch+json";
 
-async fn ready() -> (herald::sim::Simulator, Raw) {
+async fn ready() -> (herald_sim::Simulator, Raw) {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use herald::sim::SimConfig;
+use herald_sim::SimConfig;
 use serde_json::{Value, json};
 
 use crate::support::{Raw, sim, sim_with, widget, widgets_crd};

@@ -14,7 +14,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use herald::sim::{ResourceRef, SimConfig, Simulator};
+use herald_sim::{ResourceRef, SimConfig, Simulator};
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use herald::sim::ResourceRef;
+use herald_sim::ResourceRef;
 use serde_json::{Value, json};
 
 use crate::support::{Raw, sim, widgets_crd};

@@ -1,4 +1,34 @@
 //! Label and field selectors, parsed and matched the way kube-apiserver (apimachinery) does.
+//!
+//! [`LabelSelector::parse`] and [`FieldSelector::parse`] accept exactly what the API server accepts
+//! and fail with its messages ([`SelectorError`]'s `Display`), which is what the simulator answers.
+//! Programs that check selectors before using them, as herald checks its configuration, call
+//! [`LabelSelector::parse_explained`] and [`FieldSelector::parse_explained`]: the same parser, whose
+//! [`Rejection`] adds a plain-language reason (`"in" needs a list in parentheses, ...` rather than
+//! `found 'gold' expected: '('`).
+//!
+//! ```
+//! use herald_sim::selector::{FieldSelector, LabelSelector};
+//! use serde_json::json;
+//!
+//! let gold = LabelSelector::parse("tier in (gold,silver),!legacy")?;
+//! let labels = json!({"tier": "gold"});
+//! assert!(gold.matches(labels.as_object()));
+//!
+//! let named = FieldSelector::parse("metadata.name!=scratch")?;
+//! assert!(named.matches(|field| (field == "metadata.name").then(|| "web".to_owned())));
+//!
+//! let bad = LabelSelector::parse_explained("tier gold").unwrap_err();
+//! assert_eq!(
+//!     bad.error().to_string(),
+//!     "unable to parse requirement: found 'gold', expected: in, notin, =, ==, !=, gt, lt"
+//! );
+//! assert_eq!(
+//!     bad.reason(),
+//!     r#"expected an operator (=, ==, !=, in, notin, >, <) after "tier", found "gold""#
+//! );
+//! # Ok::<(), herald_sim::selector::SelectorError>(())
+//! ```
 
 use std::collections::BTreeSet;
 use std::fmt::{self, Write as _};
@@ -6,8 +36,8 @@ use std::fmt::{self, Write as _};
 use serde_json::{Map, Value};
 
 /// Why a label or field selector was rejected; `Display` reproduces the apiserver's message.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub(crate) enum SelectorError {
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum SelectorError {
     /// A label requirement is syntactically malformed (e.g. `found 'x', expected: identifier`).
     #[error("unable to parse requirement: {0}")]
     RequirementSyntax(String),
@@ -36,13 +66,46 @@ pub(crate) enum SelectorError {
 
 /// One apimachinery `field.Invalid` error.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct InvalidValue {
+pub struct InvalidValue {
     /// Field path, e.g. `values[0][app]`; `<nil>` for label keys, as the apiserver prints it.
-    pub(crate) path: String,
+    pub path: String,
     /// The rejected key or value.
-    pub(crate) value: String,
+    pub value: String,
     /// Why it was rejected.
-    pub(crate) detail: String,
+    pub detail: String,
+}
+
+/// A rejected selector: the API server's error and a plain-language reason, for people who write
+/// selectors into configuration files. `Display` is the reason.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Rejection {
+    error: SelectorError,
+    reason: String,
+}
+
+impl Rejection {
+    fn new(error: SelectorError, reason: impl Into<String>) -> Self {
+        Self {
+            error,
+            reason: reason.into(),
+        }
+    }
+
+    /// The API server's error, as [`LabelSelector::parse`] or [`FieldSelector::parse`] returns it.
+    pub fn error(&self) -> &SelectorError {
+        &self.error
+    }
+
+    /// The plain-language reason: what is wrong, naming the offending key, value or token.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// The API server's error, dropping the reason.
+    pub fn into_error(self) -> SelectorError {
+        self.error
+    }
 }
 
 impl fmt::Display for InvalidValue {
@@ -82,25 +145,36 @@ impl fmt::Display for Aggregate<'_> {
 
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct LabelSelector {
+pub struct LabelSelector {
     requirements: Vec<LabelRequirement>,
 }
 
+/// The operator of a label requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LabelOp {
+pub enum LabelOp {
+    /// `key in (a,b)`.
     In,
+    /// `key notin (a,b)`.
     NotIn,
+    /// `key=value`.
     Equals,
+    /// `key==value`.
     DoubleEquals,
+    /// `key!=value`.
     NotEquals,
+    /// `key`.
     Exists,
+    /// `!key`.
     DoesNotExist,
+    /// `key>1`.
     GreaterThan,
+    /// `key<1`.
     LessThan,
 }
 
+/// One requirement of a label selector, e.g. `tier in (gold,silver)`.
 #[derive(Debug, Clone, PartialEq)]
-struct LabelRequirement {
+pub struct LabelRequirement {
     key: String,
     op: LabelOp,
     /// Sorted and deduplicated, like the `sets.String` apimachinery builds.
@@ -108,6 +182,21 @@ struct LabelRequirement {
 }
 
 impl LabelRequirement {
+    /// The label key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The operator.
+    pub fn op(&self) -> LabelOp {
+        self.op
+    }
+
+    /// The values, sorted and deduplicated; `in ()` holds the empty value, as in apimachinery.
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+
     fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         let value = labels.and_then(|m| m.get(&self.key)).map(label_text);
         match self.op {
@@ -148,19 +237,37 @@ fn label_text(v: &Value) -> String {
 
 impl LabelSelector {
     /// Parses `s` with apimachinery's `labels.Parse` grammar and validation.
-    pub(crate) fn parse(s: &str) -> Result<Self, SelectorError> {
+    ///
+    /// # Errors
+    ///
+    /// [`SelectorError`] with the API server's message when it would refuse `s`.
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        Self::parse_explained(s).map_err(Rejection::into_error)
+    }
+
+    /// [`LabelSelector::parse`], explaining a refusal in plain words as well.
+    ///
+    /// # Errors
+    ///
+    /// [`Rejection`] when the API server would refuse `s`.
+    pub fn parse_explained(s: &str) -> Result<Self, Rejection> {
         let mut requirements = Parser::new(s).parse()?;
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(Self { requirements })
     }
 
     /// Whether the selector has no requirements (and so matches everything).
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
 
+    /// The requirements, sorted by key.
+    pub fn requirements(&self) -> &[LabelRequirement] {
+        &self.requirements
+    }
+
     /// `labels` is the object's metadata.labels (None when absent).
-    pub(crate) fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
+    pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 }
@@ -351,7 +458,7 @@ impl Parser {
         self.item(self.position - 1, ctx)
     }
 
-    fn parse(&mut self) -> Result<Vec<LabelRequirement>, SelectorError> {
+    fn parse(&mut self) -> Result<Vec<LabelRequirement>, Rejection> {
         let mut requirements = Vec::new();
         loop {
             let (tok, lit) = self.lookahead(Context::Values);
@@ -364,44 +471,58 @@ impl Parser {
                         Token::Comma => {
                             let (t2, l2) = self.lookahead(Context::Values);
                             if t2 != Token::Identifier && t2 != Token::DoesNotExist {
-                                return Err(SelectorError::Syntax(format!(
-                                    "found '{l2}', expected: identifier after ','"
-                                )));
+                                let reason = if t2 == Token::EndOfString {
+                                    "trailing ','"
+                                } else {
+                                    "expected a label key"
+                                };
+                                return Err(Rejection::new(
+                                    SelectorError::Syntax(format!(
+                                        "found '{l2}', expected: identifier after ','"
+                                    )),
+                                    reason,
+                                ));
                             }
                         }
                         _ => {
-                            return Err(SelectorError::Syntax(format!(
-                                "found '{l}', expected: ',' or 'end of string'"
-                            )));
+                            return Err(Rejection::new(
+                                SelectorError::Syntax(format!(
+                                    "found '{l}', expected: ',' or 'end of string'"
+                                )),
+                                format!("expected ',' or the end, found {}", describe(t, &l)),
+                            ));
                         }
                     }
                 }
                 Token::EndOfString => return Ok(requirements),
                 _ => {
-                    return Err(SelectorError::Syntax(format!(
-                        "found '{lit}', expected: !, identifier, or 'end of string'"
-                    )));
+                    return Err(Rejection::new(
+                        SelectorError::Syntax(format!(
+                            "found '{lit}', expected: !, identifier, or 'end of string'"
+                        )),
+                        "expected a label key",
+                    ));
                 }
             }
         }
     }
 
-    fn parse_requirement(&mut self) -> Result<LabelRequirement, SelectorError> {
+    fn parse_requirement(&mut self) -> Result<LabelRequirement, Rejection> {
         let (key, op) = self.parse_key_and_infer_operator()?;
         if let Some(op @ (LabelOp::Exists | LabelOp::DoesNotExist)) = op {
             return new_requirement(key, op, Vec::new());
         }
-        let op = self.parse_operator()?;
+        let op = self.parse_operator(&key)?;
         let values = match op {
-            LabelOp::In | LabelOp::NotIn => self.parse_values()?,
-            _ => self.parse_exact_value()?,
+            LabelOp::In | LabelOp::NotIn => self.parse_values(op)?,
+            _ => self.parse_exact_value(&key, op)?,
         };
         new_requirement(key, op, values.into_iter().collect())
     }
 
     /// Reads `[!]key`; the operator is known only when the key stands alone (`Exists`) or is
     /// negated (`DoesNotExist`, even if an operator follows: that is then a syntax error later).
-    fn parse_key_and_infer_operator(&mut self) -> Result<(String, Option<LabelOp>), SelectorError> {
+    fn parse_key_and_infer_operator(&mut self) -> Result<(String, Option<LabelOp>), Rejection> {
         let mut op = None;
         let (mut tok, mut lit) = self.consume(Context::Values);
         if tok == Token::DoesNotExist {
@@ -409,18 +530,26 @@ impl Parser {
             (tok, lit) = self.consume(Context::Values);
         }
         if tok != Token::Identifier {
-            return Err(SelectorError::RequirementSyntax(format!(
-                "found '{lit}', expected: identifier"
-            )));
+            return Err(Rejection::new(
+                SelectorError::RequirementSyntax(format!("found '{lit}', expected: identifier")),
+                "expected a label key",
+            ));
         }
         // The parser passes a nil field path here, which Go prints as `<nil>`.
         let errs = qualified_name_errors(&lit);
         if !errs.is_empty() {
-            return Err(SelectorError::InvalidRequirement(vec![InvalidValue {
-                path: "<nil>".into(),
-                value: lit,
-                detail: errs.join("; "),
-            }]));
+            let reason = format!(
+                "{lit:?} is not a label key ([prefix/]name: name up to 63 letters, digits, '-', \
+                 '_', '.', starting and ending with a letter or digit)"
+            );
+            return Err(Rejection::new(
+                SelectorError::InvalidRequirement(vec![InvalidValue {
+                    path: "<nil>".into(),
+                    value: lit,
+                    detail: errs.join("; "),
+                }]),
+                reason,
+            ));
         }
         let (next, _) = self.lookahead(Context::Values);
         if matches!(next, Token::EndOfString | Token::Comma) && op.is_none() {
@@ -429,7 +558,7 @@ impl Parser {
         Ok((lit, op))
     }
 
-    fn parse_operator(&mut self) -> Result<LabelOp, SelectorError> {
+    fn parse_operator(&mut self, key: &str) -> Result<LabelOp, Rejection> {
         let (tok, lit) = self.consume(Context::KeyAndOperator);
         Ok(match tok {
             Token::In => LabelOp::In,
@@ -440,20 +569,29 @@ impl Parser {
             Token::NotIn => LabelOp::NotIn,
             Token::NotEquals => LabelOp::NotEquals,
             _ => {
-                return Err(SelectorError::RequirementSyntax(format!(
-                    "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
-                )));
+                return Err(Rejection::new(
+                    SelectorError::RequirementSyntax(format!(
+                        "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
+                    )),
+                    format!(
+                        "expected an operator (=, ==, !=, in, notin, >, <) after {key:?}, found {}",
+                        describe(tok, &lit)
+                    ),
+                ));
             }
         })
     }
 
-    fn parse_values(&mut self) -> Result<BTreeSet<String>, SelectorError> {
+    /// The `(a,b)` after `in` or `notin` (`op`).
+    fn parse_values(&mut self, op: LabelOp) -> Result<BTreeSet<String>, Rejection> {
+        let word = if op == LabelOp::NotIn { "notin" } else { "in" };
         let (tok, lit) = self.consume(Context::Values);
         if tok != Token::OpenPar {
             // Sic: apimachinery has no comma before "expected" in this one message.
-            return Err(SelectorError::RequirementSyntax(format!(
-                "found '{lit}' expected: '('"
-            )));
+            return Err(Rejection::new(
+                SelectorError::RequirementSyntax(format!("found '{lit}' expected: '('")),
+                format!("{word:?} needs a list in parentheses, like ({word} (a,b))"),
+            ));
         }
         let (tok, lit) = self.lookahead(Context::Values);
         match tok {
@@ -461,9 +599,10 @@ impl Parser {
                 let set = self.parse_identifiers_list()?;
                 let (closing, _) = self.consume(Context::Values);
                 if closing != Token::ClosedPar {
-                    return Err(SelectorError::RequirementSyntax(format!(
-                        "found '{lit}', expected: ')'"
-                    )));
+                    return Err(Rejection::new(
+                        SelectorError::RequirementSyntax(format!("found '{lit}', expected: ')'")),
+                        "expected ',' or ')' in a value list",
+                    ));
                 }
                 Ok(set)
             }
@@ -472,14 +611,17 @@ impl Parser {
                 self.consume(Context::Values);
                 Ok(BTreeSet::from([String::new()]))
             }
-            _ => Err(SelectorError::RequirementSyntax(format!(
-                "found '{lit}', expected: ',', ')' or identifier"
-            ))),
+            _ => Err(Rejection::new(
+                SelectorError::RequirementSyntax(format!(
+                    "found '{lit}', expected: ',', ')' or identifier"
+                )),
+                "unterminated value list",
+            )),
         }
     }
 
     /// Comma-separated values where every gap (`(,a`, `a,,b`, `a,)`) stands for the empty value.
-    fn parse_identifiers_list(&mut self) -> Result<BTreeSet<String>, SelectorError> {
+    fn parse_identifiers_list(&mut self) -> Result<BTreeSet<String>, Rejection> {
         let mut set = BTreeSet::new();
         loop {
             let (tok, lit) = self.consume(Context::Values);
@@ -491,9 +633,12 @@ impl Parser {
                         Token::Comma => {}
                         Token::ClosedPar => return Ok(set),
                         _ => {
-                            return Err(SelectorError::RequirementSyntax(format!(
-                                "found '{lit2}', expected: ',' or ')'"
-                            )));
+                            return Err(Rejection::new(
+                                SelectorError::RequirementSyntax(format!(
+                                    "found '{lit2}', expected: ',' or ')'"
+                                )),
+                                "expected ',' or ')' in a value list",
+                            ));
                         }
                     }
                 }
@@ -512,15 +657,19 @@ impl Parser {
                     }
                 }
                 _ => {
-                    return Err(SelectorError::RequirementSyntax(format!(
-                        "found '{lit}', expected: ',', or identifier"
-                    )));
+                    return Err(Rejection::new(
+                        SelectorError::RequirementSyntax(format!(
+                            "found '{lit}', expected: ',', or identifier"
+                        )),
+                        "unterminated value list",
+                    ));
                 }
             }
         }
     }
 
-    fn parse_exact_value(&mut self) -> Result<BTreeSet<String>, SelectorError> {
+    /// The one value after `key` and `op` (`=`, `==`, `!=`, `>`, `<`).
+    fn parse_exact_value(&mut self, key: &str, op: LabelOp) -> Result<BTreeSet<String>, Rejection> {
         let (tok, _) = self.lookahead(Context::Values);
         if matches!(tok, Token::EndOfString | Token::Comma) {
             return Ok(BTreeSet::from([String::new()]));
@@ -529,10 +678,32 @@ impl Parser {
         if tok == Token::Identifier {
             return Ok(BTreeSet::from([lit]));
         }
-        Err(SelectorError::RequirementSyntax(format!(
-            "found '{lit}', expected: identifier"
-        )))
+        let reason = if matches!(op, LabelOp::GreaterThan | LabelOp::LessThan) {
+            integer_needed(key)
+        } else {
+            format!(
+                "expected a value after {key:?}=, found {}",
+                describe(tok, &lit)
+            )
+        };
+        Err(Rejection::new(
+            SelectorError::RequirementSyntax(format!("found '{lit}', expected: identifier")),
+            reason,
+        ))
     }
+}
+
+/// A token as a plain-language reason names it: words quoted, symbols in single quotes.
+fn describe(tok: Token, lit: &str) -> String {
+    match tok {
+        Token::Identifier | Token::In | Token::NotIn | Token::Error => format!("{lit:?}"),
+        Token::EndOfString => "the end".into(),
+        _ => format!("'{lit}'"),
+    }
+}
+
+fn integer_needed(key: &str) -> String {
+    format!("{key:?} with > or < needs an integer")
 }
 
 /// apimachinery's `NewRequirement` checks, for the shapes the parser can produce (it always
@@ -541,11 +712,13 @@ fn new_requirement(
     key: String,
     op: LabelOp,
     values: Vec<String>,
-) -> Result<LabelRequirement, SelectorError> {
+) -> Result<LabelRequirement, Rejection> {
     let mut errs = Vec::new();
+    let mut reason = None;
     if matches!(op, LabelOp::GreaterThan | LabelOp::LessThan) {
         for (i, v) in values.iter().enumerate() {
             if v.parse::<i64>().is_err() {
+                reason.get_or_insert_with(|| integer_needed(&key));
                 errs.push(InvalidValue {
                     path: format!("values[{i}]"),
                     value: v.clone(),
@@ -557,6 +730,12 @@ fn new_requirement(
     for (i, v) in values.iter().enumerate() {
         let problems = label_value_errors(v);
         if !problems.is_empty() {
+            reason.get_or_insert_with(|| {
+                format!(
+                    "{v:?} is not a label value (up to 63 letters, digits, '-', '_', '.', starting \
+                     and ending with a letter or digit)"
+                )
+            });
             errs.push(InvalidValue {
                 path: format!("values[{i}][{key}]"),
                 value: v.clone(),
@@ -564,10 +743,12 @@ fn new_requirement(
             });
         }
     }
-    if errs.is_empty() {
-        Ok(LabelRequirement { key, op, values })
-    } else {
-        Err(SelectorError::InvalidRequirement(errs))
+    match reason {
+        None => Ok(LabelRequirement { key, op, values }),
+        Some(reason) => Err(Rejection::new(
+            SelectorError::InvalidRequirement(errs),
+            reason,
+        )),
     }
 }
 
@@ -763,24 +944,37 @@ fn is_go_printable(c: char) -> bool {
 
 /// A parsed field selector; the empty selector matches everything.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct FieldSelector {
+pub struct FieldSelector {
     requirements: Vec<FieldRequirement>,
 }
 
 /// One `field=value` (or `field!=value` when `negated`) term, value unescaped.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FieldRequirement {
+pub struct FieldRequirement {
     /// The field label, e.g. `metadata.name`, taken verbatim (no trimming, as apimachinery).
-    pub(crate) field: String,
+    pub field: String,
     /// `!=` rather than `=`/`==`.
-    pub(crate) negated: bool,
+    pub negated: bool,
     /// The unescaped value.
-    pub(crate) value: String,
+    pub value: String,
 }
 
 impl FieldSelector {
     /// Parses `s` like apimachinery's `fields.ParseSelector`.
-    pub(crate) fn parse(s: &str) -> Result<Self, SelectorError> {
+    ///
+    /// # Errors
+    ///
+    /// [`SelectorError`] with the API server's message when it would refuse `s`.
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        Self::parse_explained(s).map_err(Rejection::into_error)
+    }
+
+    /// [`FieldSelector::parse`], explaining a refusal in plain words as well.
+    ///
+    /// # Errors
+    ///
+    /// [`Rejection`] when the API server would refuse `s`.
+    pub fn parse_explained(s: &str) -> Result<Self, Rejection> {
         let mut parts = split_terms(s);
         // apimachinery sorts the raw terms, which fixes the order `requirements` reports.
         parts.sort_unstable();
@@ -790,10 +984,13 @@ impl FieldSelector {
                 continue;
             }
             let Some((field, negated, raw)) = split_term(part) else {
-                return Err(SelectorError::InvalidFieldTerm {
-                    selector: s.to_owned(),
-                    term: part.to_owned(),
-                });
+                return Err(Rejection::new(
+                    SelectorError::InvalidFieldTerm {
+                        selector: s.to_owned(),
+                        term: part.to_owned(),
+                    },
+                    format!("{part:?} has no =, == or !="),
+                ));
             };
             let value = unescape_value(raw)?;
             // The identity transform apimachinery applies drops terms whose field and value
@@ -811,17 +1008,17 @@ impl FieldSelector {
     }
 
     /// Whether the selector has no requirements (and so matches everything).
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
 
     /// The terms, in apimachinery's order (sorted by their raw text).
-    pub(crate) fn requirements(&self) -> &[FieldRequirement] {
+    pub fn requirements(&self) -> &[FieldRequirement] {
         &self.requirements
     }
 
     /// `get(field)` returns the object's value for that field label (None = absent, compared as "").
-    pub(crate) fn matches(&self, get: impl Fn(&str) -> Option<String>) -> bool {
+    pub fn matches(&self, get: impl Fn(&str) -> Option<String>) -> bool {
         self.requirements.iter().all(|r| {
             let actual = get(&r.field).unwrap_or_default();
             (actual == r.value) != r.negated
@@ -866,13 +1063,19 @@ fn split_term(term: &str) -> Option<(&str, bool, &str)> {
 }
 
 /// `fields.UnescapeValue`: `\\`, `\,` and `\=` are the only escapes; bare `,`/`=` are errors.
-fn unescape_value(s: &str) -> Result<String, SelectorError> {
+fn unescape_value(s: &str) -> Result<String, Rejection> {
+    let invalid_escape = |sequence: String| {
+        Rejection::new(
+            SelectorError::InvalidEscapeSequence(sequence),
+            format!("invalid escape in {s:?}: only \\\\, \\, and \\= are allowed"),
+        )
+    };
     let mut out = String::with_capacity(s.len());
     let mut in_slash = false;
     for c in s.chars() {
         if in_slash {
             if !matches!(c, '\\' | ',' | '=') {
-                return Err(SelectorError::InvalidEscapeSequence(format!("\\{c}")));
+                return Err(invalid_escape(format!("\\{c}")));
             }
             out.push(c);
             in_slash = false;
@@ -880,12 +1083,17 @@ fn unescape_value(s: &str) -> Result<String, SelectorError> {
         }
         match c {
             '\\' => in_slash = true,
-            ',' | '=' => return Err(SelectorError::UnescapedCharacter(c)),
+            ',' | '=' => {
+                return Err(Rejection::new(
+                    SelectorError::UnescapedCharacter(c),
+                    format!("unescaped '{c}' in value {s:?}; write \\{c}"),
+                ));
+            }
             c => out.push(c),
         }
     }
     if in_slash {
-        return Err(SelectorError::InvalidEscapeSequence("\\".into()));
+        return Err(invalid_escape("\\".into()));
     }
     Ok(out)
 }
@@ -1307,6 +1515,111 @@ mod tests {
         assert_eq!(
             sel.to_string(),
             "found '=', expected: ',' or 'end of string'"
+        );
+    }
+
+    #[test]
+    fn rejections_explain_in_plain_words() {
+        let key = r#""-tier" is not a label key ([prefix/]name: name up to 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"#;
+        let value = r#""-gold" is not a label value (up to 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"#;
+        let labels = [
+            (
+                "tier gold",
+                r#"expected an operator (=, ==, !=, in, notin, >, <) after "tier", found "gold""#,
+            ),
+            (
+                "tier (",
+                r#"expected an operator (=, ==, !=, in, notin, >, <) after "tier", found '('"#,
+            ),
+            ("tier=gold,", "trailing ','"),
+            ("tier=gold,,x", "expected a label key"),
+            (",", "expected a label key"),
+            ("!", "expected a label key"),
+            ("!!x", "expected a label key"),
+            (
+                "tier in gold",
+                r#""in" needs a list in parentheses, like (in (a,b))"#,
+            ),
+            (
+                "tier notin gold",
+                r#""notin" needs a list in parentheses, like (notin (a,b))"#,
+            ),
+            ("tier in (a,b", "expected ',' or ')' in a value list"),
+            ("tier in (a b)", "expected ',' or ')' in a value list"),
+            ("tier in (a,", "unterminated value list"),
+            ("tier in (", "unterminated value list"),
+            ("tier in (=)", "unterminated value list"),
+            ("tier=gold!", "expected ',' or the end, found '!'"),
+            ("tier=gold x", r#"expected ',' or the end, found "x""#),
+            ("tier==(", r#"expected a value after "tier"=, found '('"#),
+            ("tier!=!", r#"expected a value after "tier"=, found '!'"#),
+            ("x<=5", r#""x" with > or < needs an integer"#),
+            (
+                "replicas>three",
+                r#""replicas" with > or < needs an integer"#,
+            ),
+            ("replicas>", r#""replicas" with > or < needs an integer"#),
+            ("-tier=gold", key),
+            ("!-tier", key),
+            ("tier=-gold", value),
+            ("tier in (ok,-gold)", value),
+        ];
+        for (s, want) in labels {
+            let rejection = LabelSelector::parse_explained(s).unwrap_err();
+            assert_eq!(rejection.reason(), want, "selector {s:?}");
+            assert_eq!(rejection.to_string(), want, "selector {s:?}");
+            assert_eq!(
+                Err(rejection.error().clone()),
+                LabelSelector::parse(s),
+                "selector {s:?}"
+            );
+        }
+        let fields = [
+            ("metadata.name", r#""metadata.name" has no =, == or !="#),
+            ("a=b=c", r#"unescaped '=' in value "b=c"; write \="#),
+            (
+                r"a=b\x",
+                r#"invalid escape in "b\\x": only \\, \, and \= are allowed"#,
+            ),
+            (
+                r"a=b\",
+                r#"invalid escape in "b\\": only \\, \, and \= are allowed"#,
+            ),
+        ];
+        for (s, want) in fields {
+            let rejection = FieldSelector::parse_explained(s).unwrap_err();
+            assert_eq!(rejection.reason(), want, "selector {s:?}");
+            assert_eq!(
+                Err(rejection.into_error()),
+                FieldSelector::parse(s),
+                "selector {s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn label_requirements_are_readable() {
+        let sel = LabelSelector::parse("tier in (silver,gold),!legacy,replicas>2").unwrap();
+        let read: Vec<(&str, LabelOp, &[String])> = sel
+            .requirements()
+            .iter()
+            .map(|r| (r.key(), r.op(), r.values()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("legacy", LabelOp::DoesNotExist, &[][..]),
+                ("replicas", LabelOp::GreaterThan, &["2".to_owned()][..]),
+                (
+                    "tier",
+                    LabelOp::In,
+                    &["gold".to_owned(), "silver".to_owned()][..]
+                ),
+            ]
+        );
+        assert_eq!(
+            LabelSelector::parse("x in ()").unwrap().requirements()[0].values(),
+            [""]
         );
     }
 

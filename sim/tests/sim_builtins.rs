@@ -1,7 +1,7 @@
 //! The built-in APIs besides namespaces and CRDs: Leases, Events, SelfSubjectAccessReview, and the deny
 //! switch that makes the simulator answer as a cluster without the right RBAC rule.
 
-use herald::sim::DenyRule;
+use herald_sim::DenyRule;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -83,7 +83,7 @@ async fn events_are_stored_and_selectable_by_involved_object() {
     assert_eq!(r.status, 400);
 }
 
-async fn review(sim: &herald::sim::Simulator, verb: &str, resource: &str) -> bool {
+async fn review(sim: &herald_sim::Simulator, verb: &str, resource: &str) -> bool {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(sim.client().unwrap());
     let ssar = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
@@ -188,7 +188,7 @@ async fn discovery_lists_the_builtins() {
 
 #[tokio::test]
 async fn tls_serves_https_with_the_certificate_in_the_kubeconfig() {
-    let sim = crate::support::sim_with(herald::sim::SimConfig::default().tls(true)).await;
+    let sim = crate::support::sim_with(herald_sim::SimConfig::default().tls(true)).await;
     assert!(sim.url().starts_with("https://127.0.0.1:"));
     assert!(
         sim.certificate_pem()

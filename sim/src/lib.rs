@@ -1,19 +1,8 @@
-//! `herald sim`: an in-memory Kubernetes API server for tests, demos and development.
+//! herald-sim: an in-memory Kubernetes API server for tests, demos and development; start it with
+//! [`Simulator::start`].
 //!
-//! It speaks the list/watch protocol as WATCH-PROTOCOL.md describes it, faithfully enough that kube-rs
-//! and kubectl cannot tell it from a real API server for everything herald touches. Start it with
-//! [`Simulator::start`], then use [`Simulator::client`] or the kubeconfig at
-//! [`Simulator::kubeconfig_path`]. `docs/simulator.md` says what is faithful and what is not.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), herald::sim::SimError> {
-//! use herald::sim::{SimConfig, Simulator};
-//! let sim = Simulator::start(SimConfig::default()).await?;
-//! let client = sim.client()?;
-//! # let _ = client;
-//! sim.shutdown().await;
-//! # Ok(()) }
-//! ```
+#![doc = include_str!("../README.md")]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
 mod crd;
@@ -29,7 +18,7 @@ mod patch;
 mod persist;
 mod resource;
 mod schema;
-mod selector;
+pub mod selector;
 mod status;
 mod store;
 mod tls;

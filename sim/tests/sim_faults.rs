@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use herald::sim::{FailRule, LatencyRule, SimConfig};
+use herald_sim::{FailRule, LatencyRule, SimConfig};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};

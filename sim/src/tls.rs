@@ -36,7 +36,11 @@ pub enum TlsError {
     ConfigFailed(#[source] rustls::Error),
 }
 
-/// The process-wide rustls provider: ring, the one kube-rs uses too, installed once and explicitly.
+/// Installs ring as the process-wide rustls provider, unless one is installed already.
+///
+/// The simulator never calls it: its TLS server names ring explicitly. It is for programs and tests
+/// that use the simulator standalone with a client that takes the process default and refuses to
+/// pick one itself (reqwest): call it once at start-up, before the first client is built.
 pub fn install_crypto_provider() {
     // Err means a provider is already installed, which is the state we want.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -45,7 +49,6 @@ pub fn install_crypto_provider() {
 impl Tls {
     /// A fresh certificate valid for `localhost`, `127.0.0.1` and `::1`.
     pub(crate) fn generate() -> Result<Self, TlsError> {
-        install_crypto_provider();
         let names = vec![
             "localhost".to_string(),
             "127.0.0.1".to_string(),
@@ -57,6 +60,7 @@ impl Tls {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
             certified.signing_key.serialize_der(),
         ));
+        // An explicit provider, so serving TLS does not depend on what the process installed.
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))

@@ -15,7 +15,7 @@ fn names(list: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn seeded(n: usize) -> (herald::sim::Simulator, Raw) {
+async fn seeded(n: usize) -> (herald_sim::Simulator, Raw) {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;
