@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use herald_sink_core::{CloudEvent, Envelope, Outcome, Sink, Template};
+use herald_sink_core::config::{DeliveryOptions, SinkConfig};
+use herald_sink_core::{CloudEvent, Envelope, Outcome, Sink};
 use herald_sink_kafka::{KafkaConfig, KafkaSink};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -16,6 +17,14 @@ use rdkafka::message::{Headers, Message};
 use serde_json::json;
 
 use crate::support::kafka::{Broker, create_topic};
+
+/// The sink `config` builds, as herald builds it at start-up.
+async fn build(config: &KafkaConfig) -> KafkaSink {
+    config
+        .build("it", &DeliveryOptions::new(KafkaConfig::DELIVERY))
+        .await
+        .expect("building the sink")
+}
 
 /// An event as herald's normalizer builds it.
 fn event(name: &str, op: &str, resource_version: u64) -> CloudEvent {
@@ -129,13 +138,12 @@ async fn creates_updates_and_deletes_arrive_with_key_headers_and_per_key_order()
     let topic = format!("{prefix}.Widget");
     create_topic(&broker.bootstrap, &topic, 3).await;
 
-    let config = KafkaConfig::new(
-        broker.bootstrap.clone(),
-        Template::parse(&format!("{prefix}.{{kind}}")).expect("parsing the topic template"),
-    )
-    .tombstones(true)
-    .message_timeout(Duration::from_secs(20));
-    let sink = KafkaSink::new(config).expect("building the sink");
+    let config = KafkaConfig {
+        tombstones: true,
+        message_timeout: Duration::from_secs(20),
+        ..KafkaConfig::new(vec![broker.bootstrap.clone()], format!("{prefix}.{{kind}}"))
+    };
+    let sink = build(&config).await;
     sink.healthcheck()
         .await
         .unwrap_or_else(|error| panic!("healthcheck: {error:?}; {}", broker.log_tail()));
@@ -234,12 +242,11 @@ async fn a_missing_topic_is_an_unknown_topic_retry() {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     let topic = format!("herald-it-missing-{}-{nonce}", std::process::id());
-    let config = KafkaConfig::new(
-        broker.bootstrap.clone(),
-        Template::parse(&topic).expect("parsing the topic"),
-    )
-    .message_timeout(Duration::from_secs(4));
-    let sink = KafkaSink::new(config).expect("building the sink");
+    let config = KafkaConfig {
+        message_timeout: Duration::from_secs(4),
+        ..KafkaConfig::new(vec![broker.bootstrap.clone()], topic)
+    };
+    let sink = build(&config).await;
     let outcomes = sink
         .send(&[Envelope::new(1, event("m", "created", 1))])
         .await;

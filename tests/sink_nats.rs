@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::StreamMessage;
+use herald_sink_core::CloudEvent;
+use herald_sink_core::config::{DeliveryOptions, SecretRef, SinkConfig};
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Sink, SinkError};
-use herald_sink_core::{CloudEvent, Template};
 use herald_sink_nats::{
-    Auth, JetStreamConfig, Mode, NatsConfig, NatsSink, Storage, StreamSpec, TlsConfig,
+    NatsAuth, NatsConfig, NatsJetStream, NatsMode, NatsSink, NatsStorage, NatsStreamSpec, NatsTls,
 };
 use serde_json::json;
 
@@ -53,21 +54,33 @@ fn envelopes(events: impl IntoIterator<Item = CloudEvent>) -> Vec<Envelope> {
         .collect()
 }
 
-fn template(source: &str) -> Template {
-    Template::parse(source).unwrap()
-}
-
 fn core_config(server: &NatsServer, subject: &str) -> NatsConfig {
-    NatsConfig::new(vec![server.url()], template(subject))
+    NatsConfig::new(vec![server.url()], subject)
 }
 
 fn jetstream_config(server: &NatsServer, stream: &str) -> NatsConfig {
-    core_config(server, "herald.{namespace}.{plural}")
-        .jetstream(
-            JetStreamConfig::new(stream)
-                .create(StreamSpec::new(vec!["herald.>".into()]).storage(Storage::Memory)),
-        )
-        .ack_timeout(Duration::from_secs(2))
+    NatsConfig {
+        jetstream: Some(
+            NatsJetStream::new(stream)
+                .create(NatsStreamSpec::new(vec!["herald.>".into()]).storage(NatsStorage::Memory)),
+        ),
+        ack_timeout: Duration::from_secs(2),
+        ..core_config(server, "herald.{namespace}.{plural}")
+    }
+}
+
+/// The sink `config` builds and connects, as herald does at start-up.
+async fn connect(config: NatsConfig) -> Result<NatsSink, SinkError> {
+    config
+        .build("it", &DeliveryOptions::new(NatsConfig::DELIVERY))
+        .await
+}
+
+/// A reference to a file in `dir` holding `secret`, as a mounted Kubernetes Secret.
+fn secret_file(dir: &tempfile::TempDir, name: &str, secret: &str) -> SecretRef {
+    let path = dir.path().join(name);
+    std::fs::write(&path, secret).unwrap();
+    SecretRef::File(path)
 }
 
 async fn client(server: &NatsServer) -> async_nats::Client {
@@ -132,7 +145,7 @@ async fn structured_events_reach_core_subscribers() {
     let mut subscriber = watcher.subscribe("herald.>").await.unwrap();
     watcher.flush().await.unwrap();
 
-    let sink = NatsSink::connect(core_config(&server, "herald.{namespace}.{kind}"))
+    let sink = connect(core_config(&server, "herald.{namespace}.{kind}"))
         .await
         .unwrap();
     sink.healthcheck().await.unwrap();
@@ -173,9 +186,12 @@ async fn binary_events_carry_ce_headers() {
     let mut subscriber = watcher.subscribe("herald.>").await.unwrap();
     watcher.flush().await.unwrap();
 
-    let sink = NatsSink::connect(core_config(&server, "herald.{kind}").mode(Mode::Binary))
-        .await
-        .unwrap();
+    let sink = connect(NatsConfig {
+        mode: NatsMode::Binary,
+        ..core_config(&server, "herald.{kind}")
+    })
+    .await
+    .unwrap();
     let sent = event("team-a", "my widget", 42, "updated").subject("team-a/my widget");
     assert_eq!(sink.send(&envelopes([sent.clone()])).await, [Outcome::Ok]);
 
@@ -218,12 +234,13 @@ async fn jetstream_publishes_carry_the_event_id_in_both_modes() {
     let Some(server) = NatsServer::start(&[]) else {
         return;
     };
-    let structured = NatsSink::connect(jetstream_config(&server, "HERALD"))
-        .await
-        .unwrap();
-    let binary = NatsSink::connect(jetstream_config(&server, "HERALD").mode(Mode::Binary))
-        .await
-        .unwrap();
+    let structured = connect(jetstream_config(&server, "HERALD")).await.unwrap();
+    let binary = connect(NatsConfig {
+        mode: NatsMode::Binary,
+        ..jetstream_config(&server, "HERALD")
+    })
+    .await
+    .unwrap();
     let first = event("team-a", "w1", 1, "created");
     let second = event("team-a", "w1", 2, "updated");
     assert_eq!(
@@ -265,9 +282,7 @@ async fn jetstream_stores_a_redelivered_event_once() {
     let Some(server) = NatsServer::start(&[]) else {
         return;
     };
-    let sink = NatsSink::connect(jetstream_config(&server, "HERALD"))
-        .await
-        .unwrap();
+    let sink = connect(jetstream_config(&server, "HERALD")).await.unwrap();
     let batch = envelopes([event("team-a", "w1", 7, "updated")]);
     assert_eq!(sink.send(&batch).await, [Outcome::Ok]);
     // The driver sends the same envelope again (its Ok was lost, say): the PubAck says
@@ -286,14 +301,17 @@ async fn creates_a_missing_stream_from_its_spec() {
     let Some(server) = NatsServer::start(&[]) else {
         return;
     };
-    let config = core_config(&server, "events.{kind}").jetstream(
-        JetStreamConfig::new("EVENTS").create(
-            StreamSpec::new(vec!["events.>".into()])
-                .duplicate_window(Duration::from_secs(600))
-                .max_age(Duration::from_secs(3600)),
+    let config = NatsConfig {
+        jetstream: Some(
+            NatsJetStream::new("EVENTS").create(
+                NatsStreamSpec::new(vec!["events.>".into()])
+                    .duplicate_window(Duration::from_secs(600))
+                    .max_age(Duration::from_secs(3600)),
+            ),
         ),
-    );
-    let sink = NatsSink::connect(config.clone()).await.unwrap();
+        ..core_config(&server, "events.{kind}")
+    };
+    let sink = connect(config.clone()).await.unwrap();
     sink.healthcheck().await.unwrap();
     let context = async_nats::jetstream::new(client(&server).await);
     let mut stream = context.get_stream("EVENTS").await.unwrap();
@@ -311,7 +329,7 @@ async fn creates_a_missing_stream_from_its_spec() {
         [Outcome::Ok]
     );
     // A second herald finds the stream and leaves it as it is.
-    let again = NatsSink::connect(config).await.unwrap();
+    let again = connect(config).await.unwrap();
     again.healthcheck().await.unwrap();
     assert_eq!(stream_messages(&server, "EVENTS").await.len(), 1);
 }
@@ -321,10 +339,12 @@ async fn a_missing_stream_is_an_error_or_a_retry_never_a_rejection() {
     let Some(server) = NatsServer::start(&[]) else {
         return;
     };
-    let without_create = core_config(&server, "herald.{kind}")
-        .jetstream(JetStreamConfig::new("ABSENT"))
-        .ack_timeout(Duration::from_secs(2));
-    let err = NatsSink::connect(without_create).await.unwrap_err();
+    let without_create = NatsConfig {
+        jetstream: Some(NatsJetStream::new("ABSENT")),
+        ack_timeout: Duration::from_secs(2),
+        ..core_config(&server, "herald.{kind}")
+    };
+    let err = connect(without_create).await.unwrap_err();
     assert!(
         matches!(&err, SinkError::DestinationMissing { what } if what.contains("ABSENT")),
         "{err:?}"
@@ -335,9 +355,7 @@ async fn a_missing_stream_is_an_error_or_a_retry_never_a_rejection() {
     );
 
     // The stream disappears after connect: publishes get no responders and are retried.
-    let sink = NatsSink::connect(jetstream_config(&server, "HERALD"))
-        .await
-        .unwrap();
+    let sink = connect(jetstream_config(&server, "HERALD")).await.unwrap();
     let context = async_nats::jetstream::new(client(&server).await);
     context.delete_stream("HERALD").await.unwrap();
     let outcomes = sink
@@ -364,8 +382,11 @@ async fn jetstream_needs_jetstream_enabled() {
     let Some(server) = NatsServer::start_without_jetstream() else {
         return;
     };
-    let config = core_config(&server, "herald.{kind}").jetstream(JetStreamConfig::new("HERALD"));
-    let err = NatsSink::connect(config).await.unwrap_err();
+    let config = NatsConfig {
+        jetstream: Some(NatsJetStream::new("HERALD")),
+        ..core_config(&server, "herald.{kind}")
+    };
+    let err = connect(config).await.unwrap_err();
     assert!(
         matches!(&err, SinkError::Unavailable { reason } if reason.contains("JetStream is not enabled")),
         "{err:?}"
@@ -380,11 +401,15 @@ async fn every_event_arrives_once_and_in_order_across_a_server_restart() {
     let Some(mut server) = NatsServer::start(&[]) else {
         return;
     };
-    let config = core_config(&server, "herald.{namespace}.{plural}.{name}")
-        .jetstream(JetStreamConfig::new("HERALD").create(StreamSpec::new(vec!["herald.>".into()])))
-        .ack_timeout(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(1));
-    let sink = NatsSink::connect(config).await.unwrap();
+    let config = NatsConfig {
+        jetstream: Some(
+            NatsJetStream::new("HERALD").create(NatsStreamSpec::new(vec!["herald.>".into()])),
+        ),
+        ack_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(1),
+        ..core_config(&server, "herald.{namespace}.{plural}.{name}")
+    };
+    let sink = connect(config).await.unwrap();
 
     const NAMESPACES: usize = 4;
     const NAMES: usize = 10;
@@ -499,9 +524,10 @@ async fn core_publishes_while_disconnected_are_retried() {
     let Some(mut server) = NatsServer::start(&[]) else {
         return;
     };
-    let sink = NatsSink::connect(
-        core_config(&server, "herald.{kind}").connect_timeout(Duration::from_millis(500)),
-    )
+    let sink = connect(NatsConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..core_config(&server, "herald.{kind}")
+    })
     .await
     .unwrap();
     assert_eq!(
@@ -534,9 +560,7 @@ async fn an_oversized_event_is_rejected_and_the_rest_of_its_batch_delivered() {
     else {
         return;
     };
-    let sink = NatsSink::connect(jetstream_config(&server, "HERALD"))
-        .await
-        .unwrap();
+    let sink = connect(jetstream_config(&server, "HERALD")).await.unwrap();
     let big = event("a", "big", 2, "updated").data(json!({"blob": "x".repeat(MAX_PAYLOAD)}));
     let batch = envelopes([
         event("a", "small1", 1, "created"),
@@ -606,7 +630,7 @@ async fn awkward_names_become_single_subject_tokens() {
     let watcher = client(&server).await;
     let mut subscriber = watcher.subscribe("herald.*.*.*.*.*.*").await.unwrap();
     watcher.flush().await.unwrap();
-    let sink = NatsSink::connect(core_config(
+    let sink = connect(core_config(
         &server,
         "herald.{group}.{kind}.{namespace}.{version}.{name}.{op}",
     ))
@@ -663,20 +687,29 @@ async fn token_auth() {
     let Some(server) = NatsServer::start(&["--auth", "s3cret-token"]) else {
         return;
     };
+    let secrets = tempfile::tempdir().unwrap();
     let config = core_config(&server, "herald.{kind}");
-    let sink = NatsSink::connect(config.clone().auth(Auth::Token("s3cret-token".into())))
-        .await
-        .unwrap();
+    let sink = connect(NatsConfig {
+        auth: Some(NatsAuth::Token(secret_file(
+            &secrets,
+            "token",
+            "s3cret-token",
+        ))),
+        ..config.clone()
+    })
+    .await
+    .unwrap();
     assert_eq!(
         sink.send(&envelopes([event("a", "b", 1, "created")])).await,
         [Outcome::Ok]
     );
-    for wrong in [None, Some(Auth::Token("wrong".into()))] {
-        let config = match wrong {
-            Some(auth) => config.clone().auth(auth),
-            None => config.clone(),
+    let wrong_token = secret_file(&secrets, "wrong", "wrong");
+    for wrong in [None, Some(NatsAuth::Token(wrong_token))] {
+        let config = NatsConfig {
+            auth: wrong,
+            ..config.clone()
         };
-        let err = NatsSink::connect(config).await.unwrap_err();
+        let err = connect(config).await.unwrap_err();
         assert!(
             matches!(err, SinkError::AuthenticationFailed { .. }),
             "{err:?}"
@@ -690,22 +723,33 @@ async fn user_password_auth() {
     let Some(server) = NatsServer::start(&["--user", "herald", "--pass", "pa55word"]) else {
         return;
     };
-    let config = core_config(&server, "herald.{kind}")
-        .jetstream(JetStreamConfig::new("HERALD").create(StreamSpec::new(vec!["herald.>".into()])));
-    let sink = NatsSink::connect(config.clone().auth(Auth::UserPassword {
-        user: "herald".into(),
-        password: "pa55word".into(),
-    }))
+    let secrets = tempfile::tempdir().unwrap();
+    let config = NatsConfig {
+        jetstream: Some(
+            NatsJetStream::new("HERALD").create(NatsStreamSpec::new(vec!["herald.>".into()])),
+        ),
+        ..core_config(&server, "herald.{kind}")
+    };
+    let sink = connect(NatsConfig {
+        auth: Some(NatsAuth::UserPassword {
+            user: "herald".into(),
+            password: secret_file(&secrets, "password", "pa55word"),
+        }),
+        ..config.clone()
+    })
     .await
     .unwrap();
     assert_eq!(
         sink.send(&envelopes([event("a", "b", 1, "created")])).await,
         [Outcome::Ok]
     );
-    let err = NatsSink::connect(config.auth(Auth::UserPassword {
-        user: "herald".into(),
-        password: "wrong".into(),
-    }))
+    let err = connect(NatsConfig {
+        auth: Some(NatsAuth::UserPassword {
+            user: "herald".into(),
+            password: secret_file(&secrets, "wrong", "wrong"),
+        }),
+        ..config
+    })
     .await
     .unwrap_err();
     assert!(
@@ -719,9 +763,7 @@ async fn dead_letters_carry_their_error_context() {
     let Some(server) = NatsServer::start(&[]) else {
         return;
     };
-    let sink = NatsSink::connect(jetstream_config(&server, "DLQ"))
-        .await
-        .unwrap();
+    let sink = connect(jetstream_config(&server, "DLQ")).await.unwrap();
     let letters = envelopes([event("a", "b", 1, "created"), event("a", "c", 2, "updated")]);
     let errors = [
         ErrorContext {
@@ -802,9 +844,12 @@ async fn large_concurrent_batches_flow_through_a_small_window() {
         return;
     };
     let sink = Arc::new(
-        NatsSink::connect(jetstream_config(&server, "HERALD").max_in_flight(64))
-            .await
-            .unwrap(),
+        connect(NatsConfig {
+            max_in_flight: 64,
+            ..jetstream_config(&server, "HERALD")
+        })
+        .await
+        .unwrap(),
     );
     let started = Instant::now();
     let tasks: Vec<_> = (0..3)
@@ -836,12 +881,14 @@ async fn large_concurrent_batches_flow_through_a_small_window() {
 #[tokio::test]
 async fn an_unreachable_server_fails_to_connect() {
     // Nothing listens on a port just freed; only loopback is used.
-    let config = NatsConfig::new(
-        vec![format!("nats://127.0.0.1:{}", free_port())],
-        template("herald.{kind}"),
-    )
-    .connect_timeout(Duration::from_millis(500));
-    let err = NatsSink::connect(config).await.unwrap_err();
+    let config = NatsConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..NatsConfig::new(
+            vec![format!("nats://127.0.0.1:{}", free_port())],
+            "herald.{kind}",
+        )
+    };
+    let err = connect(config).await.unwrap_err();
     assert!(matches!(err, SinkError::ConnectFailed { .. }), "{err:?}");
 }
 
@@ -897,8 +944,8 @@ impl Pki {
         )
     }
 
-    fn client_tls(&self) -> TlsConfig {
-        TlsConfig {
+    fn client_tls(&self) -> NatsTls {
+        NatsTls {
             ca_file: Some(self.path("ca.pem")),
             client_cert_file: Some(self.path("client.pem")),
             client_key_file: Some(self.path("client-key.pem")),
@@ -914,15 +961,20 @@ async fn tls_with_a_private_ca_and_a_client_certificate() {
         return;
     };
     let url = format!("tls://127.0.0.1:{}", server.port);
-    let config = NatsConfig::new(vec![url], template("herald.{namespace}.{plural}"))
-        .jetstream(
-            JetStreamConfig::new("HERALD")
-                .create(StreamSpec::new(vec!["herald.>".into()]).storage(Storage::Memory)),
-        )
-        .connect_timeout(Duration::from_secs(3));
-    let sink = NatsSink::connect(config.clone().tls(pki.client_tls()))
-        .await
-        .unwrap();
+    let config = NatsConfig {
+        jetstream: Some(
+            NatsJetStream::new("HERALD")
+                .create(NatsStreamSpec::new(vec!["herald.>".into()]).storage(NatsStorage::Memory)),
+        ),
+        connect_timeout: Duration::from_secs(3),
+        ..NatsConfig::new(vec![url], "herald.{namespace}.{plural}")
+    };
+    let sink = connect(NatsConfig {
+        tls: Some(pki.client_tls()),
+        ..config.clone()
+    })
+    .await
+    .unwrap();
     sink.healthcheck().await.unwrap();
     assert_eq!(
         sink.send(&envelopes([event("a", "b", 1, "created")])).await,
@@ -931,19 +983,22 @@ async fn tls_with_a_private_ca_and_a_client_certificate() {
 
     // Without the client certificate the server refuses the handshake; without the private CA
     // herald refuses the server.
-    let without_client_cert = TlsConfig {
+    let without_client_cert = NatsTls {
         client_cert_file: None,
         client_key_file: None,
         ..pki.client_tls()
     };
-    let without_ca = TlsConfig {
+    let without_ca = NatsTls {
         ca_file: None,
         ..pki.client_tls()
     };
     for tls in [without_client_cert, without_ca] {
-        let err = NatsSink::connect(config.clone().tls(tls.clone()))
-            .await
-            .unwrap_err();
+        let err = connect(NatsConfig {
+            tls: Some(tls.clone()),
+            ..config.clone()
+        })
+        .await
+        .unwrap_err();
         assert!(
             matches!(err, SinkError::ConnectFailed { .. }),
             "{tls:?}: {err:?}"
@@ -956,12 +1011,14 @@ async fn required_tls_refuses_a_plain_server() {
     let Some(server) = NatsServer::start(&[]) else {
         return;
     };
-    let config = core_config(&server, "herald.{kind}")
-        .tls(TlsConfig {
+    let config = NatsConfig {
+        tls: Some(NatsTls {
             required: true,
-            ..TlsConfig::default()
-        })
-        .connect_timeout(Duration::from_secs(2));
-    let err = NatsSink::connect(config).await.unwrap_err();
+            ..NatsTls::default()
+        }),
+        connect_timeout: Duration::from_secs(2),
+        ..core_config(&server, "herald.{kind}")
+    };
+    let err = connect(config).await.unwrap_err();
     assert!(matches!(err, SinkError::ConnectFailed { .. }), "{err:?}");
 }

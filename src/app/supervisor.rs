@@ -283,7 +283,7 @@ impl Supervisor {
                 sink: cfg.name.clone(),
                 reason,
             })?;
-        let from_start = cfg.kind.start() == SinkStart::Earliest;
+        let from_start = cfg.delivery.start == SinkStart::Earliest;
         // Registered before the delivery starts (and, at start-up, before any watcher appends), so
         // a sink starting at the head still sees every event journaled after this call.
         self.journal
@@ -297,7 +297,7 @@ impl Supervisor {
         let settings = delivery::Settings {
             max_dead_letters: self.base.max_dead_letters,
             oversize: self.base.oversize.clone(),
-            ..sinks::settings(&cfg.kind)
+            ..sinks::settings(cfg)
         };
         let handle = tokio::spawn(guarded(
             self.alive.clone(),
@@ -316,7 +316,7 @@ impl Supervisor {
         self.sinks.push(SinkSlot {
             name: cfg.name.clone(),
             sink,
-            dead_letter_sink: cfg.kind.dead_letter_sink().map(str::to_owned),
+            dead_letter_sink: cfg.delivery.dead_letter_sink.clone(),
             stats,
             delivery: Task { stop, handle },
             forward: None,

@@ -4,9 +4,7 @@
 use std::env::VarError;
 use std::path::PathBuf;
 
-/// Looks up an environment variable; injectable so tests need not mutate the process
-/// environment (which is `unsafe` in edition 2024 and racy across test threads).
-pub(crate) type EnvLookup<'a> = &'a dyn Fn(&str) -> Result<String, VarError>;
+pub(crate) use herald_sink_core::config::{EnvLookup, is_var_name};
 
 /// Expands every `${NAME}` in `text`; `$${` stands for a literal `${`, any other `$` is literal.
 ///
@@ -62,15 +60,6 @@ pub(crate) fn expand_path(path: &mut PathBuf, env: EnvLookup<'_>) -> Result<(), 
         *path = PathBuf::from(expand(text, env)?);
     }
     Ok(())
-}
-
-/// `[A-Za-z_][A-Za-z0-9_]*`, the portable shell variable name.
-pub(crate) fn is_var_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::units::deserialize_duration;
+use herald_sink_core::config::deserialize_duration;
 
 /// The `journal` section: herald's on-disk store of events between the watch and the sinks.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]

@@ -9,13 +9,9 @@
 mod cluster;
 mod interpolate;
 mod journal;
-mod kafka;
-mod nats;
 mod resource;
 mod route;
-mod secret;
 mod sink;
-mod units;
 mod validate;
 
 #[cfg(test)]
@@ -31,22 +27,15 @@ pub use cluster::{
     ClusterConfig, ClusterSource, DEFAULT_CLUSTER_NAME, EMBEDDED_CLUSTER_NAME, EmbeddedSource,
     KubeconfigSource,
 };
+pub use herald_sink_core::config::{SecretError, SecretRef, SinkStart};
 pub use journal::{AdminConfig, DEFAULT_ADMIN_LISTEN, JournalSettings};
-pub use kafka::{KafkaMode, KafkaSinkConfig, SECRET_PROPERTIES};
-pub use nats::{
-    NatsAuth, NatsJetStream, NatsMode, NatsSinkConfig, NatsStorage, NatsStreamSpec, NatsTls,
-};
 pub use resource::{
     DEFAULT_TYPE_PREFIX, EventType, InitialState, Namespaces, OnOversize, PayloadPart,
     PayloadParts, ResourceConfig,
 };
 pub(crate) use route::split_resource;
 pub use route::{ANY_RESOURCE, RouteConfig};
-pub use secret::{SecretError, SecretRef};
-pub use sink::{
-    FileSinkConfig, Fsync, Rotate, STDOUT_PATH, SinkConfig, SinkKind, SinkStart, SinkType,
-    WebhookAuth, WebhookBasicAuth, WebhookMode, WebhookSigning, WebhookSinkConfig, WebhookTls,
-};
+pub use sink::{SinkConfig, SinkKind, SinkType};
 
 use interpolate::EnvLookup;
 use validate::Problems;
@@ -217,38 +206,8 @@ fn resolve(config: &mut Config, env: EnvLookup<'_>, problems: &mut Problems) {
         _ => {}
     }
     for (i, sink) in config.sinks.iter_mut().enumerate() {
-        match &mut sink.kind {
-            SinkKind::File(file) => expand(&mut file.path, format!("sinks[{i}].path")),
-            SinkKind::Webhook(webhook) => {
-                if let Some(tls) = &mut webhook.tls {
-                    for (path, key) in [
-                        (&mut tls.ca_file, "caFile"),
-                        (&mut tls.client_cert_file, "clientCertFile"),
-                        (&mut tls.client_key_file, "clientKeyFile"),
-                    ] {
-                        if let Some(path) = path {
-                            expand(path, format!("sinks[{i}].tls.{key}"));
-                        }
-                    }
-                }
-            }
-            SinkKind::Kafka(_) => {}
-            SinkKind::Nats(nats) => {
-                if let Some(tls) = &mut nats.tls {
-                    for (path, key) in [
-                        (&mut tls.ca_file, "caFile"),
-                        (&mut tls.client_cert_file, "clientCertFile"),
-                        (&mut tls.client_key_file, "clientKeyFile"),
-                    ] {
-                        if let Some(path) = path {
-                            expand(path, format!("sinks[{i}].tls.{key}"));
-                        }
-                    }
-                }
-                if let Some(NatsAuth::CredentialsFile(path)) = &mut nats.auth {
-                    expand(path, format!("sinks[{i}].auth.credentialsFile"));
-                }
-            }
+        for (key, path) in sink.kind.paths_mut() {
+            expand(path, format!("sinks[{i}].{key}"));
         }
     }
     expand(&mut config.journal.path, "journal.path".into());

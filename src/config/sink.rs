@@ -1,51 +1,50 @@
-//! The `sinks` section: where events go. One [`SinkKind`] variant per sink crate.
+//! The `sinks` section: where events go. One [`SinkKind`] variant per sink crate; each crate owns
+//! its keys, their docs and checks, and how it builds its sink (`herald_sink_core`'s
+//! `config::SinkConfig`). What is left here is what no single sink can know: the entry's `name`,
+//! the delivery keys read beside the sink's own, and the dispatch on `type`.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use schemars::JsonSchema;
+use herald_sink_core::config::{DeliveryKeys, DeliveryOptions, Problems, SinkConfig as Configure};
+use herald_sink_file::FileConfig;
+use herald_sink_kafka::KafkaConfig;
+use herald_sink_nats::NatsConfig;
+use herald_sink_webhook::WebhookConfig;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::kafka::KafkaSinkConfig;
-use super::nats::NatsSinkConfig;
-use super::secret::SecretRef;
-use super::units::{deserialize_duration, deserialize_size};
-
-/// The `path` of a file sink that writes to standard output.
-pub const STDOUT_PATH: &str = "-";
-
-/// One sink (`sinks[]`): its name and its type-specific settings.
+/// One sink (`sinks[]`): its name, the delivery keys and its type's settings.
 ///
 /// In YAML all keys sit side by side: `{name: archive, type: file, path: events.jsonl}`.
-#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkConfig {
     /// Unique name: metric label `sink`, log field, dead-letter queue and journal cursor name, and
     /// what `routes[].sinks` refers to. Matches `[a-z0-9][a-z0-9-]*`, at most 63 characters.
     /// Required. Example: `archive`.
     pub name: String,
+    /// The keys the delivery driver reads (`concurrency`, `maxAttempts`, `start` …), as far as
+    /// the type takes them.
+    pub delivery: DeliveryOptions,
     /// The type-specific settings, selected by `type`.
-    #[serde(flatten)]
     pub kind: SinkKind,
 }
 
 /// The sink type and its settings; `type` in YAML, matching the sink crate's name and `Sink::NAME`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 // Read once at start-up for a handful of sinks: plain variants beat boxing for the size.
 #[allow(clippy::large_enum_variant)]
 pub enum SinkKind {
     /// `type: file`: JSON lines (structured-mode CloudEvents) appended to a file or stdout.
-    File(FileSinkConfig),
+    File(FileConfig),
     /// `type: webhook`: CloudEvents POSTed to an HTTP endpoint, signed per Standard Webhooks.
-    Webhook(WebhookSinkConfig),
+    Webhook(WebhookConfig),
     /// `type: kafka`: one record per event, keyed by `partitionkey`.
-    Kafka(KafkaSinkConfig),
+    Kafka(KafkaConfig),
     /// `type: nats`: core NATS publishes or JetStream publishes awaiting a `PubAck`.
-    Nats(NatsSinkConfig),
+    Nats(NatsConfig),
 }
 
 /// The value of `type`, without settings: for metric labels and messages.
@@ -73,12 +72,35 @@ impl SinkType {
             Self::Nats => "nats",
         }
     }
+
+    /// The delivery keys a sink of this type takes.
+    #[must_use]
+    pub const fn delivery_keys(self) -> DeliveryKeys {
+        match self {
+            Self::File => FileConfig::DELIVERY,
+            Self::Webhook => WebhookConfig::DELIVERY,
+            Self::Kafka => KafkaConfig::DELIVERY,
+            Self::Nats => NatsConfig::DELIVERY,
+        }
+    }
 }
 
 impl fmt::Display for SinkType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Evaluates `$body` with `$config` bound to the sink crate's configuration, whatever the type.
+macro_rules! with_config {
+    ($kind:expr, $config:ident => $body:expr) => {
+        match $kind {
+            SinkKind::File($config) => $body,
+            SinkKind::Webhook($config) => $body,
+            SinkKind::Kafka($config) => $body,
+            SinkKind::Nats($config) => $body,
+        }
+    };
 }
 
 impl SinkKind {
@@ -95,294 +117,97 @@ impl SinkKind {
         }
     }
 
-    /// Where the sink starts without a cursor (`start`, which every type has).
+    /// The path-valued keys, for `${VAR}` expansion, with their key path below the sink.
+    pub(crate) fn paths_mut(&mut self) -> Vec<(&'static str, &mut PathBuf)> {
+        with_config!(self, config => config.paths_mut())
+    }
+
+    /// The most events the driver gives one send call, when the sink says.
     #[must_use]
-    pub const fn start(&self) -> SinkStart {
-        match self {
-            Self::File(file) => file.start,
-            Self::Webhook(webhook) => webhook.start,
-            Self::Kafka(kafka) => kafka.start,
-            Self::Nats(nats) => nats.start,
+    pub fn batch_max_events(&self, delivery: &DeliveryOptions) -> Option<usize> {
+        with_config!(self, config => config.batch_max_events(delivery))
+    }
+}
+
+impl SinkConfig {
+    /// The rules this sink breaks: its type's, then the delivery keys'; keys below the sink.
+    pub(crate) fn problems(&self) -> Problems {
+        let mut problems = Problems::default();
+        with_config!(&self.kind, config => config.validate(&mut problems));
+        self.delivery.validate(&mut problems);
+        problems
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema: `name`, then one branch per type with its own keys, `type` and the delivery keys it
+// takes, as users write them side by side.
+// ---------------------------------------------------------------------------------------------
+
+impl JsonSchema for SinkConfig {
+    fn schema_name() -> Cow<'static, str> {
+        "SinkConfig".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let delivery = DeliveryOptions::json_schema(generator);
+        let branches = [
+            branch::<FileConfig>(generator, SinkType::File, &delivery),
+            branch::<WebhookConfig>(generator, SinkType::Webhook, &delivery),
+            branch::<KafkaConfig>(generator, SinkType::Kafka, &delivery),
+            branch::<NatsConfig>(generator, SinkType::Nats, &delivery),
+        ];
+        json_schema!({
+            "description": "One sink: its name, its type and the type's settings, side by side.",
+            "type": "object",
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "description": "Unique name: metric label `sink`, log field, dead-letter queue and journal cursor name, and what `routes[].sinks` refers to. Matches `[a-z0-9][a-z0-9-]*`, at most 63 characters. Required. Example: `archive`."
+                }
+            },
+            "required": ["name"],
+            "oneOf": branches,
+        })
+    }
+}
+
+/// One type's branch: its configuration's schema, with `type` and the delivery keys it takes.
+fn branch<C: Configure + JsonSchema>(
+    generator: &mut SchemaGenerator,
+    sink_type: SinkType,
+    delivery: &Schema,
+) -> Schema {
+    let mut schema = C::json_schema(generator);
+    let keys = sink_type.delivery_keys();
+    if let Some(properties) = schema
+        .ensure_object()
+        .entry("properties")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()
+    {
+        properties.insert(
+            "type".to_owned(),
+            serde_json::json!({ "type": "string", "const": sink_type.as_str() }),
+        );
+        let shared = delivery
+            .get("properties")
+            .and_then(serde_json::Value::as_object);
+        for (key, value) in shared.into_iter().flatten() {
+            if keys.takes(key) {
+                properties.insert(key.clone(), value.clone());
+            }
         }
     }
-
-    /// The sink that receives this sink's dead letters (`deadLetterSink`), if any.
-    #[must_use]
-    pub fn dead_letter_sink(&self) -> Option<&str> {
-        match self {
-            Self::File(_) => None,
-            Self::Webhook(webhook) => webhook.dead_letter_sink.as_deref(),
-            Self::Kafka(kafka) => kafka.dead_letter_sink.as_deref(),
-            Self::Nats(nats) => nats.dead_letter_sink.as_deref(),
-        }
+    if let Some(required) = schema
+        .ensure_object()
+        .entry("required")
+        .or_insert_with(|| serde_json::json!([]))
+        .as_array_mut()
+    {
+        required.push("type".into());
     }
-}
-
-/// `type: file` settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FileSinkConfig {
-    /// File the events are appended to, one JSON CloudEvent per line; `-` writes to stdout.
-    /// `${VAR}` is expanded; relative paths are relative to herald's working directory. Required.
-    /// Example: `/var/lib/herald/events.jsonl`.
-    pub path: PathBuf,
-    /// When written events are fsynced: `always` (before each acknowledgement), `interval`
-    /// (every `fsyncInterval`; a crash may lose that window, and the journal re-sends it) or
-    /// `never` (left to the OS). Ignored for stdout. Default `interval`. Example: `always`.
-    #[serde(default)]
-    pub fsync: Fsync,
-    /// How often `fsync: interval` syncs; a duration with a unit, greater than zero. Default
-    /// `1s`. Example: `250ms`.
-    #[serde(
-        default = "default_fsync_interval",
-        deserialize_with = "deserialize_duration"
-    )]
-    #[schemars(with = "String", extend("default" = "1s"))]
-    pub fsync_interval: Duration,
-    /// Size-based rotation. Default: none (the file grows without bound). Not allowed with
-    /// stdout. Example: `{maxSize: 64MiB, maxFiles: 5}`.
-    #[serde(default)]
-    pub rotate: Option<Rotate>,
-    /// Where this sink starts when it has no cursor yet (it is new, or was renamed): `head` (only
-    /// events journaled from now on) or `earliest` (everything still in the journal). Default
-    /// `head`. Example: `earliest`.
-    #[serde(default)]
-    pub start: SinkStart,
-}
-
-impl FileSinkConfig {
-    /// Whether `path` is `-`, standard output.
-    #[must_use]
-    pub fn is_stdout(&self) -> bool {
-        self.path.as_os_str() == STDOUT_PATH
-    }
-}
-
-fn default_fsync_interval() -> Duration {
-    Duration::from_secs(1)
-}
-
-/// `fsync` of a file sink.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Fsync {
-    /// fsync before acknowledging each batch.
-    Always,
-    /// fsync every `fsyncInterval`.
-    #[default]
-    Interval,
-    /// Never fsync; the OS writes back when it likes.
-    Never,
-}
-
-/// `rotate` of a file sink: when the file reaches `maxSize` it is renamed to `<path>.1` (older
-/// ones shift to `.2` …) and a new file is started.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Rotate {
-    /// Size at which the file is rotated, in bytes; a size with a unit (`B`, `KB`, `MB`, `GB`,
-    /// `KiB`, `MiB`, `GiB`, `Ki`, `Mi`, `Gi` …), greater than zero. Required. Example: `64MiB`.
-    #[serde(deserialize_with = "deserialize_size")]
-    #[schemars(with = "String")]
-    pub max_size: u64,
-    /// How many rotated files (`<path>.1` … `<path>.N`) are kept besides the active one; older
-    /// ones are deleted. At least 1. Default `5`. Example: `10`.
-    #[serde(default = "default_max_files")]
-    pub max_files: usize,
-}
-
-fn default_max_files() -> usize {
-    5
-}
-
-/// `type: webhook` settings: each event (or batch) is an HTTP POST to `url`; 2xx is delivered, 408,
-/// 429 and 5xx except 501 are retried (honouring `Retry-After`), redirects are not followed, and
-/// 3xx, 501 and other 4xx dead-letter the event.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WebhookSinkConfig {
-    /// The receiver: an `http` or `https` URL, without credentials (use `auth`). Required.
-    /// Example: `https://events.example.com/herald`.
-    pub url: String,
-    /// Extra headers sent with every request, name to value. Names herald sets itself
-    /// (`Content-Type`, `ce-*`, `webhook-*`, `Authorization`, `X-Hub-Signature-256`,
-    /// `herald-error-*`, connection headers) are refused. Values are literal text, so never put a
-    /// secret here. Default: none. Example: `{X-Tenant: payments}`.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// The `Authorization` header: `{bearer: SECRET}` or
-    /// `{basic: {username: NAME, password: SECRET}}`, secrets as references. Default: none.
-    /// Example: `{bearer: ${WEBHOOK_TOKEN}}`.
-    #[serde(default)]
-    pub auth: Option<WebhookAuth>,
-    /// TLS for `https` URLs: a private CA and a client certificate. Default: the system's root
-    /// certificates, no client certificate. Example: `{caFile: /etc/herald/ca.pem}`.
-    #[serde(default)]
-    pub tls: Option<WebhookTls>,
-    /// Per-request timeout (connect, send, receive the answer); greater than zero. A timed-out
-    /// request is retried. Default `10s`. Example: `30s`.
-    #[serde(
-        default = "default_webhook_timeout",
-        deserialize_with = "deserialize_duration"
-    )]
-    #[schemars(with = "String", extend("default" = "10s"))]
-    pub timeout: Duration,
-    /// CloudEvents HTTP binding: `binary` (attributes as `ce-` headers, `data` as the body),
-    /// `structured` (the JSON event as the body) or `batched` (a JSON array of up to
-    /// `batchMaxEvents` events; only for receivers that asked for batches). Default `binary`.
-    /// Example: `structured`.
-    #[serde(default)]
-    pub mode: WebhookMode,
-    /// Most events per request in `batched` mode; at least 1. Default `100`. Example: `500`.
-    #[serde(default = "default_batch_max_events")]
-    pub batch_max_events: usize,
-    /// Standard Webhooks signing (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
-    /// Default: unsigned. Example: `{secret: ${WEBHOOK_SECRET}}`.
-    #[serde(default)]
-    pub signing: Option<WebhookSigning>,
-    /// Concurrent send calls (each a batch of events with distinct partition keys); at least 1.
-    /// Default `8`. Example: `16`.
-    #[serde(default = "default_concurrency")]
-    pub concurrency: usize,
-    /// Dead-letter an event after this many failed attempts; at least 1. Default: none (retryable
-    /// failures retry without limit). Example: `20`.
-    #[serde(default)]
-    pub max_attempts: Option<u32>,
-    /// Dead-letter an event still failing this long after its first failure; greater than zero.
-    /// Default: none. Example: `24h`.
-    #[serde(default, deserialize_with = "deserialize_some_duration")]
-    #[schemars(with = "Option<String>")]
-    pub max_age: Option<Duration>,
-    /// Name of the sink that receives this sink's dead letters, with `herald-error-*` headers; it
-    /// must exist and not be this sink. Default: none (dead letters stay in herald's dead-letter
-    /// queue). Example: `audit-dlq`.
-    #[serde(default)]
-    pub dead_letter_sink: Option<String>,
-    /// Where this sink starts when it has no cursor yet: `head` or `earliest`. Default `head`.
-    /// Example: `earliest`.
-    #[serde(default)]
-    pub start: SinkStart,
-}
-
-fn default_webhook_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-
-fn default_batch_max_events() -> usize {
-    100
-}
-
-pub(super) fn default_concurrency() -> usize {
-    8
-}
-
-/// `deserialize_with` for an optional duration key (serde calls it only when the key is present).
-pub(super) fn deserialize_some_duration<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Duration>, D::Error> {
-    deserialize_duration(d).map(Some)
-}
-
-/// `auth` of a webhook sink: a mapping with exactly one key.
-#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub enum WebhookAuth {
-    /// `{bearer: SECRET}`: `Authorization: Bearer <token>`.
-    Bearer(SecretRef),
-    /// `{basic: {username: NAME, password: SECRET}}`: HTTP Basic authentication.
-    Basic(WebhookBasicAuth),
-}
-
-/// `auth` as written: serde's externally tagged enums want a YAML tag (`!bearer`) once the
-/// document has gone through `serde_yaml_ng::Value`, so the one-key mapping is read as a struct.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct WebhookAuthKeys {
-    #[serde(default)]
-    bearer: Option<SecretRef>,
-    #[serde(default)]
-    basic: Option<WebhookBasicAuth>,
-}
-
-impl<'de> Deserialize<'de> for WebhookAuth {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match WebhookAuthKeys::deserialize(d)? {
-            WebhookAuthKeys {
-                bearer: Some(token),
-                basic: None,
-            } => Ok(Self::Bearer(token)),
-            WebhookAuthKeys {
-                bearer: None,
-                basic: Some(basic),
-            } => Ok(Self::Basic(basic)),
-            _ => Err(de::Error::custom("give exactly one of bearer and basic")),
-        }
-    }
-}
-
-/// `auth.basic` of a webhook sink.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WebhookBasicAuth {
-    /// The user name, literal text without `:`. Required. Example: `herald`.
-    pub username: String,
-    /// The password, as a secret reference. Required. Example: `{fromFile: /run/secrets/pw}`.
-    pub password: SecretRef,
-}
-
-/// `tls` of a webhook sink. Paths are PEM files, read at start-up; `${VAR}` is expanded.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WebhookTls {
-    /// CA certificates (PEM) that verify the receiver, instead of the system's roots. Default:
-    /// the system's roots. Example: `/etc/herald/ca.pem`.
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate chain (PEM) for mutual TLS; needs `clientKeyFile`. Default: none.
-    /// Example: `/etc/herald/client.pem`.
-    #[serde(default)]
-    pub client_cert_file: Option<PathBuf>,
-    /// Private key (PEM) of `clientCertFile`. Default: none. Example: `/etc/herald/client-key.pem`.
-    #[serde(default)]
-    pub client_key_file: Option<PathBuf>,
-}
-
-/// `mode` of a webhook sink: the CloudEvents HTTP binding mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum WebhookMode {
-    /// One request per event: `ce-` headers, `data` as the body.
-    #[default]
-    Binary,
-    /// One request per event: `application/cloudevents+json`.
-    Structured,
-    /// One request per `batchMaxEvents` events: `application/cloudevents-batch+json`.
-    Batched,
-}
-
-/// `signing` of a webhook sink.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WebhookSigning {
-    /// The Standard Webhooks secret, `whsec_` followed by base64 (the form receivers' libraries
-    /// take), as a secret reference; checked at start-up. Required.
-    /// Example: `${WEBHOOK_SECRET}`.
-    pub secret: SecretRef,
-    /// Also send GitHub-style `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, keyed
-    /// with the same secret's text as written. Default `false`. Example: `true`.
-    #[serde(default)]
-    pub hub_signature_256: bool,
-}
-
-/// `start`: where a sink without a cursor begins reading the journal. Every sink type has it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum SinkStart {
-    /// Only events journaled after the sink first appears.
-    #[default]
-    Head,
-    /// Everything still in the journal (see `journal.retain`).
-    Earliest,
+    schema
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -391,35 +216,59 @@ pub enum SinkStart {
 // serde's internally tagged enums buffer the whole mapping before choosing the variant, and
 // `serde_path_to_error` cannot see into the buffer: a typo inside a sink would be reported at
 // `sinks[0]` instead of `sinks[0].fsyncIntervall`. So `SinkConfig` streams instead: once `type`
-// is known, the remaining keys go straight to the variant's struct through the path-tracking
-// `MapAccess`. `config::parse` moves `type` to the front of every sink first; if it is not first
-// (another caller), the mapping is buffered and serde's derived tagged impl decides, with
-// coarser error paths.
+// is known, `name` and the delivery keys the type takes are read here, and the remaining keys go
+// straight to the type's configuration through the path-tracking `MapAccess`. A key neither
+// takes is refused with every key the type accepts, as one struct would list them.
+// `config::parse` moves `type` to the front of every sink first; if it is not first (another
+// caller), the mapping is buffered, `type` moved first, and read the same way with coarser error
+// paths.
 // ---------------------------------------------------------------------------------------------
 
-/// Keys every sink has, taken out before the rest reaches the variant's struct.
-#[derive(Default)]
+/// Keys every sink has, taken out before the rest reaches the type's configuration.
 struct Common {
     name: Option<String>,
+    /// Known once `type` has been read.
+    keys: Option<DeliveryKeys>,
+    delivery: DeliveryOptions,
 }
 
 impl Common {
-    /// Deserializes the value of `key` if it is a common key; returns whether it was.
-    fn take<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
-        if !Self::is_common(key) {
-            return Ok(false);
+    fn new() -> Self {
+        Self {
+            name: None,
+            keys: None,
+            delivery: DeliveryOptions::default(),
         }
-        self.name = Some(map.next_value()?);
-        Ok(true)
     }
 
-    fn is_common(key: &str) -> bool {
-        key == "name"
+    /// Once `type` is known: the delivery keys it takes, at their defaults.
+    fn set_type(&mut self, sink_type: SinkType) {
+        let keys = sink_type.delivery_keys();
+        self.keys = Some(keys);
+        self.delivery = DeliveryOptions::new(keys);
+    }
+
+    /// Whether `key` is read here rather than by the type's configuration.
+    fn is_common(&self, key: &str) -> bool {
+        key == "name" || self.keys.is_some_and(|keys| keys.takes(key))
+    }
+
+    /// Deserializes the value of `key` if it is a common key; returns whether it was.
+    fn take<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        if key == "name" {
+            self.name = Some(map.next_value()?);
+            return Ok(true);
+        }
+        match self.keys {
+            Some(keys) => self.delivery.read(keys, key, map),
+            None => Ok(false),
+        }
     }
 
     fn finish<E: de::Error>(self, kind: SinkKind) -> Result<SinkConfig, E> {
         Ok(SinkConfig {
             name: self.name.ok_or_else(|| E::missing_field("name"))?,
+            delivery: self.delivery,
             kind,
         })
     }
@@ -427,11 +276,11 @@ impl Common {
 
 impl<'de> Deserialize<'de> for SinkConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(SinkConfigVisitor)
+        d.deserialize_map(SinkConfigVisitor(Common::new()))
     }
 }
 
-struct SinkConfigVisitor;
+struct SinkConfigVisitor(Common);
 
 impl<'de> Visitor<'de> for SinkConfigVisitor {
     type Value = SinkConfig;
@@ -441,7 +290,7 @@ impl<'de> Visitor<'de> for SinkConfigVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SinkConfig, A::Error> {
-        let mut common = Common::default();
+        let mut common = self.0;
         loop {
             let Some(key) = map.next_key::<String>()? else {
                 return Err(de::Error::missing_field("type"));
@@ -454,24 +303,54 @@ impl<'de> Visitor<'de> for SinkConfigVisitor {
             }
         }
         let sink_type: SinkType = map.next_value()?;
-        let rest = de::value::MapAccessDeserializer::new(Rest {
-            map: &mut map,
-            common: &mut common,
-        });
-        let kind = match sink_type {
-            SinkType::File => SinkKind::File(FileSinkConfig::deserialize(rest)?),
-            SinkType::Webhook => SinkKind::Webhook(WebhookSinkConfig::deserialize(rest)?),
-            SinkType::Kafka => SinkKind::Kafka(KafkaSinkConfig::deserialize(rest)?),
-            SinkType::Nats => SinkKind::Nats(NatsSinkConfig::deserialize(rest)?),
+        common.set_type(sink_type);
+        let kind = {
+            let rest = Rest {
+                map: &mut map,
+                common: &mut common,
+                fields: None,
+            };
+            match sink_type {
+                SinkType::File => SinkKind::File(FileConfig::deserialize(rest)?),
+                SinkType::Webhook => SinkKind::Webhook(WebhookConfig::deserialize(rest)?),
+                SinkType::Kafka => SinkKind::Kafka(KafkaConfig::deserialize(rest)?),
+                SinkType::Nats => SinkKind::Nats(NatsConfig::deserialize(rest)?),
+            }
         };
         common.finish(kind)
     }
 }
 
-/// The keys after `type`, minus the common ones.
+/// The keys after `type`, minus the common ones; a deserializer for the type's configuration.
 struct Rest<'a, A> {
     map: &'a mut A,
     common: &'a mut Common,
+    /// The configuration's own keys, as its derived `Deserialize` announces them.
+    fields: Option<&'static [&'static str]>,
+}
+
+impl<'de, A: MapAccess<'de>> Deserializer<'de> for Rest<'_, A> {
+    type Error = A::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
+        visitor.visit_map(self)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        mut self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, A::Error> {
+        self.fields = Some(fields);
+        visitor.visit_map(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
 }
 
 impl<'de, A: MapAccess<'de>> MapAccess<'de> for Rest<'_, A> {
@@ -485,7 +364,12 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Rest<'_, A> {
         loop {
             // The key goes through the tracking `MapAccess`, so an unknown field is reported with
             // the key in the path.
-            match self.map.next_key_seed(CommonOr(seed))? {
+            let key_seed = CommonOr {
+                seed,
+                common: &*self.common,
+                fields: self.fields,
+            };
+            match self.map.next_key_seed(key_seed)? {
                 None => return Ok(None),
                 Some(KeyOr::Key(value)) => return Ok(Some(value)),
                 Some(KeyOr::Common(key, returned)) => {
@@ -501,8 +385,13 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Rest<'_, A> {
     }
 }
 
-/// A key seed that recognizes the common keys and hands every other key to the variant's seed.
-struct CommonOr<K>(K);
+/// A key seed that recognizes the common keys, refuses keys nobody takes, and hands every other
+/// key to the configuration's seed.
+struct CommonOr<'a, K> {
+    seed: K,
+    common: &'a Common,
+    fields: Option<&'static [&'static str]>,
+}
 
 enum KeyOr<K, V> {
     Key(V),
@@ -510,17 +399,15 @@ enum KeyOr<K, V> {
     Common(String, K),
 }
 
-impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for CommonOr<K> {
+impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for CommonOr<'_, K> {
     type Value = KeyOr<K, K::Value>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(CommonOrVisitor(self.0))
+        d.deserialize_str(self)
     }
 }
 
-struct CommonOrVisitor<K>(K);
-
-impl<'de, K: DeserializeSeed<'de>> Visitor<'de> for CommonOrVisitor<K> {
+impl<'de, K: DeserializeSeed<'de>> Visitor<'de> for CommonOr<'_, K> {
     type Value = KeyOr<K, K::Value>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -528,15 +415,36 @@ impl<'de, K: DeserializeSeed<'de>> Visitor<'de> for CommonOrVisitor<K> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        if Common::is_common(v) {
-            return Ok(KeyOr::Common(v.to_owned(), self.0));
+        if self.common.is_common(v) {
+            return Ok(KeyOr::Common(v.to_owned(), self.seed));
+        }
+        if let (Some(fields), Some(keys)) = (self.fields, self.common.keys)
+            && !fields.contains(&v)
+        {
+            return Err(unknown_field(v, &keys.listed(fields)));
         }
         let key: de::value::StrDeserializer<'_, E> = de::IntoDeserializer::into_deserializer(v);
-        self.0.deserialize(key).map(KeyOr::Key)
+        self.seed.deserialize(key).map(KeyOr::Key)
     }
 }
 
-/// The slow path for a mapping whose first non-common key is not `type`.
+/// serde's unknown-field message, listing every key the type accepts (its own and the delivery
+/// keys it takes), so the message reads as it would for one struct holding them all.
+fn unknown_field<E: de::Error>(field: &str, expected: &[&str]) -> E {
+    let quoted: Vec<String> = expected.iter().map(|key| format!("`{key}`")).collect();
+    match quoted.as_slice() {
+        [] => E::custom(format_args!("unknown field `{field}`, there are no fields")),
+        [one] => E::custom(format_args!("unknown field `{field}`, expected {one}")),
+        [a, b] => E::custom(format_args!("unknown field `{field}`, expected {a} or {b}")),
+        all => E::custom(format_args!(
+            "unknown field `{field}`, expected one of {}",
+            all.join(", ")
+        )),
+    }
+}
+
+/// The slow path for a mapping whose first non-common key is not `type`: buffered, `type` moved
+/// to the front, and read as above.
 fn buffered<'de, A: MapAccess<'de>>(
     first: String,
     mut map: A,
@@ -549,7 +457,13 @@ fn buffered<'de, A: MapAccess<'de>>(
             rest.insert(key.into(), map.next_value()?);
         }
     }
-    let kind =
-        SinkKind::deserialize(serde_yaml_ng::Value::Mapping(rest)).map_err(de::Error::custom)?;
-    common.finish(kind)
+    let Some(sink_type) = rest.shift_remove("type") else {
+        return Err(de::Error::missing_field("type"));
+    };
+    let mut reordered = serde_yaml_ng::Mapping::with_capacity(rest.len() + 1);
+    reordered.insert("type".into(), sink_type);
+    reordered.extend(rest);
+    serde_yaml_ng::Value::Mapping(reordered)
+        .deserialize_map(SinkConfigVisitor(common))
+        .map_err(de::Error::custom)
 }

@@ -3,6 +3,11 @@ use std::env::VarError;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use herald_sink_core::config::DeliveryOptions;
+use herald_sink_file::{Fsync, Rotate};
+use herald_sink_webhook::{
+    WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMode, WebhookSigning, WebhookTls,
+};
 use serde_json::Value;
 
 use super::*;
@@ -108,7 +113,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(file.fsync, Fsync::Interval);
     assert_eq!(file.fsync_interval, Duration::from_secs(1));
     assert_eq!(file.rotate, None);
-    assert_eq!(file.start, SinkStart::Head);
+    assert_eq!(s.delivery.start, SinkStart::Head);
     assert!(!file.is_stdout());
 
     assert_eq!(
@@ -292,7 +297,7 @@ admin:
         panic!("a file sink")
     };
     assert!(console_file.is_stdout());
-    assert_eq!(console_file.start, SinkStart::Earliest);
+    assert_eq!(console.delivery.start, SinkStart::Earliest);
     assert_eq!(console_file.fsync, Fsync::Never);
     assert_eq!(
         config.routes[0].resources,
@@ -456,10 +461,10 @@ fn sink_config_deserializes_without_the_reordering_too() {
         serde_yaml_ng::from_str("path: x\nname: a\nstart: earliest\ntype: file\nfsync: always\n")
             .unwrap();
     assert_eq!(sink.name, "a");
+    assert_eq!(sink.delivery.start, SinkStart::Earliest);
     let SinkKind::File(file) = sink.kind else {
         panic!("a file sink")
     };
-    assert_eq!(file.start, SinkStart::Earliest);
     assert_eq!(file.fsync, Fsync::Always);
     let bad = serde_yaml_ng::from_str::<SinkConfig>("path: x\nname: a\ntype: file\nbogus: 1\n")
         .unwrap_err();
@@ -827,97 +832,6 @@ fn other_fields_are_not_expanded() {
     );
 }
 
-// ----- secrets ----------------------------------------------------------------------------------
-
-#[test]
-fn secret_refs_come_from_env_or_file() {
-    let env_ref: SecretRef = serde_yaml_ng::from_str("${WEBHOOK_TOKEN}").unwrap();
-    assert_eq!(env_ref, SecretRef::Env("WEBHOOK_TOKEN".into()));
-    let file_ref: SecretRef = serde_yaml_ng::from_str("{fromFile: /run/secrets/token}").unwrap();
-    assert_eq!(file_ref, SecretRef::File("/run/secrets/token".into()));
-}
-
-#[test]
-fn literal_secrets_are_refused_without_repeating_them() {
-    let message = "secrets must come from the environment (\"${VAR}\") or a file ({fromFile: /path}), not a literal value";
-    for literal in [
-        "hunter2",
-        "Bearer ${TOKEN}",
-        "${TOKEN",
-        "${}",
-        "123456",
-        "true",
-        "[a]",
-        "~",
-    ] {
-        let err = serde_yaml_ng::from_str::<SecretRef>(literal)
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with(message), "{literal}: {err}");
-        assert!(!err.contains("hunter2") && !err.contains("123456"), "{err}");
-    }
-    let extra = serde_yaml_ng::from_str::<SecretRef>("{fromFile: /x, value: y}")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        extra.starts_with("unknown field `value`, expected `fromFile`"),
-        "{extra}"
-    );
-}
-
-#[test]
-fn secret_refs_resolve_and_name_their_origin() {
-    let lookup = |name: &str| match name {
-        "TOKEN" => Ok("s3cret".to_owned()),
-        "EMPTY" => Ok(String::new()),
-        _ => Err(VarError::NotPresent),
-    };
-    assert_eq!(
-        SecretRef::Env("TOKEN".into())
-            .resolve_with(&lookup)
-            .unwrap(),
-        "s3cret"
-    );
-    assert_eq!(
-        SecretRef::Env("MISSING".into())
-            .resolve_with(&lookup)
-            .unwrap_err()
-            .to_string(),
-        "environment variable \"MISSING\" is not set"
-    );
-    assert_eq!(
-        SecretRef::Env("EMPTY".into())
-            .resolve_with(&lookup)
-            .unwrap_err()
-            .to_string(),
-        "secret from environment variable \"EMPTY\" is empty"
-    );
-
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("token");
-    std::fs::write(&path, "s3cret\r\n").unwrap();
-    assert_eq!(SecretRef::File(path.clone()).resolve().unwrap(), "s3cret");
-    std::fs::write(&path, "\n").unwrap();
-    assert_eq!(
-        SecretRef::File(path.clone())
-            .resolve()
-            .unwrap_err()
-            .to_string(),
-        format!("secret from file {path:?} is empty")
-    );
-    let missing = dir.path().join("nope");
-    let err = SecretRef::File(missing.clone()).resolve().unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("cannot read secret file {}", missing.display())
-    );
-    assert!(std::error::Error::source(&err).is_some());
-
-    // The real environment, through the public entry point.
-    let path_var = std::env::var("PATH").unwrap();
-    assert_eq!(SecretRef::Env("PATH".into()).resolve().unwrap(), path_var);
-}
-
 // ----- documents, files and errors --------------------------------------------------------------
 
 #[test]
@@ -1121,7 +1035,7 @@ fn webhook(fields: &str) -> String {
     )
 }
 
-fn webhook_of(config: &Config) -> &WebhookSinkConfig {
+fn webhook_of(config: &Config) -> &WebhookConfig {
     match &config.sinks[0].kind {
         SinkKind::Webhook(w) => w,
         other => panic!("not a webhook sink: {other:?}"),
@@ -1136,20 +1050,25 @@ fn webhook_sink_defaults() {
     let sink = &config.sinks[0];
     assert_eq!(sink.kind.sink_type(), SinkType::Webhook);
     assert_eq!(sink.kind.sink_type().to_string(), "webhook");
-    assert_eq!(sink.kind.start(), SinkStart::Head);
-    assert_eq!(sink.kind.dead_letter_sink(), None);
+    assert_eq!(sink.delivery.start, SinkStart::Head);
+    assert_eq!(sink.delivery.dead_letter_sink, None);
     assert_eq!(
         *webhook_of(&config),
-        WebhookSinkConfig {
+        WebhookConfig {
             url: "http://127.0.0.1:8080/events".into(),
             headers: std::collections::BTreeMap::new(),
             auth: None,
             tls: None,
             timeout: Duration::from_secs(10),
             mode: WebhookMode::Binary,
-            batch_max_events: 100,
             signing: None,
-            concurrency: 8,
+        }
+    );
+    assert_eq!(
+        sink.delivery,
+        DeliveryOptions {
+            batch_max_events: Some(100),
+            concurrency: Some(8),
             max_attempts: None,
             max_age: None,
             dead_letter_sink: None,
@@ -1206,7 +1125,8 @@ fn webhook_sink_reads_every_key() {
     );
     assert_eq!(w.timeout, Duration::from_millis(2500));
     assert_eq!(w.mode, WebhookMode::Batched);
-    assert_eq!(w.batch_max_events, 500);
+    let d = &config.sinks[0].delivery;
+    assert_eq!(d.batch_max_events, Some(500));
     assert_eq!(
         w.signing,
         Some(WebhookSigning {
@@ -1214,11 +1134,11 @@ fn webhook_sink_reads_every_key() {
             hub_signature_256: true,
         })
     );
-    assert_eq!(w.concurrency, 16);
-    assert_eq!(w.max_attempts, Some(20));
-    assert_eq!(w.max_age, Some(Duration::from_secs(86_400)));
-    assert_eq!(config.sinks[0].kind.dead_letter_sink(), Some("archive"));
-    assert_eq!(config.sinks[0].kind.start(), SinkStart::Earliest);
+    assert_eq!(d.concurrency, Some(16));
+    assert_eq!(d.max_attempts, Some(20));
+    assert_eq!(d.max_age, Some(Duration::from_secs(86_400)));
+    assert_eq!(d.dead_letter_sink.as_deref(), Some("archive"));
+    assert_eq!(d.start, SinkStart::Earliest);
     assert_eq!(config.routes[0].sinks, ["hook", "archive"]);
 }
 
@@ -1414,8 +1334,11 @@ fn dead_letter_sinks_must_exist_and_not_circle() {
         )
     };
     let config = ok(&sinks("deadLetterSink: b", "deadLetterSink: c"));
-    assert_eq!(config.sinks[0].kind.dead_letter_sink(), Some("b"));
-    assert_eq!(config.sinks[2].kind.dead_letter_sink(), None);
+    assert_eq!(
+        config.sinks[0].delivery.dead_letter_sink.as_deref(),
+        Some("b")
+    );
+    assert_eq!(config.sinks[2].delivery.dead_letter_sink.as_deref(), None);
     assert_eq!(
         error(&sinks("deadLetterSink: a", "start: head")),
         "sinks[0].deadLetterSink: a sink cannot be its own dead-letter sink"
@@ -1480,7 +1403,10 @@ fn docs_webhook_example_parses() {
     let config = from_str_with_env(&format!("{RESOURCE}{yaml}\n"), &|_| Ok("x".to_owned()))
         .unwrap_or_else(|e| panic!("the webhook example does not parse: {e}"));
     assert_eq!(config.sinks[0].kind.sink_type(), SinkType::Webhook);
-    assert_eq!(config.sinks[0].kind.dead_letter_sink(), Some("archive"));
+    assert_eq!(
+        config.sinks[0].delivery.dead_letter_sink.as_deref(),
+        Some("archive")
+    );
 }
 
 // ----- kafka and nats sinks ---------------------------------------------------------------------
@@ -1497,9 +1423,10 @@ fn kafka_sink_defaults_and_checks() {
     let SinkKind::Kafka(k) = &config.sinks[0].kind else {
         panic!("not kafka")
     };
-    assert_eq!(k.mode, crate::config::KafkaMode::Binary);
+    assert_eq!(k.mode, herald_sink_kafka::KafkaMode::Binary);
     assert_eq!(k.message_timeout, std::time::Duration::from_secs(30));
-    assert_eq!((k.concurrency, k.batch_max_events), (8, 256));
+    let d = &config.sinks[0].delivery;
+    assert_eq!((d.concurrency, d.batch_max_events), (Some(8), Some(256)));
     assert!(!k.tombstones);
     assert_eq!(
         error(&sink_yaml("type: kafka, brokers: ['kafka'], topic: t")),
@@ -1533,14 +1460,14 @@ fn nats_sink_defaults_and_checks() {
     let SinkKind::Nats(n) = &config.sinks[0].kind else {
         panic!("not nats")
     };
-    assert_eq!(n.mode, crate::config::NatsMode::Structured);
+    assert_eq!(n.mode, herald_sink_nats::NatsMode::Structured);
     let js = n.jetstream.as_ref().unwrap();
     let create = js.create.as_ref().unwrap();
     assert_eq!(create.duplicate_window, std::time::Duration::from_secs(120));
     assert_eq!(create.replicas, 1);
     assert!(matches!(
         n.auth,
-        Some(crate::config::NatsAuth::UserPassword { ref user, .. }) if user == "herald"
+        Some(herald_sink_nats::NatsAuth::UserPassword { ref user, .. }) if user == "herald"
     ));
     assert_eq!(
         error(&sink_yaml(

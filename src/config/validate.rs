@@ -6,11 +6,9 @@ use std::fmt::Write as _;
 
 use super::resource::{Namespaces, ResourceConfig};
 use super::route::split_resource;
-use super::sink::{Fsync, SinkKind, WebhookAuth, WebhookSinkConfig};
+use super::sink::SinkKind;
 use super::{Config, FieldError};
-use super::{KafkaSinkConfig, NatsAuth, NatsSinkConfig, SECRET_PROPERTIES};
 use herald_sim::selector::{FieldSelector, LabelOp, LabelSelector};
-use herald_sink_core::Template;
 
 /// Collects problems in document order.
 #[derive(Default)]
@@ -218,297 +216,26 @@ fn check_sinks(config: &Config, problems: &mut Problems) {
                 format!("duplicate sink name {name:?} (also sinks[{first}])"),
             );
         }
-        match &sink.kind {
-            SinkKind::File(file) => {
-                if file.path.as_os_str().is_empty() {
-                    problems.add(format!("{at}.path"), "must not be empty; use - for stdout");
-                } else if let Some(first) = files.insert(&file.path, i) {
-                    files.insert(&file.path, first);
-                    problems.add(
-                        format!("{at}.path"),
-                        format!(
-                            "{:?} is also the path of sinks[{first}]; two sinks cannot write one file",
-                            file.path
-                        ),
-                    );
-                }
-                if file.fsync == Fsync::Interval && file.fsync_interval.is_zero() {
-                    problems.add(
-                        format!("{at}.fsyncInterval"),
-                        "must be greater than 0s; use fsync: always to sync every batch",
-                    );
-                }
-                if let Some(rotate) = &file.rotate {
-                    if file.is_stdout() {
-                        problems.add(format!("{at}.rotate"), "stdout (path: -) cannot be rotated");
-                    }
-                    if rotate.max_size == 0 {
-                        problems.add(format!("{at}.rotate.maxSize"), "must be greater than 0B");
-                    }
-                    if rotate.max_files == 0 {
-                        problems.add(format!("{at}.rotate.maxFiles"), "must be at least 1");
-                    }
-                }
-            }
-            SinkKind::Webhook(webhook) => check_webhook(webhook, &at, problems),
-            SinkKind::Kafka(kafka) => check_kafka(kafka, &at, problems),
-            SinkKind::Nats(nats) => check_nats(nats, &at, problems),
+        // Two sinks writing one file is no single sink's business; an empty path is the file
+        // sink's own problem.
+        if let SinkKind::File(file) = &sink.kind
+            && !file.path.as_os_str().is_empty()
+            && let Some(first) = files.insert(&file.path, i)
+        {
+            files.insert(&file.path, first);
+            problems.add(
+                format!("{at}.path"),
+                format!(
+                    "{:?} is also the path of sinks[{first}]; two sinks cannot write one file",
+                    file.path
+                ),
+            );
+        }
+        for problem in sink.problems() {
+            problems.add(format!("{at}.{}", problem.key), problem.message);
         }
     }
     check_dead_letter_sinks(config, problems);
-}
-
-fn check_webhook(w: &WebhookSinkConfig, at: &str, problems: &mut Problems) {
-    if let Err(message) = check_http_url(&w.url) {
-        problems.add(format!("{at}.url"), message);
-    }
-    let mut seen: HashMap<String, &str> = HashMap::new();
-    for (name, value) in &w.headers {
-        let path = format!("{at}.headers.{name}");
-        if let Err(message) = check_extra_header(name, value) {
-            problems.add(path, message);
-        } else if let Some(first) = seen.insert(name.to_ascii_lowercase(), name) {
-            problems.add(
-                path,
-                format!("header names ignore case: {name:?} repeats {first:?}"),
-            );
-        }
-    }
-    if let Some(WebhookAuth::Basic(basic)) = &w.auth {
-        if basic.username.is_empty() {
-            problems.add(format!("{at}.auth.basic.username"), "must not be empty");
-        } else if basic.username.contains(':') || basic.username.chars().any(char::is_control) {
-            problems.add(
-                format!("{at}.auth.basic.username"),
-                format!(
-                    "{:?} cannot be a basic auth user name (no ':' or control characters)",
-                    basic.username
-                ),
-            );
-        }
-    }
-    if let Some(tls) = &w.tls {
-        for (path, key) in [
-            (&tls.ca_file, "caFile"),
-            (&tls.client_cert_file, "clientCertFile"),
-            (&tls.client_key_file, "clientKeyFile"),
-        ] {
-            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
-                problems.add(format!("{at}.tls.{key}"), "must not be empty");
-            }
-        }
-        match (&tls.client_cert_file, &tls.client_key_file) {
-            (Some(_), None) => problems.add(
-                format!("{at}.tls.clientKeyFile"),
-                "required with clientCertFile",
-            ),
-            (None, Some(_)) => problems.add(
-                format!("{at}.tls.clientCertFile"),
-                "required with clientKeyFile",
-            ),
-            _ => {}
-        }
-    }
-    if w.timeout.is_zero() {
-        problems.add(format!("{at}.timeout"), "must be greater than 0s");
-    }
-    check_delivery(
-        at,
-        w.concurrency,
-        w.batch_max_events,
-        w.max_attempts,
-        w.max_age,
-        problems,
-    );
-}
-
-/// The delivery settings the webhook, Kafka and NATS sinks share.
-fn check_delivery(
-    at: &str,
-    concurrency: usize,
-    batch_max_events: usize,
-    max_attempts: Option<u32>,
-    max_age: Option<std::time::Duration>,
-    problems: &mut Problems,
-) {
-    if batch_max_events == 0 {
-        problems.add(format!("{at}.batchMaxEvents"), "must be at least 1");
-    }
-    if concurrency == 0 {
-        problems.add(format!("{at}.concurrency"), "must be at least 1");
-    }
-    if max_attempts == Some(0) {
-        problems.add(
-            format!("{at}.maxAttempts"),
-            "must be at least 1; omit it to retry without limit",
-        );
-    }
-    if max_age.is_some_and(|age| age.is_zero()) {
-        problems.add(
-            format!("{at}.maxAge"),
-            "must be greater than 0s; omit it to retry without limit",
-        );
-    }
-}
-
-fn check_kafka(k: &KafkaSinkConfig, at: &str, problems: &mut Problems) {
-    if k.brokers.is_empty() {
-        problems.add(format!("{at}.brokers"), "at least one broker is required");
-    }
-    for (i, broker) in k.brokers.iter().enumerate() {
-        if !is_host_port(broker) {
-            problems.add(
-                format!("{at}.brokers[{i}]"),
-                format!("{broker:?} is not host:port (like kafka-0.kafka:9092)"),
-            );
-        }
-    }
-    match Template::parse(&k.topic) {
-        Err(error) => problems.add(format!("{at}.topic"), error.to_string()),
-        Ok(template) => {
-            if let Err(error) = template.check_kafka_topic() {
-                problems.add(format!("{at}.topic"), error.to_string());
-            }
-        }
-    }
-    if k.message_timeout.is_zero() {
-        problems.add(format!("{at}.messageTimeout"), "must be greater than 0s");
-    }
-    for name in k.properties.keys() {
-        if SECRET_PROPERTIES.contains(&name.as_str()) {
-            problems.add(
-                format!("{at}.properties.{name}"),
-                "holds a secret: put it in secretProperties as ${VAR} or {fromFile: PATH}",
-            );
-        } else if name.trim().is_empty() {
-            problems.add(
-                format!("{at}.properties"),
-                "a property name must not be empty",
-            );
-        }
-    }
-    for name in k.secret_properties.keys() {
-        if k.properties.contains_key(name) {
-            problems.add(
-                format!("{at}.secretProperties.{name}"),
-                "is also set in properties; set it once",
-            );
-        }
-    }
-    check_delivery(
-        at,
-        k.concurrency,
-        k.batch_max_events,
-        k.max_attempts,
-        k.max_age,
-        problems,
-    );
-}
-
-fn check_nats(n: &NatsSinkConfig, at: &str, problems: &mut Problems) {
-    if n.servers.is_empty() {
-        problems.add(
-            format!("{at}.servers"),
-            "at least one server URL is required",
-        );
-    }
-    for (i, server) in n.servers.iter().enumerate() {
-        let ok = ["nats://", "tls://", "ws://", "wss://"]
-            .iter()
-            .find_map(|scheme| server.strip_prefix(scheme))
-            .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
-        if !ok {
-            problems.add(
-                format!("{at}.servers[{i}]"),
-                format!("{server:?} is not a NATS URL (nats://host:4222 or tls://host:4222)"),
-            );
-        }
-    }
-    match Template::parse(&n.subject) {
-        Err(error) => problems.add(format!("{at}.subject"), error.to_string()),
-        Ok(template) => {
-            if let Err(error) = template.check_nats_subject() {
-                problems.add(format!("{at}.subject"), error.to_string());
-            }
-        }
-    }
-    if let Some(js) = &n.jetstream {
-        if js.stream.is_empty()
-            || js
-                .stream
-                .chars()
-                .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
-        {
-            problems.add(
-                format!("{at}.jetstream.stream"),
-                format!(
-                    "{:?} is not a stream name (no '.', '*', '>', '/', '\\' or whitespace)",
-                    js.stream
-                ),
-            );
-        }
-        if let Some(create) = &js.create {
-            if create.subjects.is_empty() {
-                problems.add(
-                    format!("{at}.jetstream.create.subjects"),
-                    "at least one subject is required",
-                );
-            }
-            if !(1..=5).contains(&create.replicas) {
-                problems.add(format!("{at}.jetstream.create.replicas"), "must be 1 to 5");
-            }
-            if create.duplicate_window.is_zero() {
-                problems.add(
-                    format!("{at}.jetstream.create.duplicateWindow"),
-                    "must be greater than 0s",
-                );
-            }
-        }
-    }
-    if let Some(NatsAuth::UserPassword { user, .. }) = &n.auth
-        && user.is_empty()
-    {
-        problems.add(format!("{at}.auth.user"), "must not be empty");
-    }
-    if let Some(tls) = &n.tls {
-        match (&tls.client_cert_file, &tls.client_key_file) {
-            (Some(_), None) => problems.add(
-                format!("{at}.tls.clientKeyFile"),
-                "required with clientCertFile",
-            ),
-            (None, Some(_)) => problems.add(
-                format!("{at}.tls.clientCertFile"),
-                "required with clientKeyFile",
-            ),
-            _ => {}
-        }
-    }
-    for (value, key) in [
-        (n.connect_timeout, "connectTimeout"),
-        (n.ack_timeout, "ackTimeout"),
-    ] {
-        if value.is_zero() {
-            problems.add(format!("{at}.{key}"), "must be greater than 0s");
-        }
-    }
-    if n.max_in_flight == 0 {
-        problems.add(format!("{at}.maxInFlight"), "must be at least 1");
-    }
-    check_delivery(
-        at,
-        n.concurrency,
-        n.batch_max_events,
-        n.max_attempts,
-        n.max_age,
-        problems,
-    );
-}
-
-/// `host:port` with a non-empty host and a numeric port (IPv6 in brackets).
-fn is_host_port(s: &str) -> bool {
-    s.rsplit_once(':').is_some_and(|(host, port)| {
-        !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
-    })
 }
 
 /// `deadLetterSink` names another configured sink, and following those names never comes back to
@@ -519,10 +246,10 @@ fn check_dead_letter_sinks(config: &Config, problems: &mut Problems) {
             .sinks
             .iter()
             .find(|s| s.name == name)
-            .and_then(|s| s.kind.dead_letter_sink())
+            .and_then(|s| s.delivery.dead_letter_sink.as_deref())
     };
     for (i, sink) in config.sinks.iter().enumerate() {
-        let Some(dlq) = sink.kind.dead_letter_sink() else {
+        let Some(dlq) = sink.delivery.dead_letter_sink.as_deref() else {
             continue;
         };
         let at = format!("sinks[{i}].deadLetterSink");
@@ -549,76 +276,6 @@ fn check_dead_letter_sinks(config: &Config, problems: &mut Problems) {
             }
         }
     }
-}
-
-/// An absolute `http`/`https` URL with a host, no credentials, no spaces or control characters.
-fn check_http_url(url: &str) -> Result<(), String> {
-    let lower = url.to_ascii_lowercase();
-    let Some(rest) = ["http://", "https://"]
-        .iter()
-        .find_map(|scheme| lower.starts_with(scheme).then(|| &url[scheme.len()..]))
-    else {
-        return Err(format!(
-            "{url:?} is not an http or https URL (like https://events.example.com/herald)"
-        ));
-    };
-    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{url:?} contains spaces or control characters"));
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.contains('@') {
-        // The value may be a credential: do not repeat it.
-        return Err(
-            "credentials in the URL are refused; use auth, whose secrets are references".into(),
-        );
-    }
-    let host = authority.strip_prefix('[').map_or_else(
-        || authority.split(':').next().unwrap_or_default(),
-        |v6| v6.split(']').next().unwrap_or_default(),
-    );
-    if host.is_empty() {
-        return Err(format!("{url:?} has no host"));
-    }
-    Ok(())
-}
-
-/// The rules the webhook sink applies to extra headers: an HTTP token as the name, not a header
-/// herald sets itself, no control characters in the value.
-fn check_extra_header(name: &str, value: &str) -> Result<(), String> {
-    const RESERVED: [&str; 9] = [
-        "content-type",
-        "content-length",
-        "content-encoding",
-        "transfer-encoding",
-        "connection",
-        "host",
-        "te",
-        "x-hub-signature-256",
-        "authorization",
-    ];
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if name.is_empty() || !name.bytes().all(token) {
-        return Err(format!("{name:?} is not an HTTP header name"));
-    }
-    let lower = name.to_ascii_lowercase();
-    if lower == "authorization" {
-        return Err("use auth for the Authorization header; its secrets are references".into());
-    }
-    if RESERVED.contains(&lower.as_str())
-        || ["ce-", "webhook-", "herald-error-"]
-            .iter()
-            .any(|prefix| lower.starts_with(prefix))
-    {
-        return Err(format!(
-            "{name:?} is set by herald and cannot be configured"
-        ));
-    }
-    if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7F) {
-        return Err(format!(
-            "the value of {name:?} contains a control character"
-        ));
-    }
-    Ok(())
 }
 
 fn check_routes(config: &Config, problems: &mut Problems) {

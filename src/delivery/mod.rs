@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use herald_sink_core::config::DeliveryOptions;
 use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink};
 use tokio::time::Instant;
@@ -116,6 +117,23 @@ impl OversizePolicy {
     /// Whether an oversized `event` is dead-lettered rather than sent as a reference.
     pub fn dead_letters(&self, event: &CloudEvent) -> bool {
         self.dead_letter.iter().any(|p| p.matches(event))
+    }
+}
+
+impl Settings {
+    /// A sink's settings from its delivery keys (`concurrency`, `maxAttempts`, `maxAge`) and
+    /// `batch_max_events`, the sink's word on how many events one send call takes; what the
+    /// sink's type does not take stays at the default.
+    #[must_use]
+    pub fn from_options(options: &DeliveryOptions, batch_max_events: Option<usize>) -> Self {
+        let defaults = Self::default();
+        Self {
+            concurrency: options.concurrency.unwrap_or(defaults.concurrency),
+            batch_max: batch_max_events.unwrap_or(defaults.batch_max),
+            max_attempts: options.max_attempts,
+            max_age: options.max_age,
+            ..defaults
+        }
     }
 }
 

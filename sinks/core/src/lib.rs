@@ -1,7 +1,9 @@
-//! What herald and every sink share; start at [`CloudEvent`] and [`Sink`].
+//! What herald and every sink share; start at [`CloudEvent`] and [`Sink`], and for the
+//! configuration at [`config::SinkConfig`].
 // STYLE.md §7: library crates take clippy's pedantic set; each `allow` carries its reason.
 #![warn(clippy::pedantic)]
 
+pub mod config;
 pub mod dead_letter;
 pub mod encode;
 pub mod event;

@@ -117,6 +117,18 @@ pub trait Sink: Send + Sync + 'static {
         letters: &[Envelope],
         errors: &[ErrorContext],
     ) -> impl Future<Output = Vec<Outcome>> + Send;
+
+    /// Makes durable what the sink still holds (the file sink syncs its file). Called once at
+    /// stop, after delivery has drained and before the journal closes; the default does nothing,
+    /// as a sink whose `Ok` already means durable holds nothing.
+    ///
+    /// # Errors
+    ///
+    /// A [`SinkError`] when what the sink held could not be made durable; the journal keeps
+    /// nothing the driver acknowledged, so herald logs it.
+    fn close(&self) -> impl Future<Output = Result<(), SinkError>> + Send {
+        async { Ok(()) }
+    }
 }
 
 /// One journaled event on its way to a sink.
@@ -272,6 +284,17 @@ pub enum SinkError {
     InvalidConfig {
         /// What is wrong, naming the config key.
         detail: Cow<'static, str>,
+    },
+    /// A configuration key's value could not be turned into what the sink uses: a secret that
+    /// does not resolve, a file that cannot be read, a secret of the wrong form. Displays as the
+    /// key (`auth.bearer`), followed by the cause in an error chain.
+    #[error("{key}")]
+    SettingFailed {
+        /// The key's path below the sink, as written in the configuration.
+        key: String,
+        /// Why its value cannot be used; never the secret itself.
+        #[source]
+        source: BoxError,
     },
     /// The destination could not be reached.
     #[error("connecting to {target} failed")]

@@ -1,5 +1,6 @@
 //! The file sink: each CloudEvent as one line of structured JSON (`application/cloudevents+json`), to a
-//! file or stdout, with an fsync policy and size-based rotation. Entry point: [`FileSink`].
+//! file or stdout, with an fsync policy and size-based rotation. Entry point: [`FileConfig`], whose
+//! `build` opens a [`FileSink`].
 //!
 //! `Ok` means written and flushed to the OS, and with `fsync: always` also synced to disk.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -8,40 +9,13 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
 
-/// When written data is synced to disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fsync {
-    /// After every batch: nothing acknowledged is lost even if the machine crashes.
-    Always,
-    /// At most this long after a write (the OS may hold the rest).
-    Interval(Duration),
-    /// Never explicitly (the OS decides).
-    Never,
-}
+mod config;
 
-/// Size-based rotation: `events.jsonl` → `events.jsonl.1` → … → `events.jsonl.<max_files>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rotate {
-    /// Rotate before a write would take the file over this many bytes.
-    pub max_size: u64,
-    /// Rotated files kept besides the current one.
-    pub max_files: usize,
-}
-
-/// Settings of a file sink.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileConfig {
-    /// The file to append to; `None` writes to stdout.
-    pub path: Option<PathBuf>,
-    /// The sync policy.
-    pub fsync: Fsync,
-    /// Rotation (files only).
-    pub rotate: Option<Rotate>,
-}
+pub use config::{FileConfig, Fsync, Rotate, STDOUT_PATH};
 
 enum Output {
     Stdout,
@@ -85,20 +59,20 @@ fn rotated(path: &Path, n: usize) -> PathBuf {
 
 impl FileSink {
     /// Opens (creating) the file, or takes stdout.
-    pub fn open(config: FileConfig) -> Result<Self, SinkError> {
-        let out = match &config.path {
-            None => Output::Stdout,
-            Some(path) => {
-                let (file, size) = open_append(path).map_err(|e| SinkError::Unavailable {
-                    reason: format!("cannot open {}: {e}", path.display()),
-                })?;
-                Output::File {
-                    path: path.clone(),
-                    file,
-                    size,
-                    synced_at: Instant::now(),
-                    dirty: false,
-                }
+    fn open(config: FileConfig) -> Result<Self, SinkError> {
+        let out = if config.is_stdout() {
+            Output::Stdout
+        } else {
+            let path = &config.path;
+            let (file, size) = open_append(path).map_err(|e| SinkError::Unavailable {
+                reason: format!("cannot open {}: {e}", path.display()),
+            })?;
+            Output::File {
+                path: path.clone(),
+                file,
+                size,
+                synced_at: Instant::now(),
+                dirty: false,
             }
         };
         Ok(Self {
@@ -125,7 +99,7 @@ impl FileSink {
                 synced_at,
                 dirty,
             } => {
-                if let Some(r) = self.config.rotate
+                if let Some(r) = &self.config.rotate
                     && *size > 0
                     && *size + bytes.len() as u64 > r.max_size
                 {
@@ -140,7 +114,7 @@ impl FileSink {
                 *dirty = true;
                 let sync_now = match self.config.fsync {
                     Fsync::Always => true,
-                    Fsync::Interval(d) => synced_at.elapsed() >= d,
+                    Fsync::Interval => synced_at.elapsed() >= self.config.fsync_interval,
                     Fsync::Never => false,
                 };
                 if sync_now {
@@ -153,7 +127,7 @@ impl FileSink {
         }
     }
 
-    /// Syncs pending writes (at shutdown, and from a timer under `fsync: interval`).
+    /// Syncs pending writes (at stop, through [`Sink::close`]).
     pub fn sync(&self) -> io::Result<()> {
         let mut out = self
             .out
@@ -230,6 +204,13 @@ impl Sink for FileSink {
         }
         self.write_outcomes(&bytes, letters.len())
     }
+
+    /// Syncs what `fsync: interval` or `never` left unsynced.
+    async fn close(&self) -> Result<(), SinkError> {
+        self.sync().map_err(|e| SinkError::Unavailable {
+            reason: format!("final sync failed: {e}"),
+        })
+    }
 }
 
 impl FileSink {
@@ -268,9 +249,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/events.jsonl");
         let sink = FileSink::open(FileConfig {
-            path: Some(path.clone()),
             fsync: Fsync::Always,
-            rotate: None,
+            ..FileConfig::new(&path)
         })
         .unwrap();
         sink.healthcheck().await.unwrap();
@@ -298,9 +278,9 @@ mod tests {
             max_files: 2,
         };
         let sink = FileSink::open(FileConfig {
-            path: Some(path.clone()),
             fsync: Fsync::Never,
             rotate: Some(rotate),
+            ..FileConfig::new(&path)
         })
         .unwrap();
         for seq in 0..10 {
@@ -320,12 +300,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         let sink = FileSink::open(FileConfig {
-            path: Some(path.clone()),
             fsync: Fsync::Never,
             rotate: Some(Rotate {
                 max_size: 1,
                 max_files: 1,
             }),
+            ..FileConfig::new(&path)
         })
         .unwrap();
         sink.send(&[envelope(1)]).await;

@@ -1,314 +1,211 @@
-//! The sink's settings, with secrets already resolved; start at [`KafkaConfig`].
+//! `type: kafka` settings, as users write them; start at [`KafkaConfig`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use herald_sink_core::Template;
-use rdkafka::ClientConfig;
+use herald_sink_core::config::{
+    DeliveryKeys, DeliveryOptions, Problems, SecretRef, SinkConfig, deserialize_duration,
+    resolve_secret, setting_failed,
+};
+use herald_sink_core::sink::SinkError;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
-/// Default `message.timeout.ms`: how long librdkafka keeps trying to deliver a record before its
-/// delivery report says `MessageTimedOut` (a `Retry`).
-pub const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::KafkaSink;
+use crate::settings::{DEFAULT_MESSAGE_TIMEOUT, Settings};
 
-/// Default `client.id`.
-pub const DEFAULT_CLIENT_ID: &str = "herald";
-
-/// librdkafka's default `message.max.bytes`, the largest record the producer accepts (and the
-/// broker default for `message.max.bytes` is close to it).
-pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
-
-/// How events are laid out in records (CloudEvents Kafka binding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Mode {
-    /// Value = `data`, `content-type` = `datacontenttype`, every other attribute a `ce_<name>`
-    /// header (raw UTF-8).
-    #[default]
-    Binary,
-    /// Value = the JSON event, `content-type: application/cloudevents+json; charset=UTF-8`, no
-    /// `ce_` headers.
-    Structured,
-}
-
-/// Settings of a [`KafkaSink`](crate::KafkaSink).
-///
-/// Secrets (`sasl.password`, `ssl.key.password` …) are plain values in
-/// [`properties`](Self::properties): herald's configuration resolves its secret references before
-/// building the sink. `Debug` prints property names only.
+/// `type: kafka` settings. Each event is a record on `topic` with the event's `partitionkey` as
+/// the key, so an object's events share a partition and keep their order. The producer is
+/// idempotent with `acks=all`; an event is delivered when its delivery report says so.
 ///
 /// ```
-/// use std::time::Duration;
-/// use herald_sink_core::Template;
-/// use herald_sink_kafka::{KafkaConfig, Mode};
+/// use herald_sink_core::config::{Problems, SecretRef, SinkConfig};
+/// use herald_sink_kafka::{KafkaConfig, KafkaMode};
 ///
-/// let config = KafkaConfig::new("kafka-0:9092,kafka-1:9092", Template::parse("herald.{group}.{kind}")?)
-///     .mode(Mode::Structured)
-///     .tombstones(true)
-///     .message_timeout(Duration::from_secs(10))
-///     .property("security.protocol", "SASL_SSL")
-///     .property("sasl.mechanism", "SCRAM-SHA-512")
-///     .property("sasl.username", "herald")
-///     .property("sasl.password", "s3cret");
-/// assert!(!format!("{config:?}").contains("s3cret"));
-/// # Ok::<(), herald_sink_core::TemplateError>(())
+/// let config: KafkaConfig = serde_json::from_value(serde_json::json!({
+///     "brokers": ["kafka-0:9092", "kafka-1:9092"],
+///     "topic": "herald.{group}.{kind}",
+///     "mode": "structured",
+///     "properties": {"security.protocol": "SASL_SSL", "sasl.username": "herald"},
+///     "secretProperties": {"sasl.password": "${KAFKA_PASSWORD}"},
+/// }))?;
+/// assert_eq!(config.mode, KafkaMode::Structured);
+/// assert_eq!(
+///     config.secret_properties["sasl.password"],
+///     SecretRef::Env("KAFKA_PASSWORD".into())
+/// );
+/// let mut problems = Problems::default();
+/// config.validate(&mut problems);
+/// assert!(problems.is_empty());
+/// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KafkaConfig {
-    /// `bootstrap.servers`: comma-separated `host:port` list.
-    pub brokers: String,
-    /// The topic: a fixed name or a template over `{group}` `{version}` `{kind}` `{plural}`
-    /// `{namespace}`; rendered names are sanitised to legal topic names. Its literal text must pass
-    /// [`Template::check_kafka_topic`].
-    pub topic: Template,
-    /// Binary (default) or structured mode.
-    pub mode: Mode,
-    /// After a `deleted` event, also write a null-value record (a tombstone) with the same key, for
-    /// compacted topics. The event is `Ok` only when both records are delivered. Default off.
+    /// Bootstrap brokers, `host:port` each (librdkafka's `bootstrap.servers`). Required.
+    /// Example: `[kafka-0.kafka:9092, kafka-1.kafka:9092]`.
+    pub brokers: Vec<String>,
+    /// Topic name, or a template over `{group}`, `{version}`, `{kind}`, `{plural}` and
+    /// `{namespace}`; each value is made a legal topic name (`[a-zA-Z0-9._-]`, at most 249
+    /// characters). Required. Example: `herald.{group}.{plural}`.
+    pub topic: String,
+    /// CloudEvents Kafka binding: `binary` (value = `data`, attributes as `ce_*` headers) or
+    /// `structured` (value = the JSON event). Default `binary`. Example: `structured`.
+    #[serde(default)]
+    pub mode: KafkaMode,
+    /// After a `deleted` event, also write a tombstone (same key, null value) so a compacted
+    /// topic forgets the object. Default `false`. Example: `true`.
+    #[serde(default)]
     pub tombstones: bool,
-    /// `message.timeout.ms`: how long a record may wait for its delivery report. Default
-    /// [`DEFAULT_MESSAGE_TIMEOUT`]. Bounded on purpose: against a dead cluster herald sees retries
-    /// (and pauses the sink) instead of records piling up unseen in librdkafka's queue. Must be
-    /// greater than zero (librdkafka's 0 would mean "forever"). `topic.metadata.propagation.max.ms`
-    /// defaults to half of it (at most librdkafka's 30 s), so records to a missing topic come back
-    /// as `unknown_topic` retries rather than plain timeouts.
+    /// How long librdkafka may try one record before herald sees it fail and retries it
+    /// (`message.timeout.ms`); greater than zero. A dead cluster thus shows up as a retrying,
+    /// paused sink. Default `30s`. Example: `2m`.
+    #[serde(
+        default = "default_message_timeout",
+        deserialize_with = "deserialize_duration"
+    )]
+    #[schemars(with = "String", extend("default" = "30s"))]
     pub message_timeout: Duration,
-    /// Any librdkafka property (`security.protocol`, `sasl.*`, `ssl.*`, `message.max.bytes` …),
-    /// applied last, so it overrides herald's defaults, aliases included (`delivery.timeout.ms`
-    /// overrides `message_timeout`).
+    /// librdkafka properties, passed through as given and applied after herald's defaults, so
+    /// they win. Secret-bearing ones (`sasl.password`, `ssl.key.password` …) are refused here;
+    /// put them in `secretProperties`. Default: none. Example:
+    /// `{security.protocol: SASL_SSL, sasl.mechanism: SCRAM-SHA-512, sasl.username: herald}`.
+    #[serde(default)]
     pub properties: BTreeMap<String, String>,
-    /// `client.id`, seen in broker logs and quotas. Default [`DEFAULT_CLIENT_ID`].
-    pub client_id: String,
+    /// librdkafka properties whose values are secrets, as secret references. Default: none.
+    /// Example: `{sasl.password: ${KAFKA_PASSWORD}}`.
+    #[serde(default)]
+    pub secret_properties: BTreeMap<String, SecretRef>,
 }
 
 impl KafkaConfig {
-    /// Settings for `brokers` and `topic` with every default: binary mode, no tombstones, a 30 s
-    /// message timeout, no extra properties, client id `herald`.
+    /// Records for `brokers` on `topic` (a name or a template) with every default: binary mode,
+    /// no tombstones, a 30 s message timeout, no extra properties.
     #[must_use]
-    pub fn new(brokers: impl Into<String>, topic: Template) -> Self {
+    pub fn new(brokers: Vec<String>, topic: impl Into<String>) -> Self {
         Self {
-            brokers: brokers.into(),
-            topic,
-            mode: Mode::default(),
+            brokers,
+            topic: topic.into(),
+            mode: KafkaMode::default(),
             tombstones: false,
-            message_timeout: DEFAULT_MESSAGE_TIMEOUT,
+            message_timeout: default_message_timeout(),
             properties: BTreeMap::new(),
-            client_id: DEFAULT_CLIENT_ID.to_owned(),
+            secret_properties: BTreeMap::new(),
         }
-    }
-
-    /// Sets the mode.
-    #[must_use]
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Turns tombstones after `deleted` events on or off.
-    #[must_use]
-    pub fn tombstones(mut self, tombstones: bool) -> Self {
-        self.tombstones = tombstones;
-        self
-    }
-
-    /// Sets `message.timeout.ms`.
-    #[must_use]
-    pub fn message_timeout(mut self, message_timeout: Duration) -> Self {
-        self.message_timeout = message_timeout;
-        self
-    }
-
-    /// Sets one librdkafka property (replacing an earlier value).
-    #[must_use]
-    pub fn property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.properties.insert(name.into(), value.into());
-        self
-    }
-
-    /// Sets `client.id`.
-    #[must_use]
-    pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
-        self.client_id = client_id.into();
-        self
-    }
-
-    /// The librdkafka configuration: herald's producer defaults, then every property.
-    ///
-    /// A default is left out when the user sets it under any of its names: `ClientConfig` is a
-    /// hash map, so setting both `linger.ms` and its alias `queue.buffering.max.ms` would leave
-    /// the winner to iteration order.
-    pub(crate) fn client_config(&self) -> ClientConfig {
-        let timeout_ms = millis(self.message_timeout);
-        // librdkafka waits this long before it calls a topic missing (default 30 s). Below the
-        // message timeout, records to a missing topic fail as `unknown_topic` (an alert)
-        // instead of a plain `message_timed_out`.
-        let propagation_ms = (timeout_ms / 2).clamp(1, 30_000).to_string();
-        let timeout_ms = timeout_ms.to_string();
-        let defaults: [(&str, &str); 10] = [
-            ("bootstrap.servers", &self.brokers),
-            ("client.id", &self.client_id),
-            // Idempotence keeps per-partition order and drops duplicates across librdkafka's own
-            // retries; it requires acks=all, which is also what makes a delivery report durable.
-            ("enable.idempotence", "true"),
-            ("acks", "all"),
-            ("compression.type", "lz4"),
-            // A few milliseconds let concurrent `send` calls share produce requests.
-            ("linger.ms", "5"),
-            // Java's default partitioner: keyed records land on the partitions Java producers pick,
-            // so other producers and Kafka Streams joins agree with herald.
-            ("partitioner", "murmur2_random"),
-            ("message.timeout.ms", &timeout_ms),
-            ("topic.metadata.propagation.max.ms", &propagation_ms),
-            // librdkafka's default, stated so it is visible: herald's journal is the real buffer,
-            // and a full queue only makes `send` wait briefly (local backpressure).
-            ("queue.buffering.max.messages", "100000"),
-        ];
-        let mut config = ClientConfig::new();
-        for (name, value) in defaults {
-            if !self.properties.keys().any(|key| same_property(key, name)) {
-                config.set(name, value);
-            }
-        }
-        for (name, value) in &self.properties {
-            config.set(name, value);
-        }
-        config
     }
 }
 
-/// librdkafka property aliases among the properties herald sets (CONFIGURATION.md).
-const ALIASES: [(&str, &str); 5] = [
-    ("bootstrap.servers", "metadata.broker.list"),
-    ("message.timeout.ms", "delivery.timeout.ms"),
-    ("compression.type", "compression.codec"),
-    ("linger.ms", "queue.buffering.max.ms"),
-    ("acks", "request.required.acks"),
+/// `mode` of a Kafka sink: how events are laid out in records (CloudEvents Kafka binding).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum KafkaMode {
+    /// Value = `data`, `content-type` and `ce_*` headers.
+    #[default]
+    Binary,
+    /// Value = the JSON event (`application/cloudevents+json`).
+    Structured,
+}
+
+fn default_message_timeout() -> Duration {
+    DEFAULT_MESSAGE_TIMEOUT
+}
+
+/// `batchMaxEvents` of a Kafka sink when not given.
+const DEFAULT_BATCH_MAX_EVENTS: usize = 256;
+
+/// librdkafka properties that carry secrets: they must come from `secretProperties`.
+const SECRET_PROPERTIES: [&str; 8] = [
+    "sasl.password",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.config",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
+    "ssl_key",
+    "ssl.certificate.pem",
 ];
 
-/// True when `a` and `b` name the same librdkafka property.
-pub(crate) fn same_property(a: &str, b: &str) -> bool {
-    a == b
-        || ALIASES
-            .iter()
-            .any(|&(x, y)| (a == x && b == y) || (a == y && b == x))
-}
+impl SinkConfig for KafkaConfig {
+    type Sink = KafkaSink;
 
-/// Whole milliseconds, at least 1 (0 means "no timeout" to librdkafka).
-pub(crate) fn millis(duration: Duration) -> u128 {
-    duration.as_millis().max(1)
-}
+    const DELIVERY: DeliveryKeys = DeliveryKeys::All {
+        batch_max_events: DEFAULT_BATCH_MAX_EVENTS,
+        batch_beside: None,
+    };
 
-/// Property values may be secrets: only their names are printed.
-impl fmt::Debug for KafkaConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let property_names: Vec<&str> = self.properties.keys().map(String::as_str).collect();
-        f.debug_struct("KafkaConfig")
-            .field("brokers", &self.brokers)
-            .field("topic", &self.topic.as_str())
-            .field("mode", &self.mode)
-            .field("tombstones", &self.tombstones)
-            .field("message_timeout", &self.message_timeout)
-            .field("properties", &property_names)
-            .field("client_id", &self.client_id)
-            .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config() -> KafkaConfig {
-        KafkaConfig::new("k:9092", Template::parse("t").unwrap())
-    }
-
-    #[test]
-    fn defaults() {
-        let config = config();
-        assert_eq!(config.mode, Mode::Binary);
-        assert!(!config.tombstones);
-        assert_eq!(config.message_timeout, Duration::from_secs(30));
-        assert!(config.properties.is_empty());
-        assert_eq!(config.client_id, "herald");
-    }
-
-    #[test]
-    fn producer_defaults_favour_correctness_and_throughput() {
-        let client = config()
-            .message_timeout(Duration::from_millis(1500))
-            .client_config();
-        for (name, value) in [
-            ("bootstrap.servers", "k:9092"),
-            ("client.id", "herald"),
-            ("enable.idempotence", "true"),
-            ("acks", "all"),
-            ("compression.type", "lz4"),
-            ("linger.ms", "5"),
-            ("partitioner", "murmur2_random"),
-            ("message.timeout.ms", "1500"),
-            ("topic.metadata.propagation.max.ms", "750"),
-            ("queue.buffering.max.messages", "100000"),
-        ] {
-            assert_eq!(client.get(name), Some(value), "{name}");
+    fn validate(&self, problems: &mut Problems) {
+        if self.brokers.is_empty() {
+            problems.add("brokers", "at least one broker is required");
+        }
+        for (i, broker) in self.brokers.iter().enumerate() {
+            if !is_host_port(broker) {
+                problems.add(
+                    format!("brokers[{i}]"),
+                    format!("{broker:?} is not host:port (like kafka-0.kafka:9092)"),
+                );
+            }
+        }
+        match Template::parse(&self.topic) {
+            Err(error) => problems.add("topic", error.to_string()),
+            Ok(template) => {
+                if let Err(error) = template.check_kafka_topic() {
+                    problems.add("topic", error.to_string());
+                }
+            }
+        }
+        if self.message_timeout.is_zero() {
+            problems.add("messageTimeout", "must be greater than 0s");
+        }
+        for name in self.properties.keys() {
+            if SECRET_PROPERTIES.contains(&name.as_str()) {
+                problems.add(
+                    format!("properties.{name}"),
+                    "holds a secret: put it in secretProperties as ${VAR} or {fromFile: PATH}",
+                );
+            } else if name.trim().is_empty() {
+                problems.add("properties", "a property name must not be empty");
+            }
+        }
+        for name in self.secret_properties.keys() {
+            if self.properties.contains_key(name) {
+                problems.add(
+                    format!("secretProperties.{name}"),
+                    "is also set in properties; set it once",
+                );
+            }
         }
     }
 
-    #[test]
-    fn properties_override_defaults_and_their_aliases() {
-        let client = config()
-            .property("acks", "1")
-            .property("enable.idempotence", "false")
-            .property("delivery.timeout.ms", "9000")
-            .property("queue.buffering.max.ms", "50")
-            .property("security.protocol", "SASL_SSL")
-            .client_config();
-        assert_eq!(client.get("acks"), Some("1"));
-        assert_eq!(client.get("enable.idempotence"), Some("false"));
-        assert_eq!(client.get("delivery.timeout.ms"), Some("9000"));
-        assert_eq!(client.get("message.timeout.ms"), None);
-        assert_eq!(client.get("queue.buffering.max.ms"), Some("50"));
-        assert_eq!(client.get("linger.ms"), None);
-        assert_eq!(client.get("security.protocol"), Some("SASL_SSL"));
-        assert_eq!(client.get("compression.type"), Some("lz4"));
+    /// Parses the topic, resolves the secret properties (errors name the property and the
+    /// variable or file) and builds the producer, whose `client.id` is `herald-<name>`.
+    async fn build(&self, name: &str, _delivery: &DeliveryOptions) -> Result<KafkaSink, SinkError> {
+        KafkaSink::new(self.settings(name)?)
     }
+}
 
-    #[test]
-    fn missing_topics_are_called_missing_before_records_time_out() {
-        let propagation = |timeout| {
-            config()
-                .message_timeout(timeout)
-                .client_config()
-                .get("topic.metadata.propagation.max.ms")
-                .map(str::to_owned)
-        };
-        assert_eq!(
-            propagation(Duration::from_secs(30)).as_deref(),
-            Some("15000")
-        );
-        assert_eq!(
-            propagation(Duration::from_secs(600)).as_deref(),
-            Some("30000")
-        );
-        assert_eq!(propagation(Duration::from_millis(1)).as_deref(), Some("1"));
+impl KafkaConfig {
+    fn settings(&self, name: &str) -> Result<Settings, SinkError> {
+        let topic = Template::parse(&self.topic).map_err(|e| setting_failed("topic", e))?;
+        let mut out = Settings::new(self.brokers.join(","), topic)
+            .mode(self.mode)
+            .tombstones(self.tombstones)
+            .message_timeout(self.message_timeout)
+            .client_id(format!("herald-{name}"));
+        for (key, value) in &self.properties {
+            out = out.property(key.clone(), value.clone());
+        }
+        for (key, secret) in &self.secret_properties {
+            let value = resolve_secret(&format!("secretProperties.{key}"), secret)?;
+            out = out.property(key.clone(), value);
+        }
+        Ok(out)
     }
+}
 
-    #[test]
-    fn aliases_match_both_ways() {
-        assert!(same_property("linger.ms", "linger.ms"));
-        assert!(same_property("linger.ms", "queue.buffering.max.ms"));
-        assert!(same_property("metadata.broker.list", "bootstrap.servers"));
-        assert!(!same_property("linger.ms", "acks"));
-    }
-
-    #[test]
-    fn sub_millisecond_timeouts_do_not_become_infinite() {
-        assert_eq!(millis(Duration::from_micros(10)), 1);
-        assert_eq!(millis(Duration::from_secs(2)), 2000);
-    }
-
-    #[test]
-    fn debug_hides_property_values() {
-        let text = format!("{:?}", config().property("sasl.password", "hunter2"));
-        assert!(text.contains("sasl.password"));
-        assert!(!text.contains("hunter2"));
-    }
+/// `host:port` with a non-empty host and a numeric port (IPv6 in brackets).
+fn is_host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+    })
 }

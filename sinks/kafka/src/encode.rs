@@ -5,7 +5,7 @@ use herald_sink_core::event::CloudEvent;
 use herald_sink_core::template::{Template, Vars};
 use rdkafka::message::{Header, OwnedHeaders};
 
-use crate::config::Mode;
+use crate::KafkaMode;
 
 /// Prefix of `source` for events herald builds: `k8s://<cluster>/<group>/<plural>`.
 const SOURCE_SCHEME: &str = "k8s://";
@@ -76,18 +76,18 @@ fn zigzag_varint_len(n: usize) -> usize {
 /// `mode`, then `extra_headers` (a dead letter's `herald_error_*`).
 pub(crate) fn record(
     topic: &Template,
-    mode: Mode,
+    mode: KafkaMode,
     event: &CloudEvent,
     extra_headers: Vec<(String, Vec<u8>)>,
 ) -> Record {
     let (value, mut headers) = match mode {
-        Mode::Binary => {
+        KafkaMode::Binary => {
             // The binding maps "no data" to "no value" (1.0.3-wip). herald's events always carry
             // data (DECISIONS.md), so this never turns a real event into a tombstone.
             let value = event.data.is_some().then(|| event.data_bytes());
             (value, event.kafka_binary_headers())
         }
-        Mode::Structured => (
+        KafkaMode::Structured => (
             Some(event.to_structured_json()),
             vec![(
                 CONTENT_TYPE_HEADER.to_owned(),
@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn binary_records_carry_data_and_every_attribute_as_ce_headers() {
         let event = widget("updated");
-        let record = record(&template("herald"), Mode::Binary, &event, Vec::new());
+        let record = record(&template("herald"), KafkaMode::Binary, &event, Vec::new());
         assert_eq!(record.topic, "herald");
         assert_eq!(record.key.as_deref(), Some("default/w1"));
         assert_eq!(
@@ -225,7 +225,7 @@ mod tests {
     #[test]
     fn binary_events_without_data_have_no_value() {
         let event = CloudEvent::new("1", "/s", "t").extension("partitionkey", "k");
-        let record = record(&template("t"), Mode::Binary, &event, Vec::new());
+        let record = record(&template("t"), KafkaMode::Binary, &event, Vec::new());
         assert_eq!(record.value, None);
         assert_eq!(header(&record, "content-type"), None);
     }
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn structured_records_carry_the_json_event() {
         let event = widget("created");
-        let record = record(&template("t"), Mode::Structured, &event, Vec::new());
+        let record = record(&template("t"), KafkaMode::Structured, &event, Vec::new());
         assert_eq!(record.key.as_deref(), Some("default/w1"));
         assert_eq!(
             record.headers,
@@ -262,7 +262,7 @@ mod tests {
         };
         let record = record(
             &template("dlq"),
-            Mode::Binary,
+            KafkaMode::Binary,
             &widget("updated"),
             context.kafka_headers(),
         );
@@ -289,7 +289,7 @@ mod tests {
         let event = widget("updated");
         let record = record(
             &template("herald.{group}.{version}.{kind}.{plural}.{namespace}"),
-            Mode::Binary,
+            KafkaMode::Binary,
             &event,
             Vec::new(),
         );
@@ -355,7 +355,12 @@ mod tests {
 
     #[test]
     fn tombstones_keep_topic_and_key_only() {
-        let event = record(&template("t"), Mode::Binary, &widget("deleted"), Vec::new());
+        let event = record(
+            &template("t"),
+            KafkaMode::Binary,
+            &widget("deleted"),
+            Vec::new(),
+        );
         let tombstone = tombstone(&event);
         assert_eq!(tombstone.topic, "t");
         assert_eq!(tombstone.key.as_deref(), Some("default/w1"));
@@ -393,7 +398,12 @@ mod tests {
 
     #[test]
     fn owned_headers_keep_names_values_and_order() {
-        let record = record(&template("t"), Mode::Binary, &widget("updated"), Vec::new());
+        let record = record(
+            &template("t"),
+            KafkaMode::Binary,
+            &widget("updated"),
+            Vec::new(),
+        );
         let owned = record.owned_headers();
         assert_eq!(owned.count(), record.headers.len());
         for (i, (name, value)) in record.headers.iter().enumerate() {

@@ -1,9 +1,9 @@
-//! The Kafka sink: CloudEvents as Kafka records through librdkafka. Entry point: [`KafkaSink`],
-//! configured by [`KafkaConfig`].
+//! The Kafka sink: CloudEvents as Kafka records through librdkafka. Entry point: [`KafkaConfig`],
+//! whose `build` returns a [`KafkaSink`].
 //!
 //! - **Binding** (CloudEvents Kafka binding, EVENT-FORMAT.md B4): binary mode by default, the
 //!   record value is `data` and every other attribute a `ce_<name>` header, `datacontenttype` the
-//!   `content-type` header; structured mode ([`Mode::Structured`]) sends the JSON event with
+//!   `content-type` header; structured mode ([`KafkaMode::Structured`]) sends the JSON event with
 //!   `content-type: application/cloudevents+json; charset=UTF-8`. The record key is the event's
 //!   `partitionkey`, left in the event as the binding asks (an event without one goes keyless and
 //!   gets no tombstone). Keys are partitioned like Java's producer (`murmur2_random`).
@@ -32,12 +32,11 @@ pub mod classify;
 mod config;
 mod context;
 mod encode;
+mod settings;
 mod sink;
 #[cfg(test)]
 mod tests;
 
 pub use classify::{classify, classify_code};
-pub use config::{
-    DEFAULT_CLIENT_ID, DEFAULT_MESSAGE_MAX_BYTES, DEFAULT_MESSAGE_TIMEOUT, KafkaConfig, Mode,
-};
+pub use config::{KafkaConfig, KafkaMode};
 pub use sink::KafkaSink;

@@ -12,9 +12,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use crate::classify::{self, classify};
-use crate::config::{DEFAULT_MESSAGE_MAX_BYTES, KafkaConfig};
 use crate::context::{self, ClientError, SinkContext};
 use crate::encode::{self, Record};
+use crate::settings::{DEFAULT_MESSAGE_MAX_BYTES, Settings};
 
 /// How long `send` waits before enqueueing again while librdkafka's queue is full: long enough for
 /// a produce request to come back, short enough not to stall a batch that is nearly through.
@@ -36,7 +36,7 @@ type KafkaProducer = FutureProducer<SinkContext>;
 /// batch before it awaits any delivery report, never sleeps to retry, and only waits while
 /// librdkafka's local queue is full.
 pub struct KafkaSink {
-    config: KafkaConfig,
+    config: Settings,
     client_config: ClientConfig,
     /// The effective `message.max.bytes` (librdkafka's default or the configured property).
     max_message_bytes: usize,
@@ -66,12 +66,12 @@ impl KafkaSink {
     /// an invalid value (the error names the property), or a combination librdkafka refuses when
     /// it builds the producer (for example `enable.idempotence=true` with `acks=1`, SASL without
     /// a `sasl.mechanism` this build supports, or an unreadable `ssl.ca.location` under TLS).
-    pub fn new(config: KafkaConfig) -> Result<Self, SinkError> {
+    pub(crate) fn new(config: Settings) -> Result<Self, SinkError> {
         let brokers_set = !config.brokers.trim().is_empty()
             || config
                 .properties
                 .keys()
-                .any(|name| crate::config::same_property(name, "bootstrap.servers"));
+                .any(|name| crate::settings::same_property(name, "bootstrap.servers"));
         if !brokers_set {
             return Err(invalid("brokers must not be empty".to_owned()));
         }
@@ -108,8 +108,8 @@ impl KafkaSink {
     }
 
     /// The settings this sink was built with.
-    #[must_use]
-    pub fn config(&self) -> &KafkaConfig {
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &Settings {
         &self.config
     }
 
@@ -451,11 +451,11 @@ mod tests {
 
     use super::*;
 
-    fn config() -> KafkaConfig {
-        KafkaConfig::new("127.0.0.1:1", Template::parse("herald.{kind}").unwrap())
+    fn config() -> Settings {
+        Settings::new("127.0.0.1:1", Template::parse("herald.{kind}").unwrap())
     }
 
-    fn invalid_detail(config: KafkaConfig) -> String {
+    fn invalid_detail(config: Settings) -> String {
         match KafkaSink::new(config) {
             Err(SinkError::InvalidConfig { detail }) => detail.into_owned(),
             other => panic!("expected InvalidConfig, got {other:?}"),
@@ -527,18 +527,18 @@ mod tests {
 
     #[test]
     fn refuses_empty_brokers_zero_timeouts_and_bad_topics() {
-        let detail = invalid_detail(KafkaConfig::new(" ", Template::parse("t").unwrap()));
+        let detail = invalid_detail(Settings::new(" ", Template::parse("t").unwrap()));
         assert!(detail.contains("brokers"), "{detail}");
         assert!(
             KafkaSink::new(
-                KafkaConfig::new("", Template::parse("t").unwrap())
+                Settings::new("", Template::parse("t").unwrap())
                     .property("bootstrap.servers", "k:9092")
             )
             .is_ok()
         );
         let detail = invalid_detail(config().message_timeout(Duration::ZERO));
         assert!(detail.contains("messageTimeout"), "{detail}");
-        let detail = invalid_detail(KafkaConfig::new(
+        let detail = invalid_detail(Settings::new(
             "k:9092",
             Template::parse("herald/{kind}").unwrap(),
         ));

@@ -15,7 +15,8 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::json;
 
-use crate::{KafkaConfig, KafkaSink, Mode, classify};
+use crate::settings::Settings;
+use crate::{KafkaMode, KafkaSink, classify};
 
 const TOPIC: &str = "herald.widgets";
 const PARTITIONS: i32 = 3;
@@ -29,8 +30,8 @@ fn cluster() -> MockCluster<'static, DefaultProducerContext> {
 
 /// A sink for `cluster`, writing to `topic`, that gives up on a record after 2 s and reconnects
 /// quickly (librdkafka's reconnect backoff would otherwise grow to 10 s during an outage).
-fn config(cluster: &MockCluster<'_, DefaultProducerContext>, topic: &str) -> KafkaConfig {
-    KafkaConfig::new(cluster.bootstrap_servers(), Template::parse(topic).unwrap())
+fn config(cluster: &MockCluster<'_, DefaultProducerContext>, topic: &str) -> Settings {
+    Settings::new(cluster.bootstrap_servers(), Template::parse(topic).unwrap())
         .message_timeout(Duration::from_secs(2))
         .property("reconnect.backoff.max.ms", "200")
 }
@@ -215,7 +216,7 @@ async fn binary_records_carry_value_key_and_every_ce_header() {
 #[tokio::test]
 async fn structured_records_carry_the_json_event() {
     let cluster = cluster();
-    let sink = KafkaSink::new(config(&cluster, TOPIC).mode(Mode::Structured)).unwrap();
+    let sink = KafkaSink::new(config(&cluster, TOPIC).mode(KafkaMode::Structured)).unwrap();
     let events = [event("a", "created", 10), event("b", "updated", 11)];
     assert_eq!(sink.send(&envelopes(&events)).await, vec![Outcome::Ok; 2]);
 

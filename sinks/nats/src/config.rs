@@ -1,256 +1,142 @@
-//! The sink's settings, with secrets already resolved; start at [`NatsConfig`].
+//! `type: nats` settings, as users write them: core NATS or JetStream; start at [`NatsConfig`].
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use herald_sink_core::Template;
+use herald_sink_core::config::{
+    DeliveryKeys, DeliveryOptions, Problems, SecretRef, SinkConfig, deserialize_duration,
+    deserialize_some_duration, resolve_secret, setting_failed,
+};
 use herald_sink_core::sink::SinkError;
-use herald_sink_core::template::Template;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
 
-/// Default bound on connecting (and on waiting for a connection in the healthcheck).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::NatsSink;
+use crate::settings::{
+    Auth, DEFAULT_ACK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DUPLICATE_WINDOW,
+    DEFAULT_MAX_IN_FLIGHT, Settings,
+};
 
-/// Default bound on the wait for one JetStream `PubAck` (and on a core NATS flush).
-pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default cap on unacknowledged JetStream publishes of one sink, across concurrent `send` calls.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
-
-/// Default client name, shown by the server's monitoring (`connz`).
-pub const DEFAULT_CONNECTION_NAME: &str = "herald";
-
-/// Default JetStream de-duplication window of a stream herald creates.
-pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
-
-/// Most replicas a JetStream stream can have.
-const MAX_REPLICAS: usize = 5;
-
-/// Settings of a [`NatsSink`](crate::NatsSink).
-///
-/// Secrets (`auth`, the TLS client key file's content) are plain values or paths here: herald's
-/// configuration resolves its secret references before building the sink. `Debug` never prints
-/// them.
+/// `type: nats` settings. Without `jetstream` each event is a core NATS publish (delivered once
+/// the connection is flushed, which the server does not persist); with it, a JetStream publish
+/// that is delivered when the stream's `PubAck` arrives, with `Nats-Msg-Id` = the event id so
+/// the stream drops redeliveries inside its duplicate window.
 ///
 /// ```
-/// use std::time::Duration;
-/// use herald_sink_core::Template;
-/// use herald_sink_nats::{Auth, JetStreamConfig, Mode, NatsConfig, StreamSpec};
+/// use herald_sink_core::config::{Problems, SinkConfig};
+/// use herald_sink_nats::{NatsConfig, NatsMode};
 ///
-/// let config = NatsConfig::new(
-///     vec!["nats://127.0.0.1:4222".into()],
-///     Template::parse("herald.{group}.{kind}")?,
-/// )
-/// .mode(Mode::Binary)
-/// .jetstream(JetStreamConfig::new("HERALD").create(StreamSpec::new(vec!["herald.>".into()])))
-/// .auth(Auth::Token("s3cret".into()))
-/// .ack_timeout(Duration::from_secs(5));
-/// config.check()?;
-/// assert!(!format!("{config:?}").contains("s3cret"));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// let config: NatsConfig = serde_json::from_value(serde_json::json!({
+///     "servers": ["nats://127.0.0.1:4222"],
+///     "subject": "herald.{group}.{kind}",
+///     "mode": "binary",
+///     "jetstream": {"stream": "HERALD", "create": {"subjects": ["herald.>"]}},
+///     "auth": {"token": "${NATS_TOKEN}"},
+///     "ackTimeout": "5s",
+/// }))?;
+/// assert_eq!(config.mode, NatsMode::Binary);
+/// let mut problems = Problems::default();
+/// config.validate(&mut problems);
+/// assert!(problems.is_empty());
+/// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NatsConfig {
-    /// Server URLs, tried in random order: `nats://host:port`, or `tls://host:port` to require
-    /// TLS. No credentials in them: use [`NatsConfig::auth`].
+    /// Server URLs (`nats://host:4222`, `tls://host:4222`); the client fails over between them
+    /// and reconnects by itself. Required. Example: `[nats://nats.messaging:4222]`.
     pub servers: Vec<String>,
-    /// The subject each event is published to, from `{group}`, `{version}`, `{kind}`,
-    /// `{plural}`, `{namespace}`, `{name}` and `{op}`; each value becomes exactly one subject
-    /// token (see [`render_subject`](crate::render_subject)).
-    pub subject: Template,
-    /// How an event becomes a NATS message. Default [`Mode::Structured`].
-    pub mode: Mode,
-    /// Publish to JetStream and wait for its `PubAck`; `None` publishes with core NATS and counts
-    /// an event delivered once the client has flushed it (no acknowledgement: at most once).
-    pub jetstream: Option<JetStreamConfig>,
-    /// How herald authenticates; `None` connects anonymously.
-    pub auth: Option<Auth>,
-    /// TLS settings; `None` uses TLS only where the server or a `tls://` URL asks for it, verified
-    /// against the system's roots.
-    pub tls: Option<TlsConfig>,
-    /// Bound on connecting, and on the healthcheck's wait for a connection. Default
-    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    /// Subject, or a template over `{group}`, `{version}`, `{kind}`, `{plural}`, `{namespace}`,
+    /// `{name}` and `{op}`; each value becomes one legal subject token (`.`, `*`, `>` and
+    /// whitespace replaced). Required. Example: `herald.{plural}.{namespace}.{name}.{op}`.
+    pub subject: String,
+    /// CloudEvents NATS binding: `structured` (the JSON event as payload, the 1.0.2 binding) or
+    /// `binary` (payload = `data`, attributes as `ce-` headers). Default `structured`.
+    /// Example: `binary`.
+    #[serde(default)]
+    pub mode: NatsMode,
+    /// Publish to JetStream and wait for each event's `PubAck`. Default: none (core NATS).
+    /// Example: `{stream: HERALD}`.
+    #[serde(default)]
+    pub jetstream: Option<NatsJetStream>,
+    /// Credentials: `{token: SECRET}`, `{user: NAME, password: SECRET}`, `{nkeySeed: SECRET}`
+    /// or `{credentialsFile: PATH}`. Default: none. Example: `{credentialsFile: /etc/herald/nats.creds}`.
+    #[serde(default)]
+    #[schemars(with = "Option<NatsAuthKeys>")]
+    pub auth: Option<NatsAuth>,
+    /// TLS: a private CA, a client certificate, and whether TLS is required even on `nats://`
+    /// URLs. Default: TLS only when the server asks for it, system roots. Example:
+    /// `{caFile: /etc/herald/ca.pem, required: true}`.
+    #[serde(default)]
+    pub tls: Option<NatsTls>,
+    /// How long connecting may take at start-up; greater than zero. Default `5s`. Example: `10s`.
+    #[serde(
+        default = "default_connect_timeout",
+        deserialize_with = "deserialize_duration"
+    )]
+    #[schemars(with = "String", extend("default" = "5s"))]
     pub connect_timeout: Duration,
-    /// How long a JetStream `PubAck` (or a core NATS flush, or a JetStream API request) may take
-    /// before the event is retried with code `timeout`. Default [`DEFAULT_ACK_TIMEOUT`].
+    /// How long a JetStream `PubAck` may take before the event is retried; greater than zero.
+    /// Default `10s`. Example: `30s`.
+    #[serde(
+        default = "default_ack_timeout",
+        deserialize_with = "deserialize_duration"
+    )]
+    #[schemars(with = "String", extend("default" = "10s"))]
     pub ack_timeout: Duration,
-    /// Most unacknowledged JetStream publishes of this sink at once, across concurrent `send`
-    /// calls. Default [`DEFAULT_MAX_IN_FLIGHT`].
+    /// Most JetStream publishes awaiting their `PubAck` at once; at least 1. Default `4096`.
+    /// Example: `1024`.
+    #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
-    /// The client name the server shows for herald's connection. Default
-    /// [`DEFAULT_CONNECTION_NAME`].
-    pub connection_name: String,
 }
 
 impl NatsConfig {
-    /// Settings for `servers` and `subject` with every default: structured mode, core NATS, no
-    /// auth, no TLS settings, 5 s connect timeout, 10 s ack timeout, 4096 publishes in flight,
-    /// connection name `herald`.
+    /// Publishes to `servers` on `subject` (a subject or a template) with every default:
+    /// structured mode, core NATS, no auth, TLS only where asked for, 5 s connect timeout, 10 s
+    /// ack timeout, 4096 publishes in flight.
     #[must_use]
-    pub fn new(servers: Vec<String>, subject: Template) -> Self {
+    pub fn new(servers: Vec<String>, subject: impl Into<String>) -> Self {
         Self {
             servers,
-            subject,
-            mode: Mode::default(),
+            subject: subject.into(),
+            mode: NatsMode::default(),
             jetstream: None,
             auth: None,
             tls: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             ack_timeout: DEFAULT_ACK_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            connection_name: DEFAULT_CONNECTION_NAME.to_owned(),
         }
-    }
-
-    /// Sets the mode.
-    #[must_use]
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Publishes to JetStream.
-    #[must_use]
-    pub fn jetstream(mut self, jetstream: JetStreamConfig) -> Self {
-        self.jetstream = Some(jetstream);
-        self
-    }
-
-    /// Sets how herald authenticates.
-    #[must_use]
-    pub fn auth(mut self, auth: Auth) -> Self {
-        self.auth = Some(auth);
-        self
-    }
-
-    /// Sets the TLS settings.
-    #[must_use]
-    pub fn tls(mut self, tls: TlsConfig) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// Sets the connect timeout.
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets the ack timeout.
-    #[must_use]
-    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
-        self.ack_timeout = timeout;
-        self
-    }
-
-    /// Sets the cap on unacknowledged JetStream publishes.
-    #[must_use]
-    pub fn max_in_flight(mut self, max_in_flight: usize) -> Self {
-        self.max_in_flight = max_in_flight;
-        self
-    }
-
-    /// Sets the connection name.
-    #[must_use]
-    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
-        self.connection_name = name.into();
-        self
-    }
-
-    /// Checks the settings without connecting or reading any file; [`NatsSink::connect`]
-    /// calls it first, and herald's config loading can call it to report errors early.
-    ///
-    /// # Errors
-    ///
-    /// [`SinkError::InvalidConfig`] naming the setting: no servers, a server URL that does not
-    /// parse, uses another scheme than `nats`/`tls` or carries credentials, a subject template
-    /// whose literal text is not a legal subject, a zero timeout or `max_in_flight`, a connection
-    /// name with control characters, an invalid stream name, a stream spec without subjects or
-    /// with an invalid one, replicas outside 1–5, a zero duplicate window or `max_age`, empty
-    /// credentials, or a client certificate without its key (or the reverse).
-    ///
-    /// [`NatsSink::connect`]: crate::NatsSink::connect
-    pub fn check(&self) -> Result<(), SinkError> {
-        if self.servers.is_empty() {
-            return Err(invalid("servers must name at least one NATS server"));
-        }
-        for server in &self.servers {
-            check_server(server)?;
-        }
-        self.subject
-            .check_nats_subject()
-            .map_err(|e| invalid(format!("subject: {e}")))?;
-        if self.connect_timeout.is_zero() {
-            return Err(invalid("connectTimeout must be greater than zero"));
-        }
-        if self.ack_timeout.is_zero() {
-            return Err(invalid("ackTimeout must be greater than zero"));
-        }
-        if self.max_in_flight == 0 {
-            return Err(invalid("maxInFlight must be at least 1"));
-        }
-        // The name travels in the CONNECT line as JSON: a control character there is a typo.
-        if self.connection_name.chars().any(char::is_control) {
-            return Err(invalid(
-                "connectionName must not contain control characters",
-            ));
-        }
-        if let Some(jetstream) = &self.jetstream {
-            jetstream.check()?;
-        }
-        if let Some(auth) = &self.auth {
-            auth.check()?;
-        }
-        if let Some(tls) = &self.tls {
-            tls.check()?;
-        }
-        Ok(())
     }
 }
 
-/// Credentials and certificate paths are secrets or lead to them: only what kind is used is
-/// printed.
-impl fmt::Debug for NatsConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NatsConfig")
-            .field("servers", &self.servers)
-            .field("subject", &self.subject.as_str())
-            .field("mode", &self.mode)
-            .field("jetstream", &self.jetstream)
-            .field("auth", &self.auth)
-            .field("tls", &self.tls)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("ack_timeout", &self.ack_timeout)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("connection_name", &self.connection_name)
-            .finish()
-    }
-}
-
-/// How an event becomes a NATS message (CloudEvents NATS binding).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// The JSON event format as the payload, `content-type: application/cloudevents+json;
-    /// charset=UTF-8` (the binding's 1.0.2 form, readable by every consumer).
+/// `mode` of a NATS sink: how an event becomes a NATS message (CloudEvents NATS binding).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NatsMode {
+    /// The JSON event as payload (`application/cloudevents+json`).
     #[default]
     Structured,
-    /// `data` as the payload, every other attribute as a percent-encoded `ce-` header and
-    /// `datacontenttype` as `content-type` (the binding's 1.0.3 form; needs NATS ≥ 2.2).
+    /// Payload = `data`, attributes as `ce-` headers.
     Binary,
 }
 
-/// Publishing to a JetStream stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JetStreamConfig {
-    /// The stream whose subjects cover every subject the template renders. It is looked up at
-    /// connect and by the healthcheck.
+/// `jetstream` of a NATS sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsJetStream {
+    /// The stream that captures the sink's subjects; it must exist at start-up unless `create` is
+    /// given. Required. Example: `HERALD`.
     pub stream: String,
-    /// Creates the stream at connect when it does not exist; `None` makes a missing stream a
-    /// connect error. An existing stream is never changed.
-    pub create: Option<StreamSpec>,
+    /// Create the stream at start-up if it does not exist. Default: none (a missing stream stops
+    /// start-up with a clear error). Example: `{subjects: ["herald.>"], duplicateWindow: 10m}`.
+    #[serde(default)]
+    pub create: Option<NatsStreamSpec>,
 }
 
-impl JetStreamConfig {
+impl NatsJetStream {
     /// Publishing to the existing stream `stream`.
     #[must_use]
     pub fn new(stream: impl Into<String>) -> Self {
@@ -262,47 +148,50 @@ impl JetStreamConfig {
 
     /// Creates the stream from `spec` when it is missing.
     #[must_use]
-    pub fn create(mut self, spec: StreamSpec) -> Self {
+    pub fn create(mut self, spec: NatsStreamSpec) -> Self {
         self.create = Some(spec);
         self
     }
-
-    fn check(&self) -> Result<(), SinkError> {
-        if let Some(problem) = stream_name_problem(&self.stream) {
-            return Err(invalid(format!("jetstream.stream {problem}")));
-        }
-        if let Some(spec) = &self.create {
-            spec.check()?;
-        }
-        Ok(())
-    }
 }
 
-/// The stream herald creates when [`JetStreamConfig::create`] is set and the stream is missing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamSpec {
-    /// Subjects the stream captures; wildcards allowed (`herald.>`). Must cover the template.
+/// `jetstream.create` of a NATS sink: the stream herald creates when it is missing. An existing
+/// stream is never changed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsStreamSpec {
+    /// Subjects the stream captures; they must cover the sink's subjects. Required.
+    /// Example: `["herald.>"]`.
     pub subjects: Vec<String>,
-    /// Where messages are kept. Default [`Storage::File`].
-    pub storage: Storage,
-    /// Copies kept in a cluster, 1–5. Default 1.
+    /// `file` or `memory`. Default `file`. Example: `memory`.
+    #[serde(default)]
+    pub storage: NatsStorage,
+    /// Replicas, 1 to 5. Default `1`. Example: `3`.
+    #[serde(default = "default_replicas")]
     pub replicas: usize,
-    /// How long the stream remembers `Nats-Msg-Id`s to drop redeliveries. Default 2 minutes;
-    /// herald's retries of one event must fit in it to be de-duplicated.
+    /// How long the stream remembers `Nats-Msg-Id`s to drop redeliveries; greater than zero.
+    /// Default `2m`. Example: `1h`.
+    #[serde(
+        default = "default_duplicate_window",
+        deserialize_with = "deserialize_duration"
+    )]
+    #[schemars(with = "String", extend("default" = "2m"))]
     pub duplicate_window: Duration,
-    /// Messages older than this are removed; `None` keeps them until other limits apply.
+    /// Messages older than this are removed. Default: none (kept until other limits apply).
+    /// Example: `7d`.
+    #[serde(default, deserialize_with = "deserialize_some_duration")]
+    #[schemars(with = "Option<String>")]
     pub max_age: Option<Duration>,
 }
 
-impl StreamSpec {
+impl NatsStreamSpec {
     /// A file-backed, single-replica stream over `subjects` with a 2-minute duplicate window and
     /// no age limit.
     #[must_use]
     pub fn new(subjects: Vec<String>) -> Self {
         Self {
             subjects,
-            storage: Storage::default(),
-            replicas: 1,
+            storage: NatsStorage::default(),
+            replicas: default_replicas(),
             duplicate_window: DEFAULT_DUPLICATE_WINDOW,
             max_age: None,
         }
@@ -310,7 +199,7 @@ impl StreamSpec {
 
     /// Sets the storage.
     #[must_use]
-    pub fn storage(mut self, storage: Storage) -> Self {
+    pub fn storage(mut self, storage: NatsStorage) -> Self {
         self.storage = storage;
         self
     }
@@ -335,370 +224,296 @@ impl StreamSpec {
         self.max_age = Some(max_age);
         self
     }
-
-    fn check(&self) -> Result<(), SinkError> {
-        if self.subjects.is_empty() {
-            return Err(invalid(
-                "jetstream.create.subjects must name at least one subject",
-            ));
-        }
-        for subject in &self.subjects {
-            if !is_valid_filter_subject(subject) {
-                return Err(invalid(format!(
-                    "jetstream.create.subjects: {subject:?} is not a valid NATS subject"
-                )));
-            }
-        }
-        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
-            return Err(invalid(format!(
-                "jetstream.create.replicas must be between 1 and {MAX_REPLICAS}"
-            )));
-        }
-        if self.duplicate_window.is_zero() {
-            return Err(invalid(
-                "jetstream.create.duplicateWindow must be greater than zero",
-            ));
-        }
-        if self.max_age.is_some_and(|age| age.is_zero()) {
-            return Err(invalid(
-                "jetstream.create.maxAge must be greater than zero (leave it unset for no limit)",
-            ));
-        }
-        Ok(())
-    }
 }
 
-/// Where a stream herald creates keeps its messages.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Storage {
-    /// On disk: survives a server restart.
+/// `jetstream.create.storage`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NatsStorage {
+    /// On disk.
     #[default]
     File,
-    /// In memory: lost when the server stops.
+    /// In memory.
     Memory,
 }
 
-/// How herald authenticates to the server. Values are already resolved from secret references.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Auth {
-    /// A token (`authorization { token: … }`).
-    Token(String),
-    /// A user name and password.
+/// `auth` of a NATS sink: a mapping with one credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NatsAuth {
+    /// `{token: SECRET}`.
+    Token(SecretRef),
+    /// `{user: NAME, password: SECRET}`.
     UserPassword {
-        /// The user name.
+        /// User name, literal text.
         user: String,
-        /// The password.
-        password: String,
+        /// Password, a secret reference.
+        password: SecretRef,
     },
-    /// An NKey: the user's seed (`SU…`), which signs the server's nonce.
-    NKey {
-        /// The seed; never sent to the server.
-        seed: String,
-    },
-    /// A `.creds` file holding a user JWT and its NKey seed (decentralized auth).
+    /// `{nkeySeed: SECRET}`: the NKey seed (`SU…`), a secret reference.
+    NkeySeed(SecretRef),
+    /// `{credentialsFile: PATH}`: a `.creds` file with the user JWT and NKey seed.
     CredentialsFile(PathBuf),
 }
 
-impl Auth {
-    fn check(&self) -> Result<(), SinkError> {
-        let empty = match self {
-            Self::Token(token) => token.is_empty(),
-            Self::UserPassword { user, .. } => user.is_empty(),
-            Self::NKey { seed } => seed.is_empty(),
-            Self::CredentialsFile(path) => path.as_os_str().is_empty(),
-        };
-        if empty {
-            return Err(invalid("auth: the credential is empty"));
+/// `auth` as written (and documented in the schema): one credential's keys.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NatsAuthKeys {
+    /// A token, as a secret reference.
+    #[serde(default)]
+    token: Option<SecretRef>,
+    /// A user name, with `password`.
+    #[serde(default)]
+    user: Option<String>,
+    /// The password of `user`, as a secret reference.
+    #[serde(default)]
+    password: Option<SecretRef>,
+    /// An NKey seed, as a secret reference.
+    #[serde(default)]
+    nkey_seed: Option<SecretRef>,
+    /// A `.creds` file.
+    #[serde(default)]
+    credentials_file: Option<PathBuf>,
+}
+
+// serde's externally tagged enums want a YAML tag (`!token`) once the document has gone through
+// `serde_yaml_ng::Value`, so the one-key mapping is read as a struct.
+impl<'de> Deserialize<'de> for NatsAuth {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let keys = NatsAuthKeys::deserialize(d)?;
+        match keys {
+            NatsAuthKeys {
+                token: Some(token),
+                user: None,
+                password: None,
+                nkey_seed: None,
+                credentials_file: None,
+            } => Ok(Self::Token(token)),
+            NatsAuthKeys {
+                token: None,
+                user: Some(user),
+                password: Some(password),
+                nkey_seed: None,
+                credentials_file: None,
+            } => Ok(Self::UserPassword { user, password }),
+            NatsAuthKeys {
+                token: None,
+                user: None,
+                password: None,
+                nkey_seed: Some(seed),
+                credentials_file: None,
+            } => Ok(Self::NkeySeed(seed)),
+            NatsAuthKeys {
+                token: None,
+                user: None,
+                password: None,
+                nkey_seed: None,
+                credentials_file: Some(path),
+            } => Ok(Self::CredentialsFile(path)),
+            _ => Err(de::Error::custom(
+                "give exactly one of token, user with password, nkeySeed and credentialsFile",
+            )),
         }
-        Ok(())
     }
 }
 
-/// Prints the kind and the user, never a token, password or seed.
-impl fmt::Debug for Auth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Token(_) => f.write_str("Token(<redacted>)"),
-            Self::UserPassword { user, .. } => f
-                .debug_struct("UserPassword")
-                .field("user", user)
-                .field("password", &"<redacted>")
-                .finish(),
-            Self::NKey { .. } => f.write_str("NKey(<redacted>)"),
-            Self::CredentialsFile(path) => f.debug_tuple("CredentialsFile").field(path).finish(),
-        }
-    }
-}
-
-/// TLS settings; the files are PEM and are read when connecting.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsConfig {
-    /// CA certificates that verify the server, **instead of** the system's roots.
+/// `tls` of a NATS sink. Paths are PEM files, read when connecting; `${VAR}` is expanded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsTls {
+    /// CA certificates (PEM) that verify the server. Default: the system's roots.
+    /// Example: `/etc/herald/ca.pem`.
+    #[serde(default)]
     pub ca_file: Option<PathBuf>,
-    /// A client certificate chain for mutual TLS; needs `client_key_file`.
+    /// Client certificate chain (PEM) for mutual TLS; needs `clientKeyFile`. Default: none.
+    /// Example: `/etc/herald/client.pem`.
+    #[serde(default)]
     pub client_cert_file: Option<PathBuf>,
-    /// The client certificate's private key; needs `client_cert_file`.
+    /// Private key (PEM) of `clientCertFile`. Default: none. Example: `/etc/herald/client-key.pem`.
+    #[serde(default)]
     pub client_key_file: Option<PathBuf>,
-    /// Refuse to talk to a server that does not offer TLS.
+    /// Require TLS even on `nats://` URLs. Default `false`. Example: `true`.
+    #[serde(default)]
     pub required: bool,
 }
 
-impl TlsConfig {
-    fn check(&self) -> Result<(), SinkError> {
-        match (&self.client_cert_file, &self.client_key_file) {
-            (Some(_), None) => Err(invalid(
-                "tls.clientCertFile is set but tls.clientKeyFile is not",
-            )),
-            (None, Some(_)) => Err(invalid(
-                "tls.clientKeyFile is set but tls.clientCertFile is not",
-            )),
-            _ => Ok(()),
-        }
-    }
+fn default_connect_timeout() -> Duration {
+    DEFAULT_CONNECT_TIMEOUT
 }
 
-pub(crate) fn invalid(detail: impl Into<String>) -> SinkError {
-    SinkError::InvalidConfig {
-        detail: detail.into().into(),
-    }
+fn default_ack_timeout() -> Duration {
+    DEFAULT_ACK_TIMEOUT
 }
 
-/// A `nats://` or `tls://` URL (or a bare `host:port`) without credentials.
-fn check_server(server: &str) -> Result<(), SinkError> {
-    let addr: async_nats::ServerAddr = server
-        .parse()
-        .map_err(|_| invalid(format!("servers: {server:?} is not a valid NATS URL")))?;
-    if !matches!(addr.scheme(), "nats" | "tls") {
-        return Err(invalid(format!(
-            "servers: {server:?} must use nats:// or tls://"
-        )));
-    }
-    if addr.has_user_pass() {
-        // The URL is printed in messages and logs; the credentials belong in `auth`, whose
-        // values come from secret references.
-        return Err(invalid(
-            "servers must not contain credentials; use auth, whose secrets are references",
-        ));
-    }
-    Ok(())
+fn default_max_in_flight() -> usize {
+    DEFAULT_MAX_IN_FLIGHT
 }
 
-/// Why `name` cannot name a JetStream stream, or `None`. The server refuses `.`, `*`, `>`,
-/// whitespace and path separators (the name becomes a directory and a subject token).
-fn stream_name_problem(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("must not be empty".to_owned());
-    }
-    name.chars()
-        .find(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace() || c.is_control())
-        .map(|c| format!("{name:?} must not contain {c:?}"))
+fn default_replicas() -> usize {
+    1
 }
 
-/// A subject a stream may capture: non-empty tokens, `*` as a whole token, `>` only as the last
-/// token, no whitespace.
-fn is_valid_filter_subject(subject: &str) -> bool {
-    let tokens: Vec<&str> = subject.split('.').collect();
-    tokens.iter().enumerate().all(|(i, token)| {
-        !token.is_empty()
-            && !token.chars().any(|c| c.is_whitespace() || c.is_control())
-            && (!token.contains('*') || *token == "*")
-            && (!token.contains('>') || (*token == ">" && i + 1 == tokens.len()))
-    })
+fn default_duplicate_window() -> Duration {
+    DEFAULT_DUPLICATE_WINDOW
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// `batchMaxEvents` of a NATS sink when not given.
+const DEFAULT_BATCH_MAX_EVENTS: usize = 256;
 
-    fn config() -> NatsConfig {
-        NatsConfig::new(
-            vec!["nats://127.0.0.1:4222".into()],
-            Template::parse("herald.{group}.{kind}").unwrap(),
-        )
-    }
+impl SinkConfig for NatsConfig {
+    type Sink = NatsSink;
 
-    fn detail(err: SinkError) -> String {
-        match err {
-            SinkError::InvalidConfig { detail } => detail.into_owned(),
-            other => panic!("{other:?}"),
-        }
-    }
+    const DELIVERY: DeliveryKeys = DeliveryKeys::All {
+        batch_max_events: DEFAULT_BATCH_MAX_EVENTS,
+        batch_beside: None,
+    };
 
-    #[test]
-    fn defaults() {
-        let config = config();
-        assert_eq!(config.mode, Mode::Structured);
-        assert_eq!(config.jetstream, None);
-        assert_eq!(config.connect_timeout, Duration::from_secs(5));
-        assert_eq!(config.ack_timeout, Duration::from_secs(10));
-        assert_eq!(config.max_in_flight, 4096);
-        assert_eq!(config.connection_name, "herald");
-        let spec = StreamSpec::new(vec!["herald.>".into()]);
-        assert_eq!(spec.storage, Storage::File);
-        assert_eq!(spec.replicas, 1);
-        assert_eq!(spec.duplicate_window, Duration::from_secs(120));
-        assert_eq!(spec.max_age, None);
-        config.check().unwrap();
-    }
-
-    #[test]
-    fn accepts_usual_settings() {
-        for server in [
-            "nats://127.0.0.1:4222",
-            "tls://nats.example:4222",
-            "127.0.0.1:4222",
-            "nats://[::1]:4222",
-        ] {
-            NatsConfig::new(vec![server.into()], config().subject)
-                .check()
-                .unwrap();
-        }
-        config()
-            .jetstream(
-                JetStreamConfig::new("HERALD_EVENTS-1").create(
-                    StreamSpec::new(vec!["herald.>".into(), "x.*.y".into()])
-                        .replicas(3)
-                        .max_age(Duration::from_secs(3600)),
-                ),
-            )
-            .auth(Auth::UserPassword {
-                user: "herald".into(),
-                password: String::new(),
-            })
-            .tls(TlsConfig {
-                client_cert_file: Some("c.pem".into()),
-                client_key_file: Some("k.pem".into()),
-                ..TlsConfig::default()
-            })
-            .check()
-            .unwrap();
-    }
-
-    #[test]
-    fn refuses_bad_settings() {
-        let cases = [
-            (
-                NatsConfig::new(vec![], config().subject),
-                "servers must name at least one NATS server",
-            ),
-            (
-                NatsConfig::new(vec!["ws://h:80".into()], config().subject),
-                "servers: \"ws://h:80\" must use nats:// or tls://",
-            ),
-            (
-                NatsConfig::new(vec!["http://h:80".into()], config().subject),
-                "servers: \"http://h:80\" is not a valid NATS URL",
-            ),
-            (
-                NatsConfig::new(vec!["nats://u:pw@h:4222".into()], config().subject),
-                "servers must not contain credentials; use auth, whose secrets are references",
-            ),
-            (
-                NatsConfig::new(
-                    vec!["nats://h:4222".into()],
-                    Template::parse("herald.>").unwrap(),
-                ),
-                "subject: character '>' at byte 7 is not allowed in a nats subject name",
-            ),
-            (
-                config().ack_timeout(Duration::ZERO),
-                "ackTimeout must be greater than zero",
-            ),
-            (
-                config().connect_timeout(Duration::ZERO),
-                "connectTimeout must be greater than zero",
-            ),
-            (config().max_in_flight(0), "maxInFlight must be at least 1"),
-            (
-                config().connection_name("a\nb"),
-                "connectionName must not contain control characters",
-            ),
-            (
-                config().jetstream(JetStreamConfig::new("a.b")),
-                "jetstream.stream \"a.b\" must not contain '.'",
-            ),
-            (
-                config().jetstream(JetStreamConfig::new("")),
-                "jetstream.stream must not be empty",
-            ),
-            (
-                config().jetstream(JetStreamConfig::new("S").create(StreamSpec::new(vec![]))),
-                "jetstream.create.subjects must name at least one subject",
-            ),
-            (
-                config().jetstream(
-                    JetStreamConfig::new("S").create(StreamSpec::new(vec!["a.>.b".into()])),
-                ),
-                "jetstream.create.subjects: \"a.>.b\" is not a valid NATS subject",
-            ),
-            (
-                config().jetstream(
-                    JetStreamConfig::new("S").create(StreamSpec::new(vec!["a".into()]).replicas(0)),
-                ),
-                "jetstream.create.replicas must be between 1 and 5",
-            ),
-            (
-                config()
-                    .jetstream(JetStreamConfig::new("S").create(
-                        StreamSpec::new(vec!["a".into()]).duplicate_window(Duration::ZERO),
-                    )),
-                "jetstream.create.duplicateWindow must be greater than zero",
-            ),
-            (
-                config().auth(Auth::Token(String::new())),
-                "auth: the credential is empty",
-            ),
-            (
-                config().tls(TlsConfig {
-                    client_cert_file: Some("c.pem".into()),
-                    ..TlsConfig::default()
-                }),
-                "tls.clientCertFile is set but tls.clientKeyFile is not",
-            ),
-        ];
-        for (config, expected) in cases {
-            assert_eq!(detail(config.check().unwrap_err()), expected);
-        }
-    }
-
-    #[test]
-    fn filter_subjects() {
-        for good in ["a", "a.b", "a.*.c", ">", "a.>", "*.*", "Ünïcode.x"] {
-            assert!(is_valid_filter_subject(good), "{good}");
-        }
-        for bad in [
-            "", "a..b", ".a", "a.", "a.>.b", "a*.b", "a.b>", "a b", "a\tb",
-        ] {
-            assert!(!is_valid_filter_subject(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn debug_never_prints_secrets() {
-        for auth in [
-            Auth::Token("t0ken".into()),
-            Auth::UserPassword {
-                user: "herald".into(),
-                password: "pa55".into(),
-            },
-            Auth::NKey {
-                seed: "SUAKEYSEED".into(),
-            },
-        ] {
-            let text = format!("{:?}", config().auth(auth));
-            for secret in ["t0ken", "pa55", "SUAKEYSEED"] {
-                assert!(!text.contains(secret), "{secret} in {text}");
+    fn paths_mut(&mut self) -> Vec<(&'static str, &mut PathBuf)> {
+        let mut out = Vec::new();
+        if let Some(tls) = &mut self.tls {
+            for (key, path) in [
+                ("tls.caFile", &mut tls.ca_file),
+                ("tls.clientCertFile", &mut tls.client_cert_file),
+                ("tls.clientKeyFile", &mut tls.client_key_file),
+            ] {
+                if let Some(path) = path {
+                    out.push((key, path));
+                }
             }
         }
-        assert_eq!(
-            format!(
-                "{:?}",
-                Auth::UserPassword {
-                    user: "u".into(),
-                    password: "p".into()
+        if let Some(NatsAuth::CredentialsFile(path)) = &mut self.auth {
+            out.push(("auth.credentialsFile", path));
+        }
+        out
+    }
+
+    fn validate(&self, problems: &mut Problems) {
+        if self.servers.is_empty() {
+            problems.add("servers", "at least one server URL is required");
+        }
+        for (i, server) in self.servers.iter().enumerate() {
+            let ok = ["nats://", "tls://", "ws://", "wss://"]
+                .iter()
+                .find_map(|scheme| server.strip_prefix(scheme))
+                .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+            if !ok {
+                problems.add(
+                    format!("servers[{i}]"),
+                    format!("{server:?} is not a NATS URL (nats://host:4222 or tls://host:4222)"),
+                );
+            }
+        }
+        match Template::parse(&self.subject) {
+            Err(error) => problems.add("subject", error.to_string()),
+            Ok(template) => {
+                if let Err(error) = template.check_nats_subject() {
+                    problems.add("subject", error.to_string());
                 }
-            ),
-            "UserPassword { user: \"u\", password: \"<redacted>\" }"
-        );
+            }
+        }
+        if let Some(js) = &self.jetstream {
+            js.validate(problems);
+        }
+        if let Some(NatsAuth::UserPassword { user, .. }) = &self.auth
+            && user.is_empty()
+        {
+            problems.add("auth.user", "must not be empty");
+        }
+        if let Some(tls) = &self.tls {
+            match (&tls.client_cert_file, &tls.client_key_file) {
+                (Some(_), None) => {
+                    problems.add("tls.clientKeyFile", "required with clientCertFile");
+                }
+                (None, Some(_)) => {
+                    problems.add("tls.clientCertFile", "required with clientKeyFile");
+                }
+                _ => {}
+            }
+        }
+        for (value, key) in [
+            (self.connect_timeout, "connectTimeout"),
+            (self.ack_timeout, "ackTimeout"),
+        ] {
+            if value.is_zero() {
+                problems.add(key, "must be greater than 0s");
+            }
+        }
+        if self.max_in_flight == 0 {
+            problems.add("maxInFlight", "must be at least 1");
+        }
+    }
+
+    /// Parses the subject, resolves the credentials (errors name the key and the variable or
+    /// file) and connects as `herald-<name>`; with JetStream, looks the stream up (creating it
+    /// from `jetstream.create` when missing).
+    async fn build(&self, name: &str, _delivery: &DeliveryOptions) -> Result<NatsSink, SinkError> {
+        NatsSink::connect(self.settings(name)?).await
+    }
+}
+
+impl NatsJetStream {
+    fn validate(&self, problems: &mut Problems) {
+        if self.stream.is_empty()
+            || self
+                .stream
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
+        {
+            problems.add(
+                "jetstream.stream",
+                format!(
+                    "{:?} is not a stream name (no '.', '*', '>', '/', '\\' or whitespace)",
+                    self.stream
+                ),
+            );
+        }
+        if let Some(create) = &self.create {
+            if create.subjects.is_empty() {
+                problems.add(
+                    "jetstream.create.subjects",
+                    "at least one subject is required",
+                );
+            }
+            if !(1..=5).contains(&create.replicas) {
+                problems.add("jetstream.create.replicas", "must be 1 to 5");
+            }
+            if create.duplicate_window.is_zero() {
+                problems.add(
+                    "jetstream.create.duplicateWindow",
+                    "must be greater than 0s",
+                );
+            }
+        }
+    }
+}
+
+impl NatsConfig {
+    fn settings(&self, name: &str) -> Result<Settings, SinkError> {
+        let subject = Template::parse(&self.subject).map_err(|e| setting_failed("subject", e))?;
+        let mut out = Settings::new(self.servers.clone(), subject)
+            .mode(self.mode)
+            .connect_timeout(self.connect_timeout)
+            .ack_timeout(self.ack_timeout)
+            .max_in_flight(self.max_in_flight)
+            .connection_name(format!("herald-{name}"));
+        if let Some(jetstream) = &self.jetstream {
+            out = out.jetstream(jetstream.clone());
+        }
+        if let Some(tls) = &self.tls {
+            out = out.tls(tls.clone());
+        }
+        let auth = match &self.auth {
+            None => return Ok(out),
+            Some(NatsAuth::Token(token)) => Auth::Token(resolve_secret("auth.token", token)?),
+            Some(NatsAuth::UserPassword { user, password }) => Auth::UserPassword {
+                user: user.clone(),
+                password: resolve_secret("auth.password", password)?,
+            },
+            Some(NatsAuth::NkeySeed(seed)) => Auth::NKey {
+                seed: resolve_secret("auth.nkeySeed", seed)?,
+            },
+            Some(NatsAuth::CredentialsFile(path)) => Auth::CredentialsFile(path.clone()),
+        };
+        Ok(out.auth(auth))
     }
 }

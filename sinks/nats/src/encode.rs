@@ -6,8 +6,8 @@ use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{ErrorContext, Reason};
 use herald_sink_core::template::{Template, Vars};
 
+use crate::NatsMode;
 use crate::classify::codes;
-use crate::config::Mode;
 
 /// The header JetStream de-duplicates on; herald sets it to the event `id`.
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
@@ -57,20 +57,20 @@ impl Message {
     /// values (a server message may hold a line break, which a NATS header cannot carry).
     pub(crate) fn build(
         subject: String,
-        mode: Mode,
+        mode: NatsMode,
         event: &CloudEvent,
         jetstream: bool,
         error: Option<&ErrorContext>,
     ) -> Self {
         let (mut headers, payload) = match mode {
-            Mode::Structured => (
+            NatsMode::Structured => (
                 vec![(
                     CONTENT_TYPE_HEADER.to_owned(),
                     STRUCTURED_CONTENT_TYPE.to_owned(),
                 )],
                 event.to_structured_json(),
             ),
-            Mode::Binary => (event.http_binary_headers(), event.data_bytes()),
+            NatsMode::Binary => (event.http_binary_headers(), event.data_bytes()),
         };
         if jetstream {
             headers.push((MSG_ID_HEADER.to_owned(), event.id.clone()));
@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn structured_mode_carries_the_json_event() {
         let event = widget();
-        let message = Message::build("s".into(), Mode::Structured, &event, false, None);
+        let message = Message::build("s".into(), NatsMode::Structured, &event, false, None);
         assert_eq!(
             message.headers,
             [(
@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn binary_mode_carries_ce_headers_and_data() {
         let event = widget().subject("team-a/my widget");
-        let message = Message::build("s".into(), Mode::Binary, &event, false, None);
+        let message = Message::build("s".into(), NatsMode::Binary, &event, false, None);
         assert_eq!(message.payload, br#"{"op":"updated","resync":false}"#);
         assert_eq!(header(&message, "ce-id"), Some("0c5f-42:1234:updated"));
         assert_eq!(header(&message, "ce-specversion"), Some("1.0"));
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn jetstream_messages_carry_the_event_id_for_dedup() {
-        for mode in [Mode::Structured, Mode::Binary] {
+        for mode in [NatsMode::Structured, NatsMode::Binary] {
             let message = Message::build("s".into(), mode, &widget(), true, None);
             assert_eq!(
                 header(&message, "Nats-Msg-Id"),
@@ -295,7 +295,13 @@ mod tests {
             first_failure: "2026-01-02T03:04:05.678Z".into(),
             last_failure: "2026-01-02T03:04:09.000Z".into(),
         };
-        let message = Message::build("s".into(), Mode::Structured, &widget(), true, Some(&error));
+        let message = Message::build(
+            "s".into(),
+            NatsMode::Structured,
+            &widget(),
+            true,
+            Some(&error),
+        );
         assert_eq!(header(&message, "herald-error-sink"), Some("webhook"));
         assert_eq!(header(&message, "herald-error-class"), Some("permanent"));
         assert_eq!(header(&message, "herald-error-code"), Some("http_4xx"));

@@ -1,5 +1,5 @@
 //! The NATS sink: CloudEvents to a JetStream stream (acknowledged, de-duplicated by event id) or
-//! to core NATS subjects. Entry point: [`NatsSink::connect`], configured by [`NatsConfig`].
+//! to core NATS subjects. Entry point: [`NatsConfig`], whose `build` connects a [`NatsSink`].
 //!
 //! - **Subjects** ([`render_subject`]): a [`Template`](herald_sink_core::Template) over
 //!   `{group}`, `{version}`, `{kind}`, `{plural}`, `{namespace}`, `{name}` and `{op}`, read from
@@ -30,13 +30,12 @@
 pub mod classify;
 mod config;
 mod encode;
+mod settings;
 mod sink;
 
 pub use classify::{classify_ack, classify_api_error, classify_publish_error};
 pub use config::{
-    Auth, DEFAULT_ACK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTION_NAME,
-    DEFAULT_DUPLICATE_WINDOW, DEFAULT_MAX_IN_FLIGHT, JetStreamConfig, Mode, NatsConfig, Storage,
-    StreamSpec, TlsConfig,
+    NatsAuth, NatsConfig, NatsJetStream, NatsMode, NatsStorage, NatsStreamSpec, NatsTls,
 };
 pub use encode::{MSG_ID_HEADER, render_subject};
 pub use sink::NatsSink;

@@ -24,8 +24,9 @@ use tokio::time::{Instant, timeout};
 use crate::classify::{
     self, classify_ack, classify_core_publish_error, classify_flush_error, classify_publish_error,
 };
-use crate::config::{Auth, JetStreamConfig, NatsConfig, Storage, StreamSpec, invalid};
 use crate::encode::{Message, render_subject};
+use crate::settings::{Auth, Settings, invalid};
+use crate::{NatsJetStream, NatsStorage, NatsStreamSpec};
 
 /// How often the healthcheck looks at the connection state while waiting for a reconnect.
 const HEALTHCHECK_POLL: Duration = Duration::from_millis(20);
@@ -36,7 +37,7 @@ const HEALTHCHECK_POLL: Duration = Duration::from_millis(20);
 /// `send` never sleeps or retries: each event yields one [`Outcome`] and the driver schedules
 /// what comes next. The client reconnects by itself; events sent while it is away are retried.
 pub struct NatsSink {
-    config: NatsConfig,
+    config: Settings,
     client: async_nats::Client,
     jetstream: Option<Context>,
     /// Slots for unacknowledged JetStream publishes, shared by concurrent `send` calls.
@@ -57,7 +58,7 @@ impl fmt::Debug for NatsSink {
 
 impl NatsSink {
     /// Checks `config`, connects (within `connect_timeout`), and with JetStream looks the stream
-    /// up, creating it from [`JetStreamConfig::create`] when it is missing. An existing stream is
+    /// up, creating it from [`NatsJetStream::create`] when it is missing. An existing stream is
     /// used as it is.
     ///
     /// TLS is rustls with the process-wide provider, which herald installs at start-up (ring, its
@@ -66,14 +67,14 @@ impl NatsSink {
     ///
     /// # Errors
     ///
-    /// - [`SinkError::InvalidConfig`]: what [`NatsConfig::check`] refuses, an unreadable CA,
+    /// - [`SinkError::InvalidConfig`]: what [`Settings::check`] refuses, an unreadable CA,
     ///   client certificate, key or credentials file, or a stream spec the server refuses.
     /// - [`SinkError::AuthenticationFailed`]: the server refused the credentials.
     /// - [`SinkError::ConnectFailed`]: no server answered within `connect_timeout`, or TLS failed.
     /// - [`SinkError::DestinationMissing`]: the stream does not exist and `create` is not set;
     ///   the message names the stream and says to create it or set `create`.
     /// - [`SinkError::Unavailable`]: JetStream is not enabled, or did not answer in time.
-    pub async fn connect(config: NatsConfig) -> Result<Self, SinkError> {
+    pub(crate) async fn connect(config: Settings) -> Result<Self, SinkError> {
         config.check()?;
         let target = config.servers.join(",");
         let servers = config
@@ -114,12 +115,6 @@ impl NatsSink {
             jetstream,
             target,
         })
-    }
-
-    /// The settings this sink was built with.
-    #[must_use]
-    pub fn config(&self) -> &NatsConfig {
-        &self.config
     }
 
     /// `send` and `send_dead_letters`: `errors[i]`, when present, is added to `batch[i]` as
@@ -332,7 +327,7 @@ impl Sink for NatsSink {
     }
 }
 
-async fn connect_options(config: &NatsConfig) -> Result<ConnectOptions, SinkError> {
+async fn connect_options(config: &Settings) -> Result<ConnectOptions, SinkError> {
     let mut options = ConnectOptions::new()
         .name(&config.connection_name)
         .connection_timeout(config.connect_timeout)
@@ -442,7 +437,7 @@ async fn lookup_stream(context: &Context, stream: &str, within: Duration) -> Res
 /// Finds the stream, creating it from `create` when it is missing.
 async fn ensure_stream(
     context: &Context,
-    settings: &JetStreamConfig,
+    settings: &NatsJetStream,
     within: Duration,
 ) -> Result<(), SinkError> {
     let stream = &settings.stream;
@@ -484,13 +479,13 @@ async fn ensure_stream(
     }
 }
 
-fn stream_config(name: &str, spec: &StreamSpec) -> StreamConfig {
+fn stream_config(name: &str, spec: &NatsStreamSpec) -> StreamConfig {
     StreamConfig {
         name: name.to_owned(),
         subjects: spec.subjects.clone(),
         storage: match spec.storage {
-            Storage::File => StorageType::File,
-            Storage::Memory => StorageType::Memory,
+            NatsStorage::File => StorageType::File,
+            NatsStorage::Memory => StorageType::Memory,
         },
         num_replicas: spec.replicas,
         duplicate_window: spec.duplicate_window,
@@ -505,11 +500,11 @@ mod tests {
     use herald_sink_core::template::Template;
 
     use super::*;
-    use crate::config::TlsConfig;
+    use crate::NatsTls;
 
-    fn config() -> NatsConfig {
+    fn config() -> Settings {
         // Port 1 on loopback: nothing listens, and these tests fail before connecting anyway.
-        NatsConfig::new(
+        Settings::new(
             vec!["nats://127.0.0.1:1".into()],
             Template::parse("herald.{kind}").unwrap(),
         )
@@ -529,8 +524,8 @@ mod tests {
 
     #[test]
     fn stream_config_follows_the_spec() {
-        let spec = StreamSpec::new(vec!["herald.>".into()])
-            .storage(Storage::Memory)
+        let spec = NatsStreamSpec::new(vec!["herald.>".into()])
+            .storage(NatsStorage::Memory)
             .replicas(3)
             .duplicate_window(Duration::from_secs(300))
             .max_age(Duration::from_secs(86_400));
@@ -541,7 +536,7 @@ mod tests {
         assert_eq!(config.num_replicas, 3);
         assert_eq!(config.duplicate_window, Duration::from_secs(300));
         assert_eq!(config.max_age, Duration::from_secs(86_400));
-        let unlimited = stream_config("S", &StreamSpec::new(vec!["s".into()]));
+        let unlimited = stream_config("S", &NatsStreamSpec::new(vec!["s".into()]));
         assert_eq!(unlimited.max_age, Duration::ZERO);
         assert_eq!(unlimited.storage, StorageType::File);
         assert_eq!(unlimited.duplicate_window, Duration::from_secs(120));
@@ -567,16 +562,16 @@ mod tests {
     async fn refuses_missing_tls_and_credential_files() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.pem");
-        let err = NatsSink::connect(config().tls(TlsConfig {
+        let err = NatsSink::connect(config().tls(NatsTls {
             ca_file: Some(missing.clone()),
-            ..TlsConfig::default()
+            ..NatsTls::default()
         }))
         .await
         .unwrap_err();
         assert!(detail(err).starts_with("tls.caFile "), "missing CA");
-        let err = NatsSink::connect(config().tls(TlsConfig {
+        let err = NatsSink::connect(config().tls(NatsTls {
             ca_file: Some(dir.path().to_owned()),
-            ..TlsConfig::default()
+            ..NatsTls::default()
         }))
         .await
         .unwrap_err();

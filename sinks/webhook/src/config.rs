@@ -1,307 +1,377 @@
-//! The sink's settings, with secrets already resolved; start at [`WebhookConfig`].
+//! `type: webhook` settings, as users write them; start at [`WebhookConfig`].
 
-use std::fmt;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use base64::Engine as _;
+use herald_sink_core::config::{
+    DeliveryKeys, DeliveryOptions, Problems, SecretRef, SinkConfig, deserialize_duration,
+    read_file, resolve_secret, setting_failed,
+};
 use herald_sink_core::sink::SinkError;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
 
-/// Default per-request timeout (connect, send and wait for the response status).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::WebhookSink;
+use crate::settings::{self, DEFAULT_TIMEOUT, Settings, SigningConfig};
 
-/// Default cap on the requests one `send` call has in flight at once (binary and structured mode).
-pub const DEFAULT_PARALLEL_REQUESTS: usize = 32;
+/// `batchMaxEvents` of a webhook sink when not given: events per `batched` request.
+const DEFAULT_BATCH_MAX_EVENTS: usize = 100;
 
-/// Prefix of a Standard Webhooks symmetric secret (`whsec_` + base64 of the key).
-const STANDARD_SECRET_PREFIX: &str = "whsec_";
-
-/// Settings of a [`WebhookSink`](crate::WebhookSink).
-///
-/// Secrets (`auth`, `signing`, the TLS client key) are plain values here: herald's configuration
-/// resolves its secret references before building the sink. `Debug` never prints them.
+/// `type: webhook` settings: each event (or batch) is an HTTP POST to `url`; 2xx is delivered, 408,
+/// 429 and 5xx except 501 are retried (honouring `Retry-After`), redirects are not followed, and
+/// 3xx, 501 and other 4xx dead-letter the event.
 ///
 /// ```
-/// use std::time::Duration;
-/// use herald_sink_webhook::{Auth, Mode, SigningConfig, WebhookConfig};
+/// use herald_sink_core::config::{Problems, SinkConfig};
+/// use herald_sink_webhook::{WebhookConfig, WebhookMode};
 ///
-/// let config = WebhookConfig::new("https://receiver.example/hooks/herald")
-///     .header("x-tenant", "payments")
-///     .auth(Auth::Bearer("token".into()))
-///     .timeout(Duration::from_secs(5))
-///     .mode(Mode::Batched { max_events: 50 })
-///     .signing(SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?);
-/// assert!(!format!("{config:?}").contains("token"));
-/// # Ok::<(), herald_sink_core::SinkError>(())
+/// let config: WebhookConfig = serde_json::from_value(serde_json::json!({
+///     "url": "https://receiver.example/hooks/herald",
+///     "headers": {"X-Tenant": "payments"},
+///     "auth": {"bearer": "${WEBHOOK_TOKEN}"},
+///     "mode": "batched",
+/// }))?;
+/// assert_eq!(config.mode, WebhookMode::Batched);
+/// let mut problems = Problems::default();
+/// config.validate(&mut problems);
+/// assert!(problems.is_empty());
+/// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WebhookConfig {
-    /// The receiver: an `http` or `https` URL without credentials in it. Every request is a POST
-    /// to it; the healthcheck sends it an OPTIONS request.
+    /// The receiver: an `http` or `https` URL, without credentials (use `auth`). Required.
+    /// Example: `https://events.example.com/herald`.
     pub url: String,
-    /// Extra headers sent with every request, in this order. Names are checked when the sink is
-    /// built: the ones herald sets itself (`content-type`, `ce-*`, `webhook-*`, `authorization`,
-    /// `x-hub-signature-256`, `herald-error-*`, and connection-level headers) are refused.
-    pub headers: Vec<(String, String)>,
-    /// The `Authorization` header, if any.
-    pub auth: Option<Auth>,
-    /// Server verification and client certificate.
-    pub tls: TlsConfig,
-    /// Per-request timeout: connecting, sending and receiving the response must fit in it. An
-    /// expired timeout is a `Retry` with code `timeout`. Default [`DEFAULT_TIMEOUT`].
+    /// Extra headers sent with every request, name to value. Names herald sets itself
+    /// (`Content-Type`, `ce-*`, `webhook-*`, `Authorization`, `X-Hub-Signature-256`,
+    /// `herald-error-*`, connection headers) are refused. Values are literal text, so never put a
+    /// secret here. Default: none. Example: `{X-Tenant: payments}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The `Authorization` header: `{bearer: SECRET}` or
+    /// `{basic: {username: NAME, password: SECRET}}`, secrets as references. Default: none.
+    /// Example: `{bearer: ${WEBHOOK_TOKEN}}`.
+    #[serde(default)]
+    pub auth: Option<WebhookAuth>,
+    /// TLS for `https` URLs: a private CA and a client certificate. Default: the system's root
+    /// certificates, no client certificate. Example: `{caFile: /etc/herald/ca.pem}`.
+    #[serde(default)]
+    pub tls: Option<WebhookTls>,
+    /// Per-request timeout (connect, send, receive the answer); greater than zero. A timed-out
+    /// request is retried. Default `10s`. Example: `30s`.
+    #[serde(default = "default_timeout", deserialize_with = "deserialize_duration")]
+    #[schemars(with = "String", extend("default" = "10s"))]
     pub timeout: Duration,
-    /// How events map to requests. Default [`Mode::Binary`].
-    pub mode: Mode,
-    /// Request signing; `None` sends no signature headers.
-    pub signing: Option<SigningConfig>,
-    /// Most requests one `send` call has in flight at once in binary and structured mode (the
-    /// driver's `concurrency` multiplies it). Default [`DEFAULT_PARALLEL_REQUESTS`]; 0 counts as 1.
-    pub parallel_requests: usize,
+    /// CloudEvents HTTP binding: `binary` (attributes as `ce-` headers, `data` as the body),
+    /// `structured` (the JSON event as the body) or `batched` (a JSON array of up to
+    /// `batchMaxEvents` events; only for receivers that asked for batches). Default `binary`.
+    /// Example: `structured`.
+    #[serde(default)]
+    pub mode: WebhookMode,
+    /// Standard Webhooks signing (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+    /// Default: unsigned. Example: `{secret: ${WEBHOOK_SECRET}}`.
+    #[serde(default)]
+    pub signing: Option<WebhookSigning>,
 }
 
 impl WebhookConfig {
-    /// Settings for `url` with every default: no extra headers, no auth, the system's root
-    /// certificates, a 10 s timeout, binary mode, no signing.
+    /// Requests to `url` with every default: no extra headers, no auth, the system's roots, a
+    /// 10 s timeout, binary mode, unsigned.
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
-            headers: Vec::new(),
+            headers: BTreeMap::new(),
             auth: None,
-            tls: TlsConfig::default(),
-            timeout: DEFAULT_TIMEOUT,
-            mode: Mode::default(),
+            tls: None,
+            timeout: default_timeout(),
+            mode: WebhookMode::default(),
             signing: None,
-            parallel_requests: DEFAULT_PARALLEL_REQUESTS,
-        }
-    }
-
-    /// Adds one extra header.
-    #[must_use]
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-
-    /// Sets the `Authorization` header.
-    #[must_use]
-    pub fn auth(mut self, auth: Auth) -> Self {
-        self.auth = Some(auth);
-        self
-    }
-
-    /// Sets the TLS settings.
-    #[must_use]
-    pub fn tls(mut self, tls: TlsConfig) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// Sets the per-request timeout.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets the mode.
-    #[must_use]
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Signs every request.
-    #[must_use]
-    pub fn signing(mut self, signing: SigningConfig) -> Self {
-        self.signing = Some(signing);
-        self
-    }
-
-    /// Sets how many requests one `send` call may have in flight.
-    #[must_use]
-    pub fn parallel_requests(mut self, parallel_requests: usize) -> Self {
-        self.parallel_requests = parallel_requests;
-        self
-    }
-}
-
-/// Header values may be tokens from the configuration: only their names are printed.
-impl fmt::Debug for WebhookConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
-        f.debug_struct("WebhookConfig")
-            .field("url", &self.url)
-            .field("headers", &header_names)
-            .field("auth", &self.auth)
-            .field("tls", &self.tls)
-            .field("timeout", &self.timeout)
-            .field("mode", &self.mode)
-            .field("signing", &self.signing)
-            .field("parallel_requests", &self.parallel_requests)
-            .finish()
-    }
-}
-
-/// The `Authorization` header herald sends.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Auth {
-    /// `Authorization: Bearer <token>`.
-    Bearer(String),
-    /// `Authorization: Basic <base64 of user:password>` (RFC 7617).
-    Basic {
-        /// The user name; it must not contain `:`.
-        user: String,
-        /// The password.
-        password: String,
-    },
-}
-
-impl Auth {
-    /// The header value.
-    pub(crate) fn header_value(&self) -> String {
-        match self {
-            Self::Bearer(token) => format!("Bearer {token}"),
-            Self::Basic { user, password } => {
-                let credentials = format!("{user}:{password}");
-                format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(credentials)
-                )
-            }
         }
     }
 }
 
-/// Prints the scheme and the user, never the token or password.
-impl fmt::Debug for Auth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Bearer(_) => f.write_str("Bearer(<redacted>)"),
-            Self::Basic { user, .. } => f
-                .debug_struct("Basic")
-                .field("user", user)
-                .field("password", &"<redacted>")
-                .finish(),
+fn default_timeout() -> Duration {
+    DEFAULT_TIMEOUT
+}
+
+/// `auth` of a webhook sink: a mapping with exactly one key.
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub enum WebhookAuth {
+    /// `{bearer: SECRET}`: `Authorization: Bearer <token>`.
+    Bearer(SecretRef),
+    /// `{basic: {username: NAME, password: SECRET}}`: HTTP Basic authentication.
+    Basic(WebhookBasicAuth),
+}
+
+/// `auth` as written: serde's externally tagged enums want a YAML tag (`!bearer`) once the
+/// document has gone through `serde_yaml_ng::Value`, so the one-key mapping is read as a struct.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct WebhookAuthKeys {
+    #[serde(default)]
+    bearer: Option<SecretRef>,
+    #[serde(default)]
+    basic: Option<WebhookBasicAuth>,
+}
+
+impl<'de> Deserialize<'de> for WebhookAuth {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match WebhookAuthKeys::deserialize(d)? {
+            WebhookAuthKeys {
+                bearer: Some(token),
+                basic: None,
+            } => Ok(Self::Bearer(token)),
+            WebhookAuthKeys {
+                bearer: None,
+                basic: Some(basic),
+            } => Ok(Self::Basic(basic)),
+            _ => Err(de::Error::custom("give exactly one of bearer and basic")),
         }
     }
 }
 
-/// TLS settings for `https` URLs (ignored for `http`).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct TlsConfig {
-    /// PEM CA certificates that verify the receiver, **instead of** the system's roots (a
-    /// private CA, as Kubernetes' `caBundle`). `None` uses the system's roots.
-    pub ca_pem: Option<Vec<u8>>,
-    /// A client certificate for mutual TLS.
-    pub client_identity: Option<ClientIdentity>,
+/// `auth.basic` of a webhook sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookBasicAuth {
+    /// The user name, literal text without `:`. Required. Example: `herald`.
+    pub username: String,
+    /// The password, as a secret reference. Required. Example: `{fromFile: /run/secrets/pw}`.
+    pub password: SecretRef,
 }
 
-impl fmt::Debug for TlsConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsConfig")
-            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
-            .field("client_identity", &self.client_identity)
-            .finish()
-    }
+/// `tls` of a webhook sink. Paths are PEM files, read at start-up; `${VAR}` is expanded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookTls {
+    /// CA certificates (PEM) that verify the receiver, instead of the system's roots. Default:
+    /// the system's roots. Example: `/etc/herald/ca.pem`.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM) for mutual TLS; needs `clientKeyFile`. Default: none.
+    /// Example: `/etc/herald/client.pem`.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `clientCertFile`. Default: none. Example: `/etc/herald/client-key.pem`.
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
 }
 
-/// A client certificate chain and its private key, both PEM.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ClientIdentity {
-    /// The certificate chain (PEM), leaf first.
-    pub cert_pem: Vec<u8>,
-    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub key_pem: Vec<u8>,
-}
-
-/// Never prints the key.
-impl fmt::Debug for ClientIdentity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientIdentity")
-            .field("cert_pem", &self.cert_pem.len())
-            .field("key_pem", &"<redacted>")
-            .finish()
-    }
-}
-
-/// How events become HTTP requests (CloudEvents HTTP binding).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// One request per event: attributes as `ce-` headers, `data` as the body, `content-type`
-    /// from `datacontenttype`.
+/// `mode` of a webhook sink: the CloudEvents HTTP binding mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WebhookMode {
+    /// One request per event: `ce-` headers, `data` as the body.
     #[default]
     Binary,
-    /// One request per event: the JSON event as the body
-    /// (`application/cloudevents+json; charset=UTF-8`).
+    /// One request per event: `application/cloudevents+json`.
     Structured,
-    /// One request per `max_events` events: a JSON array
-    /// (`application/cloudevents-batch+json; charset=UTF-8`). All events of a request share its
-    /// outcome. Only for receivers that asked for batches.
-    Batched {
-        /// Most events per request; 0 counts as 1.
-        max_events: usize,
-    },
+    /// One request per `batchMaxEvents` events: `application/cloudevents-batch+json`.
+    Batched,
 }
 
-/// Request signing: Standard Webhooks, and optionally GitHub's `X-Hub-Signature-256`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SigningConfig {
-    /// The HMAC-SHA256 key of `webhook-signature`: the *decoded* bytes of a `whsec_<base64>`
-    /// secret (see [`SigningConfig::standard`]).
-    pub secret: Vec<u8>,
-    /// The HMAC-SHA256 key of `X-Hub-Signature-256`, used as given (GitHub-style receivers use
-    /// the secret's text as the key); `None` sends no such header.
-    pub hub_signature_256_secret: Option<Vec<u8>>,
+/// `signing` of a webhook sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookSigning {
+    /// The Standard Webhooks secret, `whsec_` followed by base64 (the form receivers' libraries
+    /// take), as a secret reference; checked at start-up. Required.
+    /// Example: `${WEBHOOK_SECRET}`.
+    pub secret: SecretRef,
+    /// Also send GitHub-style `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, keyed
+    /// with the same secret's text as written. Default `false`. Example: `true`.
+    #[serde(default)]
+    pub hub_signature_256: bool,
 }
 
-impl SigningConfig {
-    /// Signing with a Standard Webhooks secret as receivers' libraries take it: `whsec_` followed
-    /// by the base64 of the key (the prefix may be left out).
-    ///
-    /// # Errors
-    ///
-    /// [`SinkError::InvalidConfig`] when the rest is not base64 or decodes to nothing; the message
-    /// never repeats the secret.
-    pub fn standard(secret: &str) -> Result<Self, SinkError> {
-        let encoded = secret
-            .strip_prefix(STANDARD_SECRET_PREFIX)
-            .unwrap_or(secret);
-        let key = base64::engine::general_purpose::STANDARD
-            .decode(encoded.trim())
-            .map_err(|_| SinkError::InvalidConfig {
-                detail: "the signing secret must be whsec_ followed by base64 (Standard Webhooks)"
-                    .into(),
-            })?;
-        if key.is_empty() {
-            return Err(SinkError::InvalidConfig {
-                detail: "the signing secret is empty".into(),
-            });
+impl SinkConfig for WebhookConfig {
+    type Sink = WebhookSink;
+
+    const DELIVERY: DeliveryKeys = DeliveryKeys::All {
+        batch_max_events: DEFAULT_BATCH_MAX_EVENTS,
+        batch_beside: Some("mode"),
+    };
+
+    fn paths_mut(&mut self) -> Vec<(&'static str, &mut PathBuf)> {
+        let Some(tls) = &mut self.tls else {
+            return Vec::new();
+        };
+        [
+            ("tls.caFile", &mut tls.ca_file),
+            ("tls.clientCertFile", &mut tls.client_cert_file),
+            ("tls.clientKeyFile", &mut tls.client_key_file),
+        ]
+        .into_iter()
+        .filter_map(|(key, path)| path.as_mut().map(|path| (key, path)))
+        .collect()
+    }
+
+    fn validate(&self, problems: &mut Problems) {
+        if let Err(message) = check_http_url(&self.url) {
+            problems.add("url", message);
         }
-        Ok(Self {
-            secret: key,
-            hub_signature_256_secret: None,
-        })
+        let mut seen: HashMap<String, &str> = HashMap::new();
+        for (name, value) in &self.headers {
+            let key = format!("headers.{name}");
+            if let Some(message) = header_problem(name, value) {
+                problems.add(key, message);
+            } else if let Some(first) = seen.insert(name.to_ascii_lowercase(), name) {
+                problems.add(
+                    key,
+                    format!("header names ignore case: {name:?} repeats {first:?}"),
+                );
+            }
+        }
+        if let Some(WebhookAuth::Basic(basic)) = &self.auth {
+            if basic.username.is_empty() {
+                problems.add("auth.basic.username", "must not be empty");
+            } else if basic.username.contains(':') || basic.username.chars().any(char::is_control) {
+                problems.add(
+                    "auth.basic.username",
+                    format!(
+                        "{:?} cannot be a basic auth user name (no ':' or control characters)",
+                        basic.username
+                    ),
+                );
+            }
+        }
+        if let Some(tls) = &self.tls {
+            for (path, key) in [
+                (&tls.ca_file, "tls.caFile"),
+                (&tls.client_cert_file, "tls.clientCertFile"),
+                (&tls.client_key_file, "tls.clientKeyFile"),
+            ] {
+                if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                    problems.add(key, "must not be empty");
+                }
+            }
+            match (&tls.client_cert_file, &tls.client_key_file) {
+                (Some(_), None) => {
+                    problems.add("tls.clientKeyFile", "required with clientCertFile");
+                }
+                (None, Some(_)) => {
+                    problems.add("tls.clientCertFile", "required with clientKeyFile");
+                }
+                _ => {}
+            }
+        }
+        if self.timeout.is_zero() {
+            problems.add("timeout", "must be greater than 0s");
+        }
     }
 
-    /// Also sends `X-Hub-Signature-256`, keyed with `secret` as is.
-    #[must_use]
-    pub fn with_hub_signature_256(mut self, secret: impl Into<Vec<u8>>) -> Self {
-        self.hub_signature_256_secret = Some(secret.into());
-        self
+    /// `batchMaxEvents` sizes `batched` requests; one event per request leaves the driver's
+    /// default.
+    fn batch_max_events(&self, delivery: &DeliveryOptions) -> Option<usize> {
+        match self.mode {
+            WebhookMode::Batched => delivery.batch_max_events,
+            WebhookMode::Binary | WebhookMode::Structured => None,
+        }
+    }
+
+    /// Resolves the secrets and reads the PEM files (errors name the key and the file or
+    /// variable, never a secret), then builds the HTTP client.
+    async fn build(
+        &self,
+        _name: &str,
+        delivery: &DeliveryOptions,
+    ) -> Result<WebhookSink, SinkError> {
+        WebhookSink::new(self.settings(delivery)?)
     }
 }
 
-/// Never prints the keys.
-impl fmt::Debug for SigningConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SigningConfig")
-            .field("secret", &"<redacted>")
-            .field(
-                "hub_signature_256_secret",
-                &self.hub_signature_256_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .finish()
+impl WebhookConfig {
+    /// What the sink uses: secrets resolved, PEM files read.
+    fn settings(&self, delivery: &DeliveryOptions) -> Result<Settings, SinkError> {
+        let mut out = Settings::new(self.url.clone())
+            .timeout(self.timeout)
+            .mode(match self.mode {
+                WebhookMode::Binary => settings::Mode::Binary,
+                WebhookMode::Structured => settings::Mode::Structured,
+                WebhookMode::Batched => settings::Mode::Batched {
+                    max_events: delivery
+                        .batch_max_events
+                        .unwrap_or(DEFAULT_BATCH_MAX_EVENTS),
+                },
+            });
+        for (name, value) in &self.headers {
+            out = out.header(name.clone(), value.clone());
+        }
+        match &self.auth {
+            None => {}
+            Some(WebhookAuth::Bearer(token)) => {
+                out = out.auth(settings::Auth::Bearer(resolve_secret(
+                    "auth.bearer",
+                    token,
+                )?));
+            }
+            Some(WebhookAuth::Basic(basic)) => {
+                out = out.auth(settings::Auth::Basic {
+                    user: basic.username.clone(),
+                    password: resolve_secret("auth.basic.password", &basic.password)?,
+                });
+            }
+        }
+        if let Some(tls) = &self.tls {
+            let mut t = settings::TlsConfig::default();
+            if let Some(ca) = &tls.ca_file {
+                t.ca_pem = Some(read_file("tls.caFile", ca)?);
+            }
+            if let (Some(cert), Some(key)) = (&tls.client_cert_file, &tls.client_key_file) {
+                t.client_identity = Some(settings::ClientIdentity {
+                    cert_pem: read_file("tls.clientCertFile", cert)?,
+                    key_pem: read_file("tls.clientKeyFile", key)?,
+                });
+            }
+            out = out.tls(t);
+        }
+        if let Some(signing) = &self.signing {
+            let text = resolve_secret("signing.secret", &signing.secret)?;
+            let mut s =
+                SigningConfig::standard(&text).map_err(|e| setting_failed("signing.secret", e))?;
+            if signing.hub_signature_256 {
+                s = s.with_hub_signature_256(text.into_bytes());
+            }
+            out = out.signing(s);
+        }
+        Ok(out)
     }
+}
+
+/// An absolute `http`/`https` URL with a host, no credentials, no spaces or control characters.
+fn check_http_url(url: &str) -> Result<(), String> {
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| lower.starts_with(scheme).then(|| &url[scheme.len()..]))
+    else {
+        return Err(format!(
+            "{url:?} is not an http or https URL (like https://events.example.com/herald)"
+        ));
+    };
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{url:?} contains spaces or control characters"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        // The value may be a credential: do not repeat it.
+        return Err(
+            "credentials in the URL are refused; use auth, whose secrets are references".into(),
+        );
+    }
+    let host = authority.strip_prefix('[').map_or_else(
+        || authority.split(':').next().unwrap_or_default(),
+        |v6| v6.split(']').next().unwrap_or_default(),
+    );
+    if host.is_empty() {
+        return Err(format!("{url:?} has no host"));
+    }
+    Ok(())
 }
 
 /// Header names herald sets itself (lower case), and prefixes it owns.
@@ -312,37 +382,36 @@ const RESERVED_HEADERS: [&str; 9] = [
     "transfer-encoding",
     "connection",
     "host",
-    "authorization",
-    "x-hub-signature-256",
     "te",
+    "x-hub-signature-256",
+    "authorization",
 ];
 const RESERVED_PREFIXES: [&str; 3] = ["ce-", "webhook-", "herald-error-"];
 
-/// Why an extra header cannot be sent, or `None` when it can. Shared with herald's configuration
-/// checks through the same rules (names are matched case-insensitively).
+/// Why an extra header cannot be sent, or `None` when it can: an HTTP token as the name, not a
+/// header herald sets itself (names match case-insensitively), no control characters in the
+/// value. The one rule, for the configuration's checks and the sink's own.
 pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
     let is_token_char = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if name.is_empty() || !name.bytes().all(is_token_char) {
-        return Some(format!(
-            "header name {name:?} is not a valid HTTP header name"
-        ));
+        return Some(format!("{name:?} is not an HTTP header name"));
     }
     let lower = name.to_ascii_lowercase();
     if lower == "authorization" {
         return Some(
-            "the authorization header comes from auth, whose secrets are references".to_owned(),
+            "use auth for the Authorization header; its secrets are references".to_owned(),
         );
     }
     if RESERVED_HEADERS.contains(&lower.as_str())
         || RESERVED_PREFIXES.iter().any(|p| lower.starts_with(p))
     {
         return Some(format!(
-            "header {name:?} is set by herald and cannot be configured"
+            "{name:?} is set by herald and cannot be configured"
         ));
     }
     if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7F) {
         return Some(format!(
-            "the value of header {name:?} contains a control character"
+            "the value of {name:?} contains a control character"
         ));
     }
     None
@@ -351,75 +420,6 @@ pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn defaults() {
-        let config = WebhookConfig::new("http://127.0.0.1:1/x");
-        assert_eq!(config.timeout, Duration::from_secs(10));
-        assert_eq!(config.mode, Mode::Binary);
-        assert!(config.headers.is_empty() && config.auth.is_none() && config.signing.is_none());
-        assert_eq!(config.tls, TlsConfig::default());
-        assert_eq!(config.parallel_requests, DEFAULT_PARALLEL_REQUESTS);
-    }
-
-    #[test]
-    fn standard_secrets_are_base64_with_an_optional_prefix() {
-        let with = SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
-        let without = SigningConfig::standard("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
-        assert_eq!(with, without);
-        assert_eq!(with.secret.len(), 24);
-        assert_eq!(with.hub_signature_256_secret, None);
-        for bad in ["whsec_not base64!", "whsec_", ""] {
-            let err = SigningConfig::standard(bad).unwrap_err().to_string();
-            assert!(err.starts_with("invalid sink configuration: "), "{err}");
-            assert!(!err.contains("not base64!"), "{err}");
-        }
-    }
-
-    #[test]
-    fn debug_never_prints_secrets() {
-        let config = WebhookConfig::new("https://h/")
-            .header("x-api-key", "k3y")
-            .auth(Auth::Basic {
-                user: "herald".into(),
-                password: "pa55".into(),
-            })
-            .tls(TlsConfig {
-                ca_pem: Some(b"CA".to_vec()),
-                client_identity: Some(ClientIdentity {
-                    cert_pem: b"CERT".to_vec(),
-                    key_pem: b"PRIVATE".to_vec(),
-                }),
-            })
-            .signing(
-                SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-                    .unwrap()
-                    .with_hub_signature_256(b"hub-s3cret".to_vec()),
-            );
-        let text = format!("{config:?}");
-        for secret in ["k3y", "pa55", "PRIVATE", "hub-s3cret", "MfKQ"] {
-            assert!(!text.contains(secret), "{secret} in {text}");
-        }
-        assert!(
-            text.contains("x-api-key") && text.contains("herald"),
-            "{text}"
-        );
-        assert_eq!(
-            format!("{:?}", Auth::Bearer("t0ken".into())),
-            "Bearer(<redacted>)"
-        );
-    }
-
-    #[test]
-    fn auth_header_values() {
-        assert_eq!(Auth::Bearer("abc".into()).header_value(), "Bearer abc");
-        // RFC 7617's example.
-        let basic = Auth::Basic {
-            user: "Aladdin".into(),
-            password: "open sesame".into(),
-        };
-        assert_eq!(basic.header_value(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
-    }
 
     #[test]
     fn extra_headers_are_checked() {
@@ -441,7 +441,7 @@ mod tests {
         }
         assert_eq!(
             header_problem("authorization", "x").unwrap(),
-            "the authorization header comes from auth, whose secrets are references"
+            "use auth for the Authorization header; its secrets are references"
         );
     }
 }

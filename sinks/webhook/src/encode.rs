@@ -7,7 +7,7 @@ use herald_sink_core::encode::{
 use herald_sink_core::event::CloudEvent;
 use sha2::{Digest, Sha256};
 
-use crate::config::{Mode, WebhookConfig};
+use crate::settings::{Mode, Settings};
 use crate::sign;
 
 /// One HTTP request, ready to send: the headers in sending order and the body.
@@ -30,7 +30,7 @@ pub(crate) struct Built {
 /// extra headers, `error_headers`, the binding's headers (`ce-*`, `content-type`),
 /// `authorization`, then the signature headers.
 pub(crate) fn build(
-    config: &WebhookConfig,
+    config: &Settings,
     events: &[&CloudEvent],
     error_headers: &[(String, String)],
     timestamp: u64,
@@ -103,7 +103,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::config::{Auth, SigningConfig};
+    use crate::settings::{Auth, SigningConfig};
 
     fn event(id: &str) -> CloudEvent {
         CloudEvent::new(
@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn binary_mode_sends_data_with_ce_headers() {
         let e = event("u1:10:updated");
-        let built = build(&WebhookConfig::new("http://h/"), &[&e], &[], 0);
+        let built = build(&Settings::new("http://h/"), &[&e], &[], 0);
         assert_eq!(built.id, "u1:10:updated");
         assert_eq!(built.body, br#"{"op":"updated","resync":false}"#);
         assert_eq!(built.headers, e.http_binary_headers());
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn binary_mode_without_data_has_an_empty_body_and_no_content_type() {
         let e = CloudEvent::new("1", "/s", "t");
-        let built = build(&WebhookConfig::new("http://h/"), &[&e], &[], 0);
+        let built = build(&Settings::new("http://h/"), &[&e], &[], 0);
         assert!(built.body.is_empty());
         assert_eq!(header(&built, "content-type"), None);
     }
@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn structured_mode_sends_the_json_event() {
         let e = event("u1:10:updated");
-        let config = WebhookConfig::new("http://h/").mode(Mode::Structured);
+        let config = Settings::new("http://h/").mode(Mode::Structured);
         let built = build(&config, &[&e], &[], 0);
         assert_eq!(
             built.headers,
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn batched_mode_sends_a_json_array() {
         let (a, b) = (event("a:1:created"), event("b:2:deleted"));
-        let config = WebhookConfig::new("http://h/").mode(Mode::Batched { max_events: 10 });
+        let config = Settings::new("http://h/").mode(Mode::Batched { max_events: 10 });
         let built = build(&config, &[&a, &b], &[], 0);
         assert_eq!(names(&built), ["content-type"]);
         assert!(
@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn extra_headers_auth_and_signatures_are_added_in_order() {
         let e = event("u1:10:updated");
-        let config = WebhookConfig::new("http://h/")
+        let config = Settings::new("http://h/")
             .header("X-Tenant", "payments")
             .auth(Auth::Bearer("t0ken".into()))
             .signing(
@@ -244,7 +244,7 @@ mod tests {
     #[test]
     fn dead_letter_headers_follow_the_configured_ones_percent_encoded() {
         let e = event("u1:10:updated");
-        let config = WebhookConfig::new("http://h/").header("X-Tenant", "payments");
+        let config = Settings::new("http://h/").header("X-Tenant", "payments");
         let error_headers = [
             ("herald-error-code".to_owned(), "http_4xx".to_owned()),
             (
@@ -270,7 +270,7 @@ mod tests {
     #[test]
     fn each_attempt_is_signed_with_its_own_timestamp() {
         let e = event("u1:10:updated");
-        let config = WebhookConfig::new("http://h/")
+        let config = Settings::new("http://h/")
             .signing(SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap());
         let first = build(&config, &[&e], &[], 100);
         let second = build(&config, &[&e], &[], 160);
@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn batch_signatures_cover_the_whole_array() {
         let (a, b) = (event("a:1:created"), event("b:2:deleted"));
-        let config = WebhookConfig::new("http://h/")
+        let config = Settings::new("http://h/")
             .mode(Mode::Batched { max_events: 2 })
             .signing(SigningConfig {
                 secret: b"key".to_vec(),

@@ -1,14 +1,15 @@
 //! The webhook sink: CloudEvents as HTTP POSTs, in binary (default), structured or batched mode,
-//! signed per Standard Webhooks. Entry point: [`WebhookSink`], configured by [`WebhookConfig`].
+//! signed per Standard Webhooks. Entry point: [`WebhookConfig`], whose `build` returns a
+//! [`WebhookSink`].
 //!
 //! - **Modes** (CloudEvents HTTP binding): binary sends one request per event with the attributes as
 //!   percent-encoded `ce-` headers and `data` as the body; structured sends one request per event
 //!   with the whole event as `application/cloudevents+json`; batched sends one
-//!   `application/cloudevents-batch+json` array per request, at most `max_events` events each.
+//!   `application/cloudevents-batch+json` array per request, at most `batchMaxEvents` events each.
 //! - **Outcomes** ([`classify()`], table in [`mod@classify`]): 2xx is `Ok`; 408, 429 and 5xx except 501 are `Retry`, with the
 //!   `Retry-After` header as the hint; redirects are never followed, so 3xx, 501 and every other
 //!   status are `Reject`. Connection failures and timeouts are `Retry`.
-//! - **Signing** ([`SigningConfig`]): `webhook-id`, `webhook-timestamp` and
+//! - **Signing** ([`WebhookSigning`]): `webhook-id`, `webhook-timestamp` and
 //!   `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, and optionally GitHub's
 //!   `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of body>`. The timestamp and signatures are
 //!   computed per attempt; `webhook-id` is the event's `id`, the same on every attempt.
@@ -21,12 +22,12 @@
 pub mod classify;
 mod config;
 mod encode;
+mod settings;
 mod sign;
 mod sink;
 
 pub use classify::{classify, classify_error, parse_retry_after};
 pub use config::{
-    Auth, ClientIdentity, DEFAULT_PARALLEL_REQUESTS, DEFAULT_TIMEOUT, Mode, SigningConfig,
-    TlsConfig, WebhookConfig,
+    WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMode, WebhookSigning, WebhookTls,
 };
 pub use sink::WebhookSink;

@@ -63,7 +63,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SigningConfig;
+    use crate::settings::SigningConfig;
 
     /// The test vector published with the Standard Webhooks reference libraries.
     #[test]

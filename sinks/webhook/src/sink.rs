@@ -12,8 +12,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER}
 use reqwest::{Method, Url};
 
 use crate::classify::{classify, classify_error, excerpt};
-use crate::config::{Auth, Mode, WebhookConfig, header_problem};
+use crate::config::header_problem;
 use crate::encode;
+use crate::settings::{Auth, Mode, Settings};
 
 /// Bytes of an error response read for its excerpt; the rest is not read.
 const ERROR_BODY_LIMIT: usize = 4096;
@@ -34,7 +35,7 @@ const ERROR_HEADER_PREFIX: &str = "herald-error-";
 /// `send` never sleeps or retries: each event (or, in batched mode, each request) yields one
 /// [`Outcome`] and the driver schedules what comes next.
 pub struct WebhookSink {
-    config: WebhookConfig,
+    config: Settings,
     url: Url,
     /// `scheme://host:port` of the URL, for messages: the path and query may hold a token.
     target: String,
@@ -65,7 +66,7 @@ impl WebhookSink {
     /// zero timeout, an extra header herald sets itself or that is malformed, a Basic user name
     /// with `:`, a credential that cannot be a header value, unusable PEM (CA or client
     /// identity), or no process-wide rustls provider installed.
-    pub fn new(config: WebhookConfig) -> Result<Self, SinkError> {
+    pub(crate) fn new(config: Settings) -> Result<Self, SinkError> {
         let url = parse_url(&config.url)?;
         if config.timeout.is_zero() {
             return Err(invalid("timeout must be greater than zero"));
@@ -93,12 +94,6 @@ impl WebhookSink {
             target,
             client,
         })
-    }
-
-    /// The settings this sink was built with.
-    #[must_use]
-    pub fn config(&self) -> &WebhookConfig {
-        &self.config
     }
 
     /// Forwards dead letters (this sink is another sink's `deadLetterSink`): one request per
@@ -362,7 +357,7 @@ fn parse_url(text: &str) -> Result<Url, SinkError> {
     Ok(url)
 }
 
-fn build_client(config: &WebhookConfig) -> Result<reqwest::Client, SinkError> {
+fn build_client(config: &Settings) -> Result<reqwest::Client, SinkError> {
     // reqwest takes the process-wide provider and panics without one: say so instead.
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         return Err(invalid(
@@ -444,7 +439,7 @@ fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ClientIdentity, SigningConfig, TlsConfig};
+    use crate::settings::{ClientIdentity, SigningConfig, TlsConfig};
 
     /// What the program does at start-up (herald's cli): a client needs a process-wide provider.
     fn install_provider() {
@@ -471,10 +466,10 @@ mod tests {
             "https://receiver.example/hooks/herald?tenant=a",
             "HTTP://[::1]/",
         ] {
-            let sink = WebhookSink::new(WebhookConfig::new(url)).unwrap();
+            let sink = WebhookSink::new(Settings::new(url)).unwrap();
             assert!(!sink.target.contains("/hook"), "{}", sink.target);
         }
-        let sink = WebhookSink::new(WebhookConfig::new("https://h.example/p/s3cret")).unwrap();
+        let sink = WebhookSink::new(Settings::new("https://h.example/p/s3cret")).unwrap();
         assert_eq!(sink.target, "https://h.example");
         assert!(!format!("{sink:?}").contains("Bearer"));
     }
@@ -488,7 +483,7 @@ mod tests {
             ("https://user@h/x", "url must not contain credentials"),
             ("file:///tmp/x", "url must be http or https, not file"),
         ] {
-            let err = detail(WebhookSink::new(WebhookConfig::new(url)).unwrap_err());
+            let err = detail(WebhookSink::new(Settings::new(url)).unwrap_err());
             assert!(err.starts_with(expected), "{url}: {err}");
             assert!(!err.contains("pw"), "{err}");
         }
@@ -497,7 +492,7 @@ mod tests {
     #[test]
     fn refuses_bad_settings() {
         install_provider();
-        let base = || WebhookConfig::new("http://127.0.0.1:1/");
+        let base = || Settings::new("http://127.0.0.1:1/");
         let cases = [
             (
                 base().timeout(Duration::ZERO),
@@ -505,11 +500,11 @@ mod tests {
             ),
             (
                 base().header("ce-id", "x"),
-                "header \"ce-id\" is set by herald and cannot be configured",
+                "\"ce-id\" is set by herald and cannot be configured",
             ),
             (
                 base().header("Authorization", "Bearer x"),
-                "the authorization header comes from auth, whose secrets are references",
+                "use auth for the Authorization header; its secrets are references",
             ),
             (
                 base().auth(Auth::Basic {
@@ -574,7 +569,7 @@ mod tests {
     #[tokio::test]
     async fn dead_letter_headers_must_be_named_herald_error() {
         install_provider();
-        let sink = WebhookSink::new(WebhookConfig::new("http://127.0.0.1:1/")).unwrap();
+        let sink = WebhookSink::new(Settings::new("http://127.0.0.1:1/")).unwrap();
         let letters = [Envelope::new(1, CloudEvent::new("1", "/s", "t"))];
         let outcomes = sink
             .send_dead_letters_with_headers(&letters, &[vec![("x-error".into(), "boom".into())]])
@@ -590,7 +585,7 @@ mod tests {
 
     #[test]
     fn header_map_marks_authorization_sensitive() {
-        let config = WebhookConfig::new("http://127.0.0.1:1/")
+        let config = Settings::new("http://127.0.0.1:1/")
             .auth(Auth::Bearer("t".into()))
             .header("X-Tenant", "a")
             .signing(SigningConfig {
@@ -616,7 +611,7 @@ mod tests {
     #[test]
     fn builder_errors_are_rejected_without_the_url() {
         install_provider();
-        let client = build_client(&WebhookConfig::new("http://127.0.0.1:1/")).unwrap();
+        let client = build_client(&Settings::new("http://127.0.0.1:1/")).unwrap();
         let error = client
             .post("http://127.0.0.1:1/p/s3cret")
             .header("x", "a\nb")

@@ -10,7 +10,10 @@ use serde::Deserializer;
 use serde::de::{self, Visitor};
 
 /// Parses a duration such as `500ms`, `10s`, `1h` or `1h 30m` (humantime syntax).
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+///
+/// # Errors
+/// A message quoting `text` and saying what is wrong with it.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
@@ -37,7 +40,10 @@ const SIZE_UNITS: &[(&str, u64)] = &[
 const SIZE_UNIT_LIST: &str = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, Ki, Mi, Gi, Ti";
 
 /// Parses a size such as `64MiB`, `512 KiB`, `1GB` or `100B` into bytes.
-pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+///
+/// # Errors
+/// A message quoting `text` and saying what is wrong with it.
+pub fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let digits_end = trimmed
         .find(|c: char| !c.is_ascii_digit())
@@ -72,12 +78,28 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// `deserialize_with` for [`Duration`] fields.
-pub(crate) fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+///
+/// # Errors
+/// Anything but a string that [`parse_duration`] takes.
+pub fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     d.deserialize_str(DurationVisitor)
 }
 
+/// `deserialize_with` for an optional duration key (serde calls it only when the key is present).
+///
+/// # Errors
+/// As [`deserialize_duration`].
+pub fn deserialize_some_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    deserialize_duration(d).map(Some)
+}
+
 /// `deserialize_with` for byte-size fields.
-pub(crate) fn deserialize_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+///
+/// # Errors
+/// Anything but a string that [`parse_size`] takes.
+pub fn deserialize_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_str(SizeVisitor)
 }
 
@@ -110,6 +132,7 @@ impl Visitor<'_> for SizeVisitor {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

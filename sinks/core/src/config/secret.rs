@@ -9,7 +9,19 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::interpolate::{EnvLookup, is_var_name};
+/// Looks up an environment variable; injectable so tests need not mutate the process
+/// environment (which is `unsafe` in edition 2024 and racy across test threads).
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Result<String, VarError>;
+
+/// `[A-Za-z_][A-Za-z0-9_]*`, the portable shell variable name, as `${NAME}` takes it.
+#[must_use]
+pub fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
 
 /// The message for anything that is not a reference; it never repeats the value, which may be
 /// the very secret someone pasted in.
@@ -70,7 +82,13 @@ impl SecretRef {
         self.resolve_with(&|name| std::env::var(name))
     }
 
-    pub(crate) fn resolve_with(&self, env: EnvLookup<'_>) -> Result<String, SecretError> {
+    /// [`SecretRef::resolve`] with `env` in place of the process environment.
+    ///
+    /// # Errors
+    /// [`SecretError`] naming the variable or the file.
+    // The path is quoted (Debug) in the message, as users have always seen it.
+    #[allow(clippy::unnecessary_debug_formatting)]
+    pub fn resolve_with(&self, env: EnvLookup<'_>) -> Result<String, SecretError> {
         let (value, origin) = match self {
             Self::Env(var) => {
                 let value = env(var).map_err(|e| match e {
@@ -176,5 +194,103 @@ impl JsonSchema for SecretRef {
                 }
             ]
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::env::VarError;
+
+    use super::*;
+
+    #[test]
+    fn secret_refs_come_from_env_or_file() {
+        let env_ref: SecretRef = serde_yaml_ng::from_str("${WEBHOOK_TOKEN}").unwrap();
+        assert_eq!(env_ref, SecretRef::Env("WEBHOOK_TOKEN".into()));
+        let file_ref: SecretRef =
+            serde_yaml_ng::from_str("{fromFile: /run/secrets/token}").unwrap();
+        assert_eq!(file_ref, SecretRef::File("/run/secrets/token".into()));
+    }
+
+    #[test]
+    fn literal_secrets_are_refused_without_repeating_them() {
+        let message = "secrets must come from the environment (\"${VAR}\") or a file ({fromFile: /path}), not a literal value";
+        for literal in [
+            "hunter2",
+            "Bearer ${TOKEN}",
+            "${TOKEN",
+            "${}",
+            "123456",
+            "true",
+            "[a]",
+            "~",
+        ] {
+            let err = serde_yaml_ng::from_str::<SecretRef>(literal)
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(message), "{literal}: {err}");
+            assert!(!err.contains("hunter2") && !err.contains("123456"), "{err}");
+        }
+        let extra = serde_yaml_ng::from_str::<SecretRef>("{fromFile: /x, value: y}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            extra.starts_with("unknown field `value`, expected `fromFile`"),
+            "{extra}"
+        );
+    }
+
+    #[test]
+    fn secret_refs_resolve_and_name_their_origin() {
+        let lookup = |name: &str| match name {
+            "TOKEN" => Ok("s3cret".to_owned()),
+            "EMPTY" => Ok(String::new()),
+            _ => Err(VarError::NotPresent),
+        };
+        assert_eq!(
+            SecretRef::Env("TOKEN".into())
+                .resolve_with(&lookup)
+                .unwrap(),
+            "s3cret"
+        );
+        assert_eq!(
+            SecretRef::Env("MISSING".into())
+                .resolve_with(&lookup)
+                .unwrap_err()
+                .to_string(),
+            "environment variable \"MISSING\" is not set"
+        );
+        assert_eq!(
+            SecretRef::Env("EMPTY".into())
+                .resolve_with(&lookup)
+                .unwrap_err()
+                .to_string(),
+            "secret from environment variable \"EMPTY\" is empty"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "s3cret\r\n").unwrap();
+        assert_eq!(SecretRef::File(path.clone()).resolve().unwrap(), "s3cret");
+        std::fs::write(&path, "\n").unwrap();
+        assert_eq!(
+            SecretRef::File(path.clone())
+                .resolve()
+                .unwrap_err()
+                .to_string(),
+            format!("secret from file {path:?} is empty")
+        );
+        let missing = dir.path().join("nope");
+        let err = SecretRef::File(missing.clone()).resolve().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("cannot read secret file {}", missing.display())
+        );
+        assert!(std::error::Error::source(&err).is_some());
+
+        // The real environment, through the public entry point.
+        let path_var = std::env::var("PATH").unwrap();
+        assert_eq!(SecretRef::Env("PATH".into()).resolve().unwrap(), path_var);
     }
 }
