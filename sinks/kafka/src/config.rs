@@ -146,13 +146,8 @@ impl SinkConfig for KafkaConfig {
                 );
             }
         }
-        match Template::parse(&self.topic) {
-            Err(error) => problems.add("topic", error.to_string()),
-            Ok(template) => {
-                if let Err(error) = template.check_kafka_topic() {
-                    problems.add("topic", error.to_string());
-                }
-            }
+        if let Err(error) = Template::parse(&self.topic).and_then(|t| t.check_kafka_topic()) {
+            problems.add("topic", error.to_string());
         }
         if self.message_timeout.is_zero() {
             problems.add("messageTimeout", "must be greater than 0s");
@@ -187,11 +182,13 @@ impl SinkConfig for KafkaConfig {
 impl KafkaConfig {
     fn settings(&self, name: &str) -> Result<Settings, SinkError> {
         let topic = Template::parse(&self.topic).map_err(|e| setting_failed("topic", e))?;
-        let mut out = Settings::new(self.brokers.join(","), topic)
-            .mode(self.mode)
-            .tombstones(self.tombstones)
-            .message_timeout(self.message_timeout)
-            .client_id(format!("herald-{name}"));
+        let mut out = Settings {
+            mode: self.mode,
+            tombstones: self.tombstones,
+            message_timeout: self.message_timeout,
+            client_id: format!("herald-{name}"),
+            ..Settings::new(self.brokers.join(","), topic)
+        };
         for (key, value) in &self.properties {
             out = out.property(key.clone(), value.clone());
         }

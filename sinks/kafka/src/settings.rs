@@ -12,50 +12,50 @@ use crate::KafkaMode;
 
 /// Default `message.timeout.ms`: how long librdkafka keeps trying to deliver a record before its
 /// delivery report says `MessageTimedOut` (a `Retry`).
-pub(crate) const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default `client.id`.
-pub(crate) const DEFAULT_CLIENT_ID: &str = "herald";
+pub const DEFAULT_CLIENT_ID: &str = "herald";
 
 /// librdkafka's default `message.max.bytes`, the largest record the producer accepts (and the
 /// broker default for `message.max.bytes` is close to it).
-pub(crate) const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
 
 /// Settings of a [`KafkaSink`](crate::KafkaSink): the configuration with its topic template
 /// parsed and its secret properties resolved into `properties`. `Debug` prints property names only.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Settings {
     /// `bootstrap.servers`: comma-separated `host:port` list.
-    pub(crate) brokers: String,
+    pub brokers: String,
     /// The topic: a fixed name or a template over `{group}` `{version}` `{kind}` `{plural}`
     /// `{namespace}`; rendered names are sanitised to legal topic names. Its literal text must pass
     /// [`Template::check_kafka_topic`].
-    pub(crate) topic: Template,
+    pub topic: Template,
     /// Binary (default) or structured mode.
-    pub(crate) mode: KafkaMode,
+    pub mode: KafkaMode,
     /// After a `deleted` event, also write a null-value record (a tombstone) with the same key, for
     /// compacted topics. The event is `Ok` only when both records are delivered. Default off.
-    pub(crate) tombstones: bool,
+    pub tombstones: bool,
     /// `message.timeout.ms`: how long a record may wait for its delivery report. Default
     /// [`DEFAULT_MESSAGE_TIMEOUT`]. Bounded on purpose: against a dead cluster herald sees retries
     /// (and pauses the sink) instead of records piling up unseen in librdkafka's queue. Must be
     /// greater than zero (librdkafka's 0 would mean "forever"). `topic.metadata.propagation.max.ms`
     /// defaults to half of it (at most librdkafka's 30 s), so records to a missing topic come back
     /// as `unknown_topic` retries rather than plain timeouts.
-    pub(crate) message_timeout: Duration,
+    pub message_timeout: Duration,
     /// Any librdkafka property (`security.protocol`, `sasl.*`, `ssl.*`, `message.max.bytes` …),
     /// applied last, so it overrides herald's defaults, aliases included (`delivery.timeout.ms`
     /// overrides `message_timeout`).
-    pub(crate) properties: BTreeMap<String, String>,
+    pub properties: BTreeMap<String, String>,
     /// `client.id`, seen in broker logs and quotas. Default [`DEFAULT_CLIENT_ID`].
-    pub(crate) client_id: String,
+    pub client_id: String,
 }
 
 impl Settings {
     /// Settings for `brokers` and `topic` with every default: binary mode, no tombstones, a 30 s
     /// message timeout, no extra properties, client id `herald`.
     #[must_use]
-    pub(crate) fn new(brokers: impl Into<String>, topic: Template) -> Self {
+    pub fn new(brokers: impl Into<String>, topic: Template) -> Self {
         Self {
             brokers: brokers.into(),
             topic,
@@ -67,38 +67,10 @@ impl Settings {
         }
     }
 
-    /// Sets the mode.
-    #[must_use]
-    pub(crate) fn mode(mut self, mode: KafkaMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Turns tombstones after `deleted` events on or off.
-    #[must_use]
-    pub(crate) fn tombstones(mut self, tombstones: bool) -> Self {
-        self.tombstones = tombstones;
-        self
-    }
-
-    /// Sets `message.timeout.ms`.
-    #[must_use]
-    pub(crate) fn message_timeout(mut self, message_timeout: Duration) -> Self {
-        self.message_timeout = message_timeout;
-        self
-    }
-
     /// Sets one librdkafka property (replacing an earlier value).
     #[must_use]
-    pub(crate) fn property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+    pub fn property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.insert(name.into(), value.into());
-        self
-    }
-
-    /// Sets `client.id`.
-    #[must_use]
-    pub(crate) fn client_id(mut self, client_id: impl Into<String>) -> Self {
-        self.client_id = client_id.into();
         self
     }
 
@@ -107,7 +79,7 @@ impl Settings {
     /// A default is left out when the user sets it under any of its names: `ClientConfig` is a
     /// hash map, so setting both `linger.ms` and its alias `queue.buffering.max.ms` would leave
     /// the winner to iteration order.
-    pub(crate) fn client_config(&self) -> ClientConfig {
+    pub fn client_config(&self) -> ClientConfig {
         let timeout_ms = millis(self.message_timeout);
         // librdkafka waits this long before it calls a topic missing (default 30 s). Below the
         // message timeout, records to a missing topic fail as `unknown_topic` (an alert)
@@ -204,9 +176,11 @@ mod tests {
 
     #[test]
     fn producer_defaults_favour_correctness_and_throughput() {
-        let client = config()
-            .message_timeout(Duration::from_millis(1500))
-            .client_config();
+        let client = Settings {
+            message_timeout: Duration::from_millis(1500),
+            ..config()
+        }
+        .client_config();
         for (name, value) in [
             ("bootstrap.servers", "k:9092"),
             ("client.id", "herald"),
@@ -244,12 +218,14 @@ mod tests {
 
     #[test]
     fn missing_topics_are_called_missing_before_records_time_out() {
-        let propagation = |timeout| {
-            config()
-                .message_timeout(timeout)
-                .client_config()
-                .get("topic.metadata.propagation.max.ms")
-                .map(str::to_owned)
+        let propagation = |message_timeout| {
+            Settings {
+                message_timeout,
+                ..config()
+            }
+            .client_config()
+            .get("topic.metadata.propagation.max.ms")
+            .map(str::to_owned)
         };
         assert_eq!(
             propagation(Duration::from_secs(30)).as_deref(),

@@ -536,7 +536,10 @@ mod tests {
             )
             .is_ok()
         );
-        let detail = invalid_detail(config().message_timeout(Duration::ZERO));
+        let detail = invalid_detail(Settings {
+            message_timeout: Duration::ZERO,
+            ..config()
+        });
         assert!(detail.contains("messageTimeout"), "{detail}");
         let detail = invalid_detail(Settings::new(
             "k:9092",
@@ -556,7 +559,11 @@ mod tests {
     #[tokio::test]
     async fn healthcheck_fails_when_no_broker_answers() {
         // Port 1 on loopback refuses connections.
-        let sink = KafkaSink::new(config().message_timeout(Duration::from_millis(1500))).unwrap();
+        let sink = KafkaSink::new(Settings {
+            message_timeout: Duration::from_millis(1500),
+            ..config()
+        })
+        .unwrap();
         let error = sink.healthcheck().await.unwrap_err();
         assert!(
             matches!(error, SinkError::ConnectFailed { ref target, .. } if target == "127.0.0.1:1"),

@@ -31,9 +31,11 @@ fn cluster() -> MockCluster<'static, DefaultProducerContext> {
 /// A sink for `cluster`, writing to `topic`, that gives up on a record after 2 s and reconnects
 /// quickly (librdkafka's reconnect backoff would otherwise grow to 10 s during an outage).
 fn config(cluster: &MockCluster<'_, DefaultProducerContext>, topic: &str) -> Settings {
-    Settings::new(cluster.bootstrap_servers(), Template::parse(topic).unwrap())
-        .message_timeout(Duration::from_secs(2))
-        .property("reconnect.backoff.max.ms", "200")
+    Settings {
+        message_timeout: Duration::from_secs(2),
+        ..Settings::new(cluster.bootstrap_servers(), Template::parse(topic).unwrap())
+    }
+    .property("reconnect.backoff.max.ms", "200")
 }
 
 /// An event as herald's normalizer builds it, for object `name` in namespace `default`.
@@ -216,7 +218,11 @@ async fn binary_records_carry_value_key_and_every_ce_header() {
 #[tokio::test]
 async fn structured_records_carry_the_json_event() {
     let cluster = cluster();
-    let sink = KafkaSink::new(config(&cluster, TOPIC).mode(KafkaMode::Structured)).unwrap();
+    let sink = KafkaSink::new(Settings {
+        mode: KafkaMode::Structured,
+        ..config(&cluster, TOPIC)
+    })
+    .unwrap();
     let events = [event("a", "created", 10), event("b", "updated", 11)];
     assert_eq!(sink.send(&envelopes(&events)).await, vec![Outcome::Ok; 2]);
 
@@ -262,7 +268,11 @@ async fn topics_follow_the_template() {
 #[tokio::test]
 async fn tombstone_follows_a_deleted_event() {
     let cluster = cluster();
-    let sink = KafkaSink::new(config(&cluster, TOPIC).tombstones(true)).unwrap();
+    let sink = KafkaSink::new(Settings {
+        tombstones: true,
+        ..config(&cluster, TOPIC)
+    })
+    .unwrap();
     let first = [event("a", "created", 1), event("b", "deleted", 2)];
     assert_eq!(sink.send(&envelopes(&first)).await, vec![Outcome::Ok; 2]);
     let second = [event("a", "deleted", 3)];
@@ -489,7 +499,11 @@ async fn oversized_events_are_rejected_while_the_rest_is_delivered() {
 async fn dead_letters_carry_herald_error_headers() {
     let cluster = cluster();
     // Tombstones are on, but a dead-letter topic gets none.
-    let sink = KafkaSink::new(config(&cluster, TOPIC).tombstones(true)).unwrap();
+    let sink = KafkaSink::new(Settings {
+        tombstones: true,
+        ..config(&cluster, TOPIC)
+    })
+    .unwrap();
     let letters = envelopes(&[event("a", "deleted", 7), event("b", "updated", 8)]);
     let errors = [
         ErrorContext {

@@ -317,24 +317,13 @@ impl<'de> Deserialize<'de> for NatsAuth {
     }
 }
 
-/// `tls` of a NATS sink. Paths are PEM files, read when connecting; `${VAR}` is expanded.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct NatsTls {
-    /// CA certificates (PEM) that verify the server. Default: the system's roots.
-    /// Example: `/etc/herald/ca.pem`.
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate chain (PEM) for mutual TLS; needs `clientKeyFile`. Default: none.
-    /// Example: `/etc/herald/client.pem`.
-    #[serde(default)]
-    pub client_cert_file: Option<PathBuf>,
-    /// Private key (PEM) of `clientCertFile`. Default: none. Example: `/etc/herald/client-key.pem`.
-    #[serde(default)]
-    pub client_key_file: Option<PathBuf>,
-    /// Require TLS even on `nats://` URLs. Default `false`. Example: `true`.
-    #[serde(default)]
-    pub required: bool,
+herald_sink_core::tls_config! {
+    /// `tls` of a NATS sink. Paths are PEM files, read when connecting; `${VAR}` is expanded.
+    pub struct NatsTls {
+        /// Require TLS even on `nats://` URLs. Default `false`. Example: `true`.
+        #[serde(default)]
+        pub required: bool,
+    }
 }
 
 fn default_connect_timeout() -> Duration {
@@ -369,18 +358,11 @@ impl SinkConfig for NatsConfig {
     };
 
     fn paths_mut(&mut self) -> Vec<(&'static str, &mut PathBuf)> {
-        let mut out = Vec::new();
-        if let Some(tls) = &mut self.tls {
-            for (key, path) in [
-                ("tls.caFile", &mut tls.ca_file),
-                ("tls.clientCertFile", &mut tls.client_cert_file),
-                ("tls.clientKeyFile", &mut tls.client_key_file),
-            ] {
-                if let Some(path) = path {
-                    out.push((key, path));
-                }
-            }
-        }
+        let mut out = self
+            .tls
+            .as_mut()
+            .map(NatsTls::paths_mut)
+            .unwrap_or_default();
         if let Some(NatsAuth::CredentialsFile(path)) = &mut self.auth {
             out.push(("auth.credentialsFile", path));
         }
@@ -403,13 +385,8 @@ impl SinkConfig for NatsConfig {
                 );
             }
         }
-        match Template::parse(&self.subject) {
-            Err(error) => problems.add("subject", error.to_string()),
-            Ok(template) => {
-                if let Err(error) = template.check_nats_subject() {
-                    problems.add("subject", error.to_string());
-                }
-            }
+        if let Err(error) = Template::parse(&self.subject).and_then(|t| t.check_nats_subject()) {
+            problems.add("subject", error.to_string());
         }
         if let Some(js) = &self.jetstream {
             js.validate(problems);
@@ -420,15 +397,7 @@ impl SinkConfig for NatsConfig {
             problems.add("auth.user", "must not be empty");
         }
         if let Some(tls) = &self.tls {
-            match (&tls.client_cert_file, &tls.client_key_file) {
-                (Some(_), None) => {
-                    problems.add("tls.clientKeyFile", "required with clientCertFile");
-                }
-                (None, Some(_)) => {
-                    problems.add("tls.clientCertFile", "required with clientKeyFile");
-                }
-                _ => {}
-            }
+            tls.check_client_pair(problems);
         }
         for (value, key) in [
             (self.connect_timeout, "connectTimeout"),
@@ -447,7 +416,7 @@ impl SinkConfig for NatsConfig {
     /// file) and connects as `herald-<name>`; with JetStream, looks the stream up (creating it
     /// from `jetstream.create` when missing).
     async fn build(&self, name: &str, _delivery: &DeliveryOptions) -> Result<NatsSink, SinkError> {
-        NatsSink::connect(self.settings(name)?).await
+        NatsSink::connect(self.settings(format!("herald-{name}"))?).await
     }
 }
 
@@ -488,32 +457,32 @@ impl NatsJetStream {
 }
 
 impl NatsConfig {
-    fn settings(&self, name: &str) -> Result<Settings, SinkError> {
+    /// What the sink uses: subject parsed, credentials resolved, connecting as `connection_name`.
+    pub(crate) fn settings(&self, connection_name: String) -> Result<Settings, SinkError> {
         let subject = Template::parse(&self.subject).map_err(|e| setting_failed("subject", e))?;
-        let mut out = Settings::new(self.servers.clone(), subject)
-            .mode(self.mode)
-            .connect_timeout(self.connect_timeout)
-            .ack_timeout(self.ack_timeout)
-            .max_in_flight(self.max_in_flight)
-            .connection_name(format!("herald-{name}"));
-        if let Some(jetstream) = &self.jetstream {
-            out = out.jetstream(jetstream.clone());
-        }
-        if let Some(tls) = &self.tls {
-            out = out.tls(tls.clone());
-        }
         let auth = match &self.auth {
-            None => return Ok(out),
-            Some(NatsAuth::Token(token)) => Auth::Token(resolve_secret("auth.token", token)?),
-            Some(NatsAuth::UserPassword { user, password }) => Auth::UserPassword {
+            None => None,
+            Some(NatsAuth::Token(token)) => Some(Auth::Token(resolve_secret("auth.token", token)?)),
+            Some(NatsAuth::UserPassword { user, password }) => Some(Auth::UserPassword {
                 user: user.clone(),
                 password: resolve_secret("auth.password", password)?,
-            },
-            Some(NatsAuth::NkeySeed(seed)) => Auth::NKey {
+            }),
+            Some(NatsAuth::NkeySeed(seed)) => Some(Auth::NKey {
                 seed: resolve_secret("auth.nkeySeed", seed)?,
-            },
-            Some(NatsAuth::CredentialsFile(path)) => Auth::CredentialsFile(path.clone()),
+            }),
+            Some(NatsAuth::CredentialsFile(path)) => Some(Auth::CredentialsFile(path.clone())),
         };
-        Ok(out.auth(auth))
+        Ok(Settings {
+            mode: self.mode,
+            jetstream: self.jetstream.clone(),
+            auth,
+            tls: self.tls.clone(),
+            connect_timeout: self.connect_timeout,
+            ack_timeout: self.ack_timeout,
+            max_in_flight: self.max_in_flight,
+            connection_name,
+            servers: self.servers.clone(),
+            subject,
+        })
     }
 }

@@ -11,19 +11,16 @@ use herald_sink_core::template::Template;
 use crate::{NatsJetStream, NatsMode, NatsStreamSpec, NatsTls};
 
 /// Default bound on connecting (and on waiting for a connection in the healthcheck).
-pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Default bound on the wait for one JetStream `PubAck` (and on a core NATS flush).
-pub(crate) const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default cap on unacknowledged JetStream publishes of one sink, across concurrent `send` calls.
-pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
-
-/// Default client name, shown by the server's monitoring (`connz`).
-pub(crate) const DEFAULT_CONNECTION_NAME: &str = "herald";
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 
 /// Default JetStream de-duplication window of a stream herald creates.
-pub(crate) const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// Most replicas a JetStream stream can have.
 const MAX_REPLICAS: usize = 5;
@@ -34,109 +31,44 @@ const MAX_REPLICAS: usize = 5;
 pub(crate) struct Settings {
     /// Server URLs, tried in random order: `nats://host:port`, or `tls://host:port` to require
     /// TLS. No credentials in them: use `auth`.
-    pub(crate) servers: Vec<String>,
+    pub servers: Vec<String>,
     /// The subject each event is published to, from `{group}`, `{version}`, `{kind}`,
     /// `{plural}`, `{namespace}`, `{name}` and `{op}`; each value becomes exactly one subject
     /// token (see [`render_subject`](crate::render_subject)).
-    pub(crate) subject: Template,
+    pub subject: Template,
     /// How an event becomes a NATS message. Default [`NatsMode::Structured`].
-    pub(crate) mode: NatsMode,
+    pub mode: NatsMode,
     /// Publish to JetStream and wait for its `PubAck`; `None` publishes with core NATS and counts
     /// an event delivered once the client has flushed it (no acknowledgement: at most once).
-    pub(crate) jetstream: Option<NatsJetStream>,
+    pub jetstream: Option<NatsJetStream>,
     /// How herald authenticates; `None` connects anonymously.
-    pub(crate) auth: Option<Auth>,
+    pub auth: Option<Auth>,
     /// TLS settings; `None` uses TLS only where the server or a `tls://` URL asks for it, verified
     /// against the system's roots.
-    pub(crate) tls: Option<NatsTls>,
+    pub tls: Option<NatsTls>,
     /// Bound on connecting, and on the healthcheck's wait for a connection. Default
     /// [`DEFAULT_CONNECT_TIMEOUT`].
-    pub(crate) connect_timeout: Duration,
+    pub connect_timeout: Duration,
     /// How long a JetStream `PubAck` (or a core NATS flush, or a JetStream API request) may take
     /// before the event is retried with code `timeout`. Default [`DEFAULT_ACK_TIMEOUT`].
-    pub(crate) ack_timeout: Duration,
+    pub ack_timeout: Duration,
     /// Most unacknowledged JetStream publishes of this sink at once, across concurrent `send`
     /// calls. Default [`DEFAULT_MAX_IN_FLIGHT`].
-    pub(crate) max_in_flight: usize,
-    /// The client name the server shows for herald's connection. Default
-    /// [`DEFAULT_CONNECTION_NAME`].
-    pub(crate) connection_name: String,
+    pub max_in_flight: usize,
+    /// The client name the server shows for herald's connection: `herald-<sink name>`.
+    pub connection_name: String,
 }
 
 impl Settings {
-    /// Settings for `servers` and `subject` with every default: structured mode, core NATS, no
-    /// auth, no TLS settings, 5 s connect timeout, 10 s ack timeout, 4096 publishes in flight,
+    /// Settings for `servers` and `subject` with every default of [`NatsConfig::new`](crate::NatsConfig::new) and
     /// connection name `herald`.
-    #[must_use]
-    pub(crate) fn new(servers: Vec<String>, subject: Template) -> Self {
-        Self {
-            servers,
-            subject,
-            mode: NatsMode::default(),
-            jetstream: None,
-            auth: None,
-            tls: None,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            ack_timeout: DEFAULT_ACK_TIMEOUT,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            connection_name: DEFAULT_CONNECTION_NAME.to_owned(),
-        }
-    }
-
-    /// Sets the mode.
-    #[must_use]
-    pub(crate) fn mode(mut self, mode: NatsMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Publishes to JetStream.
-    #[must_use]
-    pub(crate) fn jetstream(mut self, jetstream: NatsJetStream) -> Self {
-        self.jetstream = Some(jetstream);
-        self
-    }
-
-    /// Sets how herald authenticates.
-    #[must_use]
-    pub(crate) fn auth(mut self, auth: Auth) -> Self {
-        self.auth = Some(auth);
-        self
-    }
-
-    /// Sets the TLS settings.
-    #[must_use]
-    pub(crate) fn tls(mut self, tls: NatsTls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// Sets the connect timeout.
-    #[must_use]
-    pub(crate) fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets the ack timeout.
-    #[must_use]
-    pub(crate) fn ack_timeout(mut self, timeout: Duration) -> Self {
-        self.ack_timeout = timeout;
-        self
-    }
-
-    /// Sets the cap on unacknowledged JetStream publishes.
-    #[must_use]
-    pub(crate) fn max_in_flight(mut self, max_in_flight: usize) -> Self {
-        self.max_in_flight = max_in_flight;
-        self
-    }
-
-    /// Sets the connection name.
-    #[must_use]
-    pub(crate) fn connection_name(mut self, name: impl Into<String>) -> Self {
-        self.connection_name = name.into();
-        self
+    #[cfg(test)]
+    // The tests hand over templates they built for the purpose.
+    #[allow(clippy::needless_pass_by_value)]
+    pub fn new(servers: Vec<String>, subject: Template) -> Self {
+        crate::NatsConfig::new(servers, subject.as_str())
+            .settings("herald".to_owned())
+            .expect("defaults hold no secret to resolve")
     }
 
     /// Checks the settings without connecting or reading any file; [`NatsSink::connect`]
@@ -152,7 +84,7 @@ impl Settings {
     /// credentials, or a client certificate without its key (or the reverse).
     ///
     /// [`NatsSink::connect`]: crate::NatsSink::connect
-    pub(crate) fn check(&self) -> Result<(), SinkError> {
+    pub fn check(&self) -> Result<(), SinkError> {
         if self.servers.is_empty() {
             return Err(invalid("servers must name at least one NATS server"));
         }
@@ -256,7 +188,7 @@ impl NatsStreamSpec {
 
 /// How herald authenticates to the server. Values are already resolved from secret references.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) enum Auth {
+pub enum Auth {
     /// A token (`authorization { token: … }`).
     Token(String),
     /// A user name and password.
@@ -417,29 +349,38 @@ mod tests {
                 .check()
                 .unwrap();
         }
-        config()
-            .jetstream(
+        Settings {
+            jetstream: Some(
                 NatsJetStream::new("HERALD_EVENTS-1").create(
                     NatsStreamSpec::new(vec!["herald.>".into(), "x.*.y".into()])
                         .replicas(3)
                         .max_age(Duration::from_secs(3600)),
                 ),
-            )
-            .auth(Auth::UserPassword {
+            ),
+            auth: Some(Auth::UserPassword {
                 user: "herald".into(),
                 password: String::new(),
-            })
-            .tls(NatsTls {
+            }),
+            tls: Some(NatsTls {
                 client_cert_file: Some("c.pem".into()),
                 client_key_file: Some("k.pem".into()),
                 ..NatsTls::default()
-            })
-            .check()
-            .unwrap();
+            }),
+            ..config()
+        }
+        .check()
+        .unwrap();
     }
 
     #[test]
+    // One table of cases, read best as a whole.
+    #[allow(clippy::too_many_lines)]
     fn refuses_bad_settings() {
+        let with = |change: fn(&mut Settings)| {
+            let mut settings = config();
+            change(&mut settings);
+            settings
+        };
         let cases = [
             (
                 Settings::new(vec![], config().subject),
@@ -465,57 +406,70 @@ mod tests {
                 "subject: character '>' at byte 7 is not allowed in a nats subject name",
             ),
             (
-                config().ack_timeout(Duration::ZERO),
+                with(|s| s.ack_timeout = Duration::ZERO),
                 "ackTimeout must be greater than zero",
             ),
             (
-                config().connect_timeout(Duration::ZERO),
+                with(|s| s.connect_timeout = Duration::ZERO),
                 "connectTimeout must be greater than zero",
             ),
-            (config().max_in_flight(0), "maxInFlight must be at least 1"),
             (
-                config().connection_name("a\nb"),
+                with(|s| s.max_in_flight = 0),
+                "maxInFlight must be at least 1",
+            ),
+            (
+                with(|s| s.connection_name = "a\nb".into()),
                 "connectionName must not contain control characters",
             ),
             (
-                config().jetstream(NatsJetStream::new("a.b")),
+                with(|s| s.jetstream = Some(NatsJetStream::new("a.b"))),
                 "jetstream.stream \"a.b\" must not contain '.'",
             ),
             (
-                config().jetstream(NatsJetStream::new("")),
+                with(|s| s.jetstream = Some(NatsJetStream::new(""))),
                 "jetstream.stream must not be empty",
             ),
             (
-                config().jetstream(NatsJetStream::new("S").create(NatsStreamSpec::new(vec![]))),
+                with(|s| {
+                    s.jetstream = Some(NatsJetStream::new("S").create(NatsStreamSpec::new(vec![])));
+                }),
                 "jetstream.create.subjects must name at least one subject",
             ),
             (
-                config().jetstream(
-                    NatsJetStream::new("S").create(NatsStreamSpec::new(vec!["a.>.b".into()])),
-                ),
+                with(|s| {
+                    s.jetstream = Some(
+                        NatsJetStream::new("S").create(NatsStreamSpec::new(vec!["a.>.b".into()])),
+                    );
+                }),
                 "jetstream.create.subjects: \"a.>.b\" is not a valid NATS subject",
             ),
             (
-                config().jetstream(
-                    NatsJetStream::new("S")
-                        .create(NatsStreamSpec::new(vec!["a".into()]).replicas(0)),
-                ),
+                with(|s| {
+                    s.jetstream = Some(
+                        NatsJetStream::new("S")
+                            .create(NatsStreamSpec::new(vec!["a".into()]).replicas(0)),
+                    );
+                }),
                 "jetstream.create.replicas must be between 1 and 5",
             ),
             (
-                config().jetstream(NatsJetStream::new("S").create(
-                    NatsStreamSpec::new(vec!["a".into()]).duplicate_window(Duration::ZERO),
-                )),
+                with(|s| {
+                    s.jetstream = Some(NatsJetStream::new("S").create(
+                        NatsStreamSpec::new(vec!["a".into()]).duplicate_window(Duration::ZERO),
+                    ));
+                }),
                 "jetstream.create.duplicateWindow must be greater than zero",
             ),
             (
-                config().auth(Auth::Token(String::new())),
+                with(|s| s.auth = Some(Auth::Token(String::new()))),
                 "auth: the credential is empty",
             ),
             (
-                config().tls(NatsTls {
-                    client_cert_file: Some("c.pem".into()),
-                    ..NatsTls::default()
+                with(|s| {
+                    s.tls = Some(NatsTls {
+                        client_cert_file: Some("c.pem".into()),
+                        ..NatsTls::default()
+                    });
                 }),
                 "tls.clientCertFile is set but tls.clientKeyFile is not",
             ),
@@ -549,7 +503,13 @@ mod tests {
                 seed: "SUAKEYSEED".into(),
             },
         ] {
-            let text = format!("{:?}", config().auth(auth));
+            let text = format!(
+                "{:?}",
+                Settings {
+                    auth: Some(auth),
+                    ..config()
+                }
+            );
             for secret in ["t0ken", "pa55", "SUAKEYSEED"] {
                 assert!(!text.contains(secret), "{secret} in {text}");
             }

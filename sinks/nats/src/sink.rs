@@ -552,9 +552,12 @@ mod tests {
 
     #[tokio::test]
     async fn refuses_invalid_config_before_connecting() {
-        let err = NatsSink::connect(config().max_in_flight(0))
-            .await
-            .unwrap_err();
+        let err = NatsSink::connect(Settings {
+            max_in_flight: 0,
+            ..config()
+        })
+        .await
+        .unwrap_err();
         assert_eq!(detail(err), "maxInFlight must be at least 1");
     }
 
@@ -562,29 +565,41 @@ mod tests {
     async fn refuses_missing_tls_and_credential_files() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.pem");
-        let err = NatsSink::connect(config().tls(NatsTls {
-            ca_file: Some(missing.clone()),
-            ..NatsTls::default()
-        }))
+        let err = NatsSink::connect(Settings {
+            tls: Some(NatsTls {
+                ca_file: Some(missing.clone()),
+                ..NatsTls::default()
+            }),
+            ..config()
+        })
         .await
         .unwrap_err();
         assert!(detail(err).starts_with("tls.caFile "), "missing CA");
-        let err = NatsSink::connect(config().tls(NatsTls {
-            ca_file: Some(dir.path().to_owned()),
-            ..NatsTls::default()
-        }))
+        let err = NatsSink::connect(Settings {
+            tls: Some(NatsTls {
+                ca_file: Some(dir.path().to_owned()),
+                ..NatsTls::default()
+            }),
+            ..config()
+        })
         .await
         .unwrap_err();
         assert!(detail(err).ends_with("is not a file"));
-        let err = NatsSink::connect(config().auth(Auth::CredentialsFile(missing)))
-            .await
-            .unwrap_err();
+        let err = NatsSink::connect(Settings {
+            auth: Some(Auth::CredentialsFile(missing)),
+            ..config()
+        })
+        .await
+        .unwrap_err();
         assert!(detail(err).starts_with("auth.credentialsFile: "));
         let garbage = dir.path().join("garbage.creds");
         std::fs::write(&garbage, "not a creds file").unwrap();
-        let err = NatsSink::connect(config().auth(Auth::CredentialsFile(garbage)))
-            .await
-            .unwrap_err();
+        let err = NatsSink::connect(Settings {
+            auth: Some(Auth::CredentialsFile(garbage)),
+            ..config()
+        })
+        .await
+        .unwrap_err();
         assert!(detail(err).contains("cannot parse user JWT"));
     }
 }

@@ -145,21 +145,10 @@ pub struct WebhookBasicAuth {
     pub password: SecretRef,
 }
 
-/// `tls` of a webhook sink. Paths are PEM files, read at start-up; `${VAR}` is expanded.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WebhookTls {
-    /// CA certificates (PEM) that verify the receiver, instead of the system's roots. Default:
-    /// the system's roots. Example: `/etc/herald/ca.pem`.
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate chain (PEM) for mutual TLS; needs `clientKeyFile`. Default: none.
-    /// Example: `/etc/herald/client.pem`.
-    #[serde(default)]
-    pub client_cert_file: Option<PathBuf>,
-    /// Private key (PEM) of `clientCertFile`. Default: none. Example: `/etc/herald/client-key.pem`.
-    #[serde(default)]
-    pub client_key_file: Option<PathBuf>,
+herald_sink_core::tls_config! {
+    /// `tls` of a webhook sink, for `https` URLs. Paths are PEM files, read at start-up; `${VAR}`
+    /// is expanded.
+    pub struct WebhookTls {}
 }
 
 /// `mode` of a webhook sink: the CloudEvents HTTP binding mode.
@@ -198,17 +187,10 @@ impl SinkConfig for WebhookConfig {
     };
 
     fn paths_mut(&mut self) -> Vec<(&'static str, &mut PathBuf)> {
-        let Some(tls) = &mut self.tls else {
-            return Vec::new();
-        };
-        [
-            ("tls.caFile", &mut tls.ca_file),
-            ("tls.clientCertFile", &mut tls.client_cert_file),
-            ("tls.clientKeyFile", &mut tls.client_key_file),
-        ]
-        .into_iter()
-        .filter_map(|(key, path)| path.as_mut().map(|path| (key, path)))
-        .collect()
+        self.tls
+            .as_mut()
+            .map(WebhookTls::paths_mut)
+            .unwrap_or_default()
     }
 
     fn validate(&self, problems: &mut Problems) {
@@ -241,24 +223,12 @@ impl SinkConfig for WebhookConfig {
             }
         }
         if let Some(tls) = &self.tls {
-            for (path, key) in [
-                (&tls.ca_file, "tls.caFile"),
-                (&tls.client_cert_file, "tls.clientCertFile"),
-                (&tls.client_key_file, "tls.clientKeyFile"),
-            ] {
-                if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            for (key, path) in tls.files() {
+                if path.is_some_and(|p| p.as_os_str().is_empty()) {
                     problems.add(key, "must not be empty");
                 }
             }
-            match (&tls.client_cert_file, &tls.client_key_file) {
-                (Some(_), None) => {
-                    problems.add("tls.clientKeyFile", "required with clientCertFile");
-                }
-                (None, Some(_)) => {
-                    problems.add("tls.clientCertFile", "required with clientKeyFile");
-                }
-                _ => {}
-            }
+            tls.check_client_pair(problems);
         }
         if self.timeout.is_zero() {
             problems.add("timeout", "must be greater than 0s");
@@ -288,9 +258,48 @@ impl SinkConfig for WebhookConfig {
 impl WebhookConfig {
     /// What the sink uses: secrets resolved, PEM files read.
     fn settings(&self, delivery: &DeliveryOptions) -> Result<Settings, SinkError> {
-        let mut out = Settings::new(self.url.clone())
-            .timeout(self.timeout)
-            .mode(match self.mode {
+        let auth = match &self.auth {
+            None => None,
+            Some(WebhookAuth::Bearer(token)) => Some(settings::Auth::Bearer(resolve_secret(
+                "auth.bearer",
+                token,
+            )?)),
+            Some(WebhookAuth::Basic(basic)) => Some(settings::Auth::Basic {
+                user: basic.username.clone(),
+                password: resolve_secret("auth.basic.password", &basic.password)?,
+            }),
+        };
+        let mut tls = settings::TlsConfig::default();
+        if let Some(files) = &self.tls {
+            if let Some(ca) = &files.ca_file {
+                tls.ca_pem = Some(read_file("tls.caFile", ca)?);
+            }
+            if let (Some(cert), Some(key)) = (&files.client_cert_file, &files.client_key_file) {
+                tls.client_identity = Some(settings::ClientIdentity {
+                    cert_pem: read_file("tls.clientCertFile", cert)?,
+                    key_pem: read_file("tls.clientKeyFile", key)?,
+                });
+            }
+        }
+        let signing = match &self.signing {
+            None => None,
+            Some(signing) => {
+                let text = resolve_secret("signing.secret", &signing.secret)?;
+                let keys = SigningConfig::standard(&text)
+                    .map_err(|e| setting_failed("signing.secret", e))?;
+                Some(if signing.hub_signature_256 {
+                    keys.with_hub_signature_256(text.into_bytes())
+                } else {
+                    keys
+                })
+            }
+        };
+        Ok(Settings {
+            headers: self.headers.clone().into_iter().collect(),
+            auth,
+            tls,
+            timeout: self.timeout,
+            mode: match self.mode {
                 WebhookMode::Binary => settings::Mode::Binary,
                 WebhookMode::Structured => settings::Mode::Structured,
                 WebhookMode::Batched => settings::Mode::Batched {
@@ -298,48 +307,10 @@ impl WebhookConfig {
                         .batch_max_events
                         .unwrap_or(DEFAULT_BATCH_MAX_EVENTS),
                 },
-            });
-        for (name, value) in &self.headers {
-            out = out.header(name.clone(), value.clone());
-        }
-        match &self.auth {
-            None => {}
-            Some(WebhookAuth::Bearer(token)) => {
-                out = out.auth(settings::Auth::Bearer(resolve_secret(
-                    "auth.bearer",
-                    token,
-                )?));
-            }
-            Some(WebhookAuth::Basic(basic)) => {
-                out = out.auth(settings::Auth::Basic {
-                    user: basic.username.clone(),
-                    password: resolve_secret("auth.basic.password", &basic.password)?,
-                });
-            }
-        }
-        if let Some(tls) = &self.tls {
-            let mut t = settings::TlsConfig::default();
-            if let Some(ca) = &tls.ca_file {
-                t.ca_pem = Some(read_file("tls.caFile", ca)?);
-            }
-            if let (Some(cert), Some(key)) = (&tls.client_cert_file, &tls.client_key_file) {
-                t.client_identity = Some(settings::ClientIdentity {
-                    cert_pem: read_file("tls.clientCertFile", cert)?,
-                    key_pem: read_file("tls.clientKeyFile", key)?,
-                });
-            }
-            out = out.tls(t);
-        }
-        if let Some(signing) = &self.signing {
-            let text = resolve_secret("signing.secret", &signing.secret)?;
-            let mut s =
-                SigningConfig::standard(&text).map_err(|e| setting_failed("signing.secret", e))?;
-            if signing.hub_signature_256 {
-                s = s.with_hub_signature_256(text.into_bytes());
-            }
-            out = out.signing(s);
-        }
-        Ok(out)
+            },
+            signing,
+            ..Settings::new(self.url.clone())
+        })
     }
 }
 

@@ -165,7 +165,10 @@ mod tests {
     #[test]
     fn structured_mode_sends_the_json_event() {
         let e = event("u1:10:updated");
-        let config = Settings::new("http://h/").mode(Mode::Structured);
+        let config = Settings {
+            mode: Mode::Structured,
+            ..Settings::new("http://h/")
+        };
         let built = build(&config, &[&e], &[], 0);
         assert_eq!(
             built.headers,
@@ -182,7 +185,10 @@ mod tests {
     #[test]
     fn batched_mode_sends_a_json_array() {
         let (a, b) = (event("a:1:created"), event("b:2:deleted"));
-        let config = Settings::new("http://h/").mode(Mode::Batched { max_events: 10 });
+        let config = Settings {
+            mode: Mode::Batched { max_events: 10 },
+            ..Settings::new("http://h/")
+        };
         let built = build(&config, &[&a, &b], &[], 0);
         assert_eq!(names(&built), ["content-type"]);
         assert!(
@@ -206,14 +212,16 @@ mod tests {
     #[test]
     fn extra_headers_auth_and_signatures_are_added_in_order() {
         let e = event("u1:10:updated");
-        let config = Settings::new("http://h/")
-            .header("X-Tenant", "payments")
-            .auth(Auth::Bearer("t0ken".into()))
-            .signing(
+        let config = Settings {
+            headers: vec![("X-Tenant".into(), "payments".into())],
+            auth: Some(Auth::Bearer("t0ken".into())),
+            signing: Some(
                 SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
                     .unwrap()
                     .with_hub_signature_256(b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_vec()),
-            );
+            ),
+            ..Settings::new("http://h/")
+        };
         let built = build(&config, &[&e], &[], 1_614_265_330);
         let names = names(&built);
         assert_eq!(names.first(), Some(&"X-Tenant"));
@@ -244,7 +252,10 @@ mod tests {
     #[test]
     fn dead_letter_headers_follow_the_configured_ones_percent_encoded() {
         let e = event("u1:10:updated");
-        let config = Settings::new("http://h/").header("X-Tenant", "payments");
+        let config = Settings {
+            headers: vec![("X-Tenant".into(), "payments".into())],
+            ..Settings::new("http://h/")
+        };
         let error_headers = [
             ("herald-error-code".to_owned(), "http_4xx".to_owned()),
             (
@@ -270,8 +281,12 @@ mod tests {
     #[test]
     fn each_attempt_is_signed_with_its_own_timestamp() {
         let e = event("u1:10:updated");
-        let config = Settings::new("http://h/")
-            .signing(SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap());
+        let config = Settings {
+            signing: Some(
+                SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            ),
+            ..Settings::new("http://h/")
+        };
         let first = build(&config, &[&e], &[], 100);
         let second = build(&config, &[&e], &[], 160);
         assert_eq!(header(&first, "webhook-id"), header(&second, "webhook-id"));
@@ -284,12 +299,14 @@ mod tests {
     #[test]
     fn batch_signatures_cover_the_whole_array() {
         let (a, b) = (event("a:1:created"), event("b:2:deleted"));
-        let config = Settings::new("http://h/")
-            .mode(Mode::Batched { max_events: 2 })
-            .signing(SigningConfig {
+        let config = Settings {
+            mode: Mode::Batched { max_events: 2 },
+            signing: Some(SigningConfig {
                 secret: b"key".to_vec(),
                 hub_signature_256_secret: None,
-            });
+            }),
+            ..Settings::new("http://h/")
+        };
         let built = build(&config, &[&a, &b], &[], 7);
         assert_eq!(header(&built, "webhook-id"), Some(built.id.as_str()));
         assert_eq!(

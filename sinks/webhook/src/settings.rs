@@ -8,10 +8,10 @@ use base64::Engine as _;
 use herald_sink_core::sink::SinkError;
 
 /// Default per-request timeout (connect, send and wait for the response status).
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default cap on the requests one `send` call has in flight at once (binary and structured mode).
-pub(crate) const DEFAULT_PARALLEL_REQUESTS: usize = 32;
+pub const DEFAULT_PARALLEL_REQUESTS: usize = 32;
 
 /// Prefix of a Standard Webhooks symmetric secret (`whsec_` + base64 of the key).
 const STANDARD_SECRET_PREFIX: &str = "whsec_";
@@ -22,32 +22,32 @@ const STANDARD_SECRET_PREFIX: &str = "whsec_";
 pub(crate) struct Settings {
     /// The receiver: an `http` or `https` URL without credentials in it. Every request is a POST
     /// to it; the healthcheck sends it an OPTIONS request.
-    pub(crate) url: String,
+    pub url: String,
     /// Extra headers sent with every request, in this order. Names are checked when the sink is
     /// built: the ones herald sets itself (`content-type`, `ce-*`, `webhook-*`, `authorization`,
     /// `x-hub-signature-256`, `herald-error-*`, and connection-level headers) are refused.
-    pub(crate) headers: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
     /// The `Authorization` header, if any.
-    pub(crate) auth: Option<Auth>,
+    pub auth: Option<Auth>,
     /// Server verification and client certificate.
-    pub(crate) tls: TlsConfig,
+    pub tls: TlsConfig,
     /// Per-request timeout: connecting, sending and receiving the response must fit in it. An
     /// expired timeout is a `Retry` with code `timeout`. Default [`DEFAULT_TIMEOUT`].
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// How events map to requests. Default [`Mode::Binary`].
-    pub(crate) mode: Mode,
+    pub mode: Mode,
     /// Request signing; `None` sends no signature headers.
-    pub(crate) signing: Option<SigningConfig>,
+    pub signing: Option<SigningConfig>,
     /// Most requests one `send` call has in flight at once in binary and structured mode (the
     /// driver's `concurrency` multiplies it). Default [`DEFAULT_PARALLEL_REQUESTS`]; 0 counts as 1.
-    pub(crate) parallel_requests: usize,
+    pub parallel_requests: usize,
 }
 
 impl Settings {
     /// Settings for `url` with every default: no extra headers, no auth, the system's root
     /// certificates, a 10 s timeout, binary mode, no signing.
     #[must_use]
-    pub(crate) fn new(url: impl Into<String>) -> Self {
+    pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             headers: Vec::new(),
@@ -58,48 +58,6 @@ impl Settings {
             signing: None,
             parallel_requests: DEFAULT_PARALLEL_REQUESTS,
         }
-    }
-
-    /// Adds one extra header.
-    #[must_use]
-    pub(crate) fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-
-    /// Sets the `Authorization` header.
-    #[must_use]
-    pub(crate) fn auth(mut self, auth: Auth) -> Self {
-        self.auth = Some(auth);
-        self
-    }
-
-    /// Sets the TLS settings.
-    #[must_use]
-    pub(crate) fn tls(mut self, tls: TlsConfig) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// Sets the per-request timeout.
-    #[must_use]
-    pub(crate) fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets the mode.
-    #[must_use]
-    pub(crate) fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Signs every request.
-    #[must_use]
-    pub(crate) fn signing(mut self, signing: SigningConfig) -> Self {
-        self.signing = Some(signing);
-        self
     }
 }
 
@@ -122,7 +80,7 @@ impl fmt::Debug for Settings {
 
 /// The `Authorization` header herald sends.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) enum Auth {
+pub enum Auth {
     /// `Authorization: Bearer <token>`.
     Bearer(String),
     /// `Authorization: Basic <base64 of user:password>` (RFC 7617).
@@ -136,7 +94,7 @@ pub(crate) enum Auth {
 
 impl Auth {
     /// The header value.
-    pub(crate) fn header_value(&self) -> String {
+    pub fn header_value(&self) -> String {
         match self {
             Self::Bearer(token) => format!("Bearer {token}"),
             Self::Basic { user, password } => {
@@ -166,12 +124,12 @@ impl fmt::Debug for Auth {
 
 /// TLS settings for `https` URLs (ignored for `http`).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct TlsConfig {
+pub struct TlsConfig {
     /// PEM CA certificates that verify the receiver, **instead of** the system's roots (a
     /// private CA, as Kubernetes' `caBundle`). `None` uses the system's roots.
-    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub ca_pem: Option<Vec<u8>>,
     /// A client certificate for mutual TLS.
-    pub(crate) client_identity: Option<ClientIdentity>,
+    pub client_identity: Option<ClientIdentity>,
 }
 
 impl fmt::Debug for TlsConfig {
@@ -185,11 +143,11 @@ impl fmt::Debug for TlsConfig {
 
 /// A client certificate chain and its private key, both PEM.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct ClientIdentity {
+pub struct ClientIdentity {
     /// The certificate chain (PEM), leaf first.
-    pub(crate) cert_pem: Vec<u8>,
+    pub cert_pem: Vec<u8>,
     /// The private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub(crate) key_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
 }
 
 /// Never prints the key.
@@ -204,7 +162,7 @@ impl fmt::Debug for ClientIdentity {
 
 /// How events become HTTP requests (CloudEvents HTTP binding).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// One request per event: attributes as `ce-` headers, `data` as the body, `content-type`
     /// from `datacontenttype`.
     #[default]
@@ -223,13 +181,13 @@ pub(crate) enum Mode {
 
 /// Request signing: Standard Webhooks, and optionally GitHub's `X-Hub-Signature-256`.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct SigningConfig {
+pub struct SigningConfig {
     /// The HMAC-SHA256 key of `webhook-signature`: the *decoded* bytes of a `whsec_<base64>`
     /// secret (see [`SigningConfig::standard`]).
-    pub(crate) secret: Vec<u8>,
+    pub secret: Vec<u8>,
     /// The HMAC-SHA256 key of `X-Hub-Signature-256`, used as given (GitHub-style receivers use
     /// the secret's text as the key); `None` sends no such header.
-    pub(crate) hub_signature_256_secret: Option<Vec<u8>>,
+    pub hub_signature_256_secret: Option<Vec<u8>>,
 }
 
 impl SigningConfig {
@@ -240,7 +198,7 @@ impl SigningConfig {
     ///
     /// [`SinkError::InvalidConfig`] when the rest is not base64 or decodes to nothing; the message
     /// never repeats the secret.
-    pub(crate) fn standard(secret: &str) -> Result<Self, SinkError> {
+    pub fn standard(secret: &str) -> Result<Self, SinkError> {
         let encoded = secret
             .strip_prefix(STANDARD_SECRET_PREFIX)
             .unwrap_or(secret);
@@ -263,7 +221,7 @@ impl SigningConfig {
 
     /// Also sends `X-Hub-Signature-256`, keyed with `secret` as is.
     #[must_use]
-    pub(crate) fn with_hub_signature_256(mut self, secret: impl Into<Vec<u8>>) -> Self {
+    pub fn with_hub_signature_256(mut self, secret: impl Into<Vec<u8>>) -> Self {
         self.hub_signature_256_secret = Some(secret.into());
         self
     }
@@ -312,24 +270,26 @@ mod tests {
 
     #[test]
     fn debug_never_prints_secrets() {
-        let config = Settings::new("https://h/")
-            .header("x-api-key", "k3y")
-            .auth(Auth::Basic {
+        let config = Settings {
+            headers: vec![("x-api-key".into(), "k3y".into())],
+            auth: Some(Auth::Basic {
                 user: "herald".into(),
                 password: "pa55".into(),
-            })
-            .tls(TlsConfig {
+            }),
+            tls: TlsConfig {
                 ca_pem: Some(b"CA".to_vec()),
                 client_identity: Some(ClientIdentity {
                     cert_pem: b"CERT".to_vec(),
                     key_pem: b"PRIVATE".to_vec(),
                 }),
-            })
-            .signing(
+            },
+            signing: Some(
                 SigningConfig::standard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
                     .unwrap()
                     .with_hub_signature_256(b"hub-s3cret".to_vec()),
-            );
+            ),
+            ..Settings::new("https://h/")
+        };
         let text = format!("{config:?}");
         for secret in ["k3y", "pa55", "PRIVATE", "hub-s3cret", "MfKQ"] {
             assert!(!text.contains(secret), "{secret} in {text}");

@@ -493,39 +493,51 @@ mod tests {
     fn refuses_bad_settings() {
         install_provider();
         let base = || Settings::new("http://127.0.0.1:1/");
+        let header = |name: &str, value: &str| Settings {
+            headers: vec![(name.into(), value.into())],
+            ..base()
+        };
+        let auth = |auth| Settings {
+            auth: Some(auth),
+            ..base()
+        };
+        let tls = |tls| Settings { tls, ..base() };
         let cases = [
             (
-                base().timeout(Duration::ZERO),
+                Settings {
+                    timeout: Duration::ZERO,
+                    ..base()
+                },
                 "timeout must be greater than zero",
             ),
             (
-                base().header("ce-id", "x"),
+                header("ce-id", "x"),
                 "\"ce-id\" is set by herald and cannot be configured",
             ),
             (
-                base().header("Authorization", "Bearer x"),
+                header("Authorization", "Bearer x"),
                 "use auth for the Authorization header; its secrets are references",
             ),
             (
-                base().auth(Auth::Basic {
+                auth(Auth::Basic {
                     user: "a:b".into(),
                     password: "p".into(),
                 }),
                 "the basic auth user name must not contain ':'",
             ),
             (
-                base().auth(Auth::Bearer("line\nbreak".into())),
+                auth(Auth::Bearer("line\nbreak".into())),
                 "the auth credentials contain characters a header cannot carry",
             ),
             (
-                base().tls(TlsConfig {
+                tls(TlsConfig {
                     ca_pem: Some(b"not pem".to_vec()),
                     client_identity: None,
                 }),
                 "the CA file holds no PEM certificate",
             ),
             (
-                base().tls(TlsConfig {
+                tls(TlsConfig {
                     ca_pem: None,
                     client_identity: Some(ClientIdentity {
                         cert_pem: b"x".to_vec(),
@@ -585,13 +597,15 @@ mod tests {
 
     #[test]
     fn header_map_marks_authorization_sensitive() {
-        let config = Settings::new("http://127.0.0.1:1/")
-            .auth(Auth::Bearer("t".into()))
-            .header("X-Tenant", "a")
-            .signing(SigningConfig {
+        let config = Settings {
+            auth: Some(Auth::Bearer("t".into())),
+            headers: vec![("X-Tenant".into(), "a".into())],
+            signing: Some(SigningConfig {
                 secret: b"k".to_vec(),
                 hub_signature_256_secret: None,
-            });
+            }),
+            ..Settings::new("http://127.0.0.1:1/")
+        };
         let event = CloudEvent::new("1", "/s", "t").data(serde_json::json!({"a": 1}));
         let built = encode::build(&config, &[&event], &[], 5);
         let map = header_map(&built.headers).unwrap();

@@ -8,6 +8,7 @@
 
 mod delivery;
 mod secret;
+mod tls;
 mod units;
 
 use std::path::PathBuf;
