@@ -1,19 +1,21 @@
 //! The `sinks` section: where events go. One [`SinkKind`] variant per sink crate; each crate owns
 //! its keys, their docs and checks, and how it builds its sink (`herald_sink_core`'s
-//! `config::SinkConfig`). What is left here is what no single sink can know: the entry's `name`,
-//! the delivery keys read beside the sink's own, and the dispatch on `type`.
+//! `config::SinkConfig`, read flat with the delivery keys by `config::read_sink`). What is left
+//! here is what no single sink can know: the entry's `name` and the dispatch on `type`.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::path::PathBuf;
 
-use herald_sink_core::config::{DeliveryKeys, DeliveryOptions, Problems, SinkConfig as Configure};
+use herald_sink_core::config::{
+    DeliveryKeys, DeliveryOptions, OtherKeys, Problems, SinkConfig as Configure, read_sink,
+};
 use herald_sink_file::FileConfig;
 use herald_sink_kafka::KafkaConfig;
 use herald_sink_nats::NatsConfig;
 use herald_sink_webhook::WebhookConfig;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 /// One sink (`sinks[]`): its name, the delivery keys and its type's settings.
@@ -216,59 +218,39 @@ fn branch<C: Configure + JsonSchema>(
 // serde's internally tagged enums buffer the whole mapping before choosing the variant, and
 // `serde_path_to_error` cannot see into the buffer: a typo inside a sink would be reported at
 // `sinks[0]` instead of `sinks[0].fsyncIntervall`. So `SinkConfig` streams instead: once `type`
-// is known, `name` and the delivery keys the type takes are read here, and the remaining keys go
-// straight to the type's configuration through the path-tracking `MapAccess`. A key neither
-// takes is refused with every key the type accepts, as one struct would list them.
+// is known, the type's crate reads the remaining keys (`config::read_sink`: its own, the delivery
+// keys it takes, and `name` handed back here) through the path-tracking `MapAccess`.
 // `config::parse` moves `type` to the front of every sink first; if it is not first (another
 // caller), the mapping is buffered, `type` moved first, and read the same way with coarser error
 // paths.
 // ---------------------------------------------------------------------------------------------
 
-/// Keys every sink has, taken out before the rest reaches the type's configuration.
+/// `name`, the one key of a sink that is herald's rather than the sink's.
+#[derive(Default)]
 struct Common {
     name: Option<String>,
-    /// Known once `type` has been read.
-    keys: Option<DeliveryKeys>,
-    delivery: DeliveryOptions,
+}
+
+impl<'de> OtherKeys<'de> for Common {
+    fn claims(&self, key: &str) -> bool {
+        key == "name"
+    }
+
+    fn read<A: MapAccess<'de>>(&mut self, _key: &str, map: &mut A) -> Result<(), A::Error> {
+        self.name = Some(map.next_value()?);
+        Ok(())
+    }
 }
 
 impl Common {
-    fn new() -> Self {
-        Self {
-            name: None,
-            keys: None,
-            delivery: DeliveryOptions::default(),
-        }
-    }
-
-    /// Once `type` is known: the delivery keys it takes, at their defaults.
-    fn set_type(&mut self, sink_type: SinkType) {
-        let keys = sink_type.delivery_keys();
-        self.keys = Some(keys);
-        self.delivery = DeliveryOptions::new(keys);
-    }
-
-    /// Whether `key` is read here rather than by the type's configuration.
-    fn is_common(&self, key: &str) -> bool {
-        key == "name" || self.keys.is_some_and(|keys| keys.takes(key))
-    }
-
-    /// Deserializes the value of `key` if it is a common key; returns whether it was.
-    fn take<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
-        if key == "name" {
-            self.name = Some(map.next_value()?);
-            return Ok(true);
-        }
-        match self.keys {
-            Some(keys) => self.delivery.read(keys, key, map),
-            None => Ok(false),
-        }
-    }
-
-    fn finish<E: de::Error>(self, kind: SinkKind) -> Result<SinkConfig, E> {
+    fn finish<E: de::Error>(
+        self,
+        kind: SinkKind,
+        delivery: DeliveryOptions,
+    ) -> Result<SinkConfig, E> {
         Ok(SinkConfig {
             name: self.name.ok_or_else(|| E::missing_field("name"))?,
-            delivery: self.delivery,
+            delivery,
             kind,
         })
     }
@@ -276,7 +258,7 @@ impl Common {
 
 impl<'de> Deserialize<'de> for SinkConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(SinkConfigVisitor(Common::new()))
+        d.deserialize_map(SinkConfigVisitor(Common::default()))
     }
 }
 
@@ -298,153 +280,37 @@ impl<'de> Visitor<'de> for SinkConfigVisitor {
             if key == "type" {
                 break;
             }
-            if !common.take(&key, &mut map)? {
+            if !common.claims(&key) {
                 return buffered(key, map, common);
             }
+            common.read(&key, &mut map)?;
         }
-        let sink_type: SinkType = map.next_value()?;
-        common.set_type(sink_type);
-        let kind = {
-            let rest = Rest {
-                map: &mut map,
-                common: &mut common,
-                fields: None,
-            };
-            match sink_type {
-                SinkType::File => SinkKind::File(FileConfig::deserialize(rest)?),
-                SinkType::Webhook => SinkKind::Webhook(WebhookConfig::deserialize(rest)?),
-                SinkType::Kafka => SinkKind::Kafka(KafkaConfig::deserialize(rest)?),
-                SinkType::Nats => SinkKind::Nats(NatsConfig::deserialize(rest)?),
-            }
+        let (kind, delivery) = match map.next_value::<SinkType>()? {
+            SinkType::File => read(&mut map, &mut common, SinkKind::File)?,
+            SinkType::Webhook => read(&mut map, &mut common, SinkKind::Webhook)?,
+            SinkType::Kafka => read(&mut map, &mut common, SinkKind::Kafka)?,
+            SinkType::Nats => read(&mut map, &mut common, SinkKind::Nats)?,
         };
-        common.finish(kind)
+        common.finish(kind, delivery)
     }
 }
 
-/// The keys after `type`, minus the common ones; a deserializer for the type's configuration.
-struct Rest<'a, A> {
-    map: &'a mut A,
-    common: &'a mut Common,
-    /// The configuration's own keys, as its derived `Deserialize` announces them.
-    fields: Option<&'static [&'static str]>,
+/// The rest of the mapping as a sink of type `C`, wrapped in its variant.
+fn read<'de, C, A>(
+    map: &mut A,
+    common: &mut Common,
+    variant: fn(C) -> SinkKind,
+) -> Result<(SinkKind, DeliveryOptions), A::Error>
+where
+    C: Configure + Deserialize<'de>,
+    A: MapAccess<'de>,
+{
+    let (config, delivery) = read_sink(map, common)?;
+    Ok((variant(config), delivery))
 }
 
-impl<'de, A: MapAccess<'de>> Deserializer<'de> for Rest<'_, A> {
-    type Error = A::Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
-        visitor.visit_map(self)
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        mut self,
-        _name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, A::Error> {
-        self.fields = Some(fields);
-        visitor.visit_map(self)
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-        ignored_any
-    }
-}
-
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for Rest<'_, A> {
-    type Error = A::Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, A::Error> {
-        let mut seed = seed;
-        loop {
-            // The key goes through the tracking `MapAccess`, so an unknown field is reported with
-            // the key in the path.
-            let key_seed = CommonOr {
-                seed,
-                common: &*self.common,
-                fields: self.fields,
-            };
-            match self.map.next_key_seed(key_seed)? {
-                None => return Ok(None),
-                Some(KeyOr::Key(value)) => return Ok(Some(value)),
-                Some(KeyOr::Common(key, returned)) => {
-                    self.common.take(&key, self.map)?;
-                    seed = returned;
-                }
-            }
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.map.next_value_seed(seed)
-    }
-}
-
-/// A key seed that recognizes the common keys, refuses keys nobody takes, and hands every other
-/// key to the configuration's seed.
-struct CommonOr<'a, K> {
-    seed: K,
-    common: &'a Common,
-    fields: Option<&'static [&'static str]>,
-}
-
-enum KeyOr<K, V> {
-    Key(V),
-    /// A common key, with the unused seed handed back.
-    Common(String, K),
-}
-
-impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for CommonOr<'_, K> {
-    type Value = KeyOr<K, K::Value>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de, K: DeserializeSeed<'de>> Visitor<'de> for CommonOr<'_, K> {
-    type Value = KeyOr<K, K::Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a field name")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        if self.common.is_common(v) {
-            return Ok(KeyOr::Common(v.to_owned(), self.seed));
-        }
-        if let (Some(fields), Some(keys)) = (self.fields, self.common.keys)
-            && !fields.contains(&v)
-        {
-            return Err(unknown_field(v, &keys.listed(fields)));
-        }
-        let key: de::value::StrDeserializer<'_, E> = de::IntoDeserializer::into_deserializer(v);
-        self.seed.deserialize(key).map(KeyOr::Key)
-    }
-}
-
-/// serde's unknown-field message, listing every key the type accepts (its own and the delivery
-/// keys it takes), so the message reads as it would for one struct holding them all.
-fn unknown_field<E: de::Error>(field: &str, expected: &[&str]) -> E {
-    let quoted: Vec<String> = expected.iter().map(|key| format!("`{key}`")).collect();
-    match quoted.as_slice() {
-        [] => E::custom(format_args!("unknown field `{field}`, there are no fields")),
-        [one] => E::custom(format_args!("unknown field `{field}`, expected {one}")),
-        [a, b] => E::custom(format_args!("unknown field `{field}`, expected {a} or {b}")),
-        all => E::custom(format_args!(
-            "unknown field `{field}`, expected one of {}",
-            all.join(", ")
-        )),
-    }
-}
-
-/// The slow path for a mapping whose first non-common key is not `type`: buffered, `type` moved
-/// to the front, and read as above.
+/// The slow path for a mapping whose first key other than `name` is not `type`: buffered, `type`
+/// moved to the front, and read as above.
 fn buffered<'de, A: MapAccess<'de>>(
     first: String,
     mut map: A,
@@ -453,7 +319,9 @@ fn buffered<'de, A: MapAccess<'de>>(
     let mut rest = serde_yaml_ng::Mapping::new();
     rest.insert(first.into(), map.next_value()?);
     while let Some(key) = map.next_key::<String>()? {
-        if !common.take(&key, &mut map)? {
+        if common.claims(&key) {
+            common.read(&key, &mut map)?;
+        } else {
             rest.insert(key.into(), map.next_value()?);
         }
     }

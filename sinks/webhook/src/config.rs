@@ -390,7 +390,24 @@ pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use herald_sink_core::config::Flat;
+    use serde_json::json;
+
     use super::*;
+
+    /// A webhook's keys as herald reads them beside `name` and `type`, or the error with its
+    /// path below the sink.
+    fn flat(keys: serde_json::Value) -> Result<Flat<WebhookConfig>, String> {
+        serde_path_to_error::deserialize(keys).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_every_key_a_webhook_takes() {
+        assert_eq!(
+            flat(json!({"url": "https://events.example.com/herald", "path": "x"})).unwrap_err(),
+            "path: unknown field `path`, expected one of `url`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+        );
+    }
 
     #[test]
     fn extra_headers_are_checked() {

@@ -7,6 +7,7 @@
 //! strings with units ([`deserialize_duration`], [`deserialize_size`]).
 
 mod delivery;
+mod flat;
 mod secret;
 mod tls;
 mod units;
@@ -14,6 +15,7 @@ mod units;
 use std::path::PathBuf;
 
 pub use delivery::{DeliveryKeys, DeliveryOptions, SinkStart};
+pub use flat::{Flat, OtherKeys, read_sink};
 pub use secret::{EnvLookup, SecretError, SecretRef, is_var_name};
 pub use units::{
     deserialize_duration, deserialize_size, deserialize_some_duration, parse_duration, parse_size,
