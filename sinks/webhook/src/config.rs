@@ -19,7 +19,8 @@ use crate::settings::{self, DEFAULT_TIMEOUT, Settings, SigningConfig};
 /// `batchMaxEvents` of a webhook sink when not given: events per `batched` request.
 const DEFAULT_BATCH_MAX_EVENTS: usize = 100;
 
-/// `type: webhook` settings: each event (or batch) is an HTTP POST to `url`; 2xx is delivered, 408,
+/// `type: webhook` settings: each event (or batch) is an HTTP request (a POST unless `method` says
+/// PUT) to `url`; 2xx is delivered, 408,
 /// 429 and 5xx except 501 are retried (honouring `Retry-After`), redirects are not followed, and
 /// 3xx, 501 and other 4xx dead-letter the event.
 ///
@@ -45,6 +46,11 @@ pub struct WebhookConfig {
     /// The receiver: an `http` or `https` URL, without credentials (use `auth`). Required.
     /// Example: `https://events.example.com/herald`.
     pub url: String,
+    /// The HTTP method of every request, dead letters forwarded here included: `POST` or `PUT`
+    /// (for receivers that take uploads, such as presigned object-store URLs). The start-up
+    /// check stays an `OPTIONS` request. Default `POST`. Example: `PUT`.
+    #[serde(default)]
+    pub method: WebhookMethod,
     /// Extra headers sent with every request, name to value. Names herald sets itself
     /// (`Content-Type`, `ce-*`, `webhook-*`, `Authorization`, `X-Hub-Signature-256`,
     /// `herald-error-*`, connection headers) are refused. Values are literal text, so never put a
@@ -84,6 +90,7 @@ impl WebhookConfig {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            method: WebhookMethod::default(),
             headers: BTreeMap::new(),
             auth: None,
             tls: None,
@@ -96,6 +103,17 @@ impl WebhookConfig {
 
 fn default_timeout() -> Duration {
     DEFAULT_TIMEOUT
+}
+
+/// `method` of a webhook sink: the HTTP method of its requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum WebhookMethod {
+    /// `POST`, what webhook receivers expect.
+    #[default]
+    Post,
+    /// `PUT`, for receivers that store what they are sent at the URL.
+    Put,
 }
 
 /// `auth` of a webhook sink: a mapping with exactly one key.
@@ -295,6 +313,10 @@ impl WebhookConfig {
             }
         };
         Ok(Settings {
+            method: match self.method {
+                WebhookMethod::Post => reqwest::Method::POST,
+                WebhookMethod::Put => reqwest::Method::PUT,
+            },
             headers: self.headers.clone().into_iter().collect(),
             auth,
             tls,
@@ -405,7 +427,92 @@ mod tests {
     fn unknown_keys_are_refused_with_every_key_a_webhook_takes() {
         assert_eq!(
             flat(json!({"url": "https://events.example.com/herald", "path": "x"})).unwrap_err(),
-            "path: unknown field `path`, expected one of `url`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+        );
+    }
+
+    #[test]
+    fn method_is_post_unless_put() {
+        let url = "https://bucket.example/o/key?X-Amz-Signature=s";
+        assert_eq!(
+            flat(json!({"url": url})).unwrap().config.method,
+            WebhookMethod::Post
+        );
+        assert_eq!(
+            flat(json!({"url": url, "method": "PUT"}))
+                .unwrap()
+                .config
+                .method,
+            WebhookMethod::Put
+        );
+        assert_eq!(
+            flat(json!({"url": url, "method": "GET"})).unwrap_err(),
+            "method: unknown variant `GET`, expected `POST` or `PUT`"
+        );
+    }
+
+    /// Answers one request with 200 and returns its request line, read over a real socket.
+    async fn receive_one(listener: tokio::net::TcpListener) -> String {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut reader = BufReader::new(socket);
+        let mut request_line = String::new();
+        reader.read_line(&mut request_line).await.unwrap();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).await.unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).await.unwrap();
+        reader
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        request_line.trim_end().to_owned()
+    }
+
+    /// The request line of the one event sent by a sink built from `method`.
+    async fn request_line(method: WebhookMethod) -> String {
+        use herald_sink_core::event::CloudEvent;
+        use herald_sink_core::sink::{Envelope, Outcome, Sink};
+        // What the program does at start-up: an HTTP client needs a process-wide provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/uploads/w1.json", listener.local_addr().unwrap());
+        let receiver = tokio::spawn(receive_one(listener));
+        let config = WebhookConfig {
+            method,
+            ..WebhookConfig::new(url)
+        };
+        let sink = config
+            .build("uploads", &DeliveryOptions::new(WebhookConfig::DELIVERY))
+            .await
+            .unwrap();
+        let event = CloudEvent::new("u:1:created", "k8s://c/g/p", "t").data(json!({"a": 1}));
+        let outcomes = sink.send(&[Envelope::new(1, event)]).await;
+        assert_eq!(outcomes, [Outcome::Ok]);
+        receiver.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn sends_with_the_configured_method() {
+        assert_eq!(
+            request_line(WebhookMethod::Put).await,
+            "PUT /uploads/w1.json HTTP/1.1"
+        );
+        assert_eq!(
+            request_line(WebhookMethod::Post).await,
+            "POST /uploads/w1.json HTTP/1.1"
         );
     }
 

@@ -1,5 +1,5 @@
-//! The webhook sink: CloudEvents as HTTP POSTs, in binary (default), structured or batched mode,
-//! signed per Standard Webhooks. Entry point: [`WebhookConfig`], whose `build` returns a
+//! The webhook sink: CloudEvents as HTTP requests (POST, or PUT with `method`), in binary (default),
+//! structured or batched mode, signed per Standard Webhooks. Entry point: [`WebhookConfig`], whose `build` returns a
 //! [`WebhookSink`].
 //!
 //! - **Modes** (CloudEvents HTTP binding): binary sends one request per event with the attributes as
@@ -28,6 +28,7 @@ mod sink;
 
 pub use classify::{classify, classify_error, parse_retry_after};
 pub use config::{
-    WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMode, WebhookSigning, WebhookTls,
+    WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMethod, WebhookMode, WebhookSigning,
+    WebhookTls,
 };
 pub use sink::WebhookSink;

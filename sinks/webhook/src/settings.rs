@@ -23,6 +23,8 @@ pub(crate) struct Settings {
     /// The receiver: an `http` or `https` URL without credentials in it. Every request is a POST
     /// to it; the healthcheck sends it an OPTIONS request.
     pub url: String,
+    /// The method of every request (the healthcheck's is `OPTIONS`). Default `POST`.
+    pub method: reqwest::Method,
     /// Extra headers sent with every request, in this order. Names are checked when the sink is
     /// built: the ones herald sets itself (`content-type`, `ce-*`, `webhook-*`, `authorization`,
     /// `x-hub-signature-256`, `herald-error-*`, and connection-level headers) are refused.
@@ -50,6 +52,7 @@ impl Settings {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            method: reqwest::Method::POST,
             headers: Vec::new(),
             auth: None,
             tls: TlsConfig::default(),
@@ -67,6 +70,7 @@ impl fmt::Debug for Settings {
         let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("Settings")
             .field("url", &self.url)
+            .field("method", &self.method)
             .field("headers", &header_names)
             .field("auth", &self.auth)
             .field("tls", &self.tls)

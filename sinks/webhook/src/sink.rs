@@ -131,7 +131,7 @@ impl WebhookSink {
         };
         let request = self
             .client
-            .post(self.url.clone())
+            .request(self.config.method.clone(), self.url.clone())
             .headers(headers)
             .body(built.body);
         let mut response = match request.send().await {
