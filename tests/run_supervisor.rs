@@ -11,7 +11,7 @@ use herald::route::{ResourcePattern, Route};
 use herald::watch::WatchSpec;
 use serde_json::{Value, json};
 
-use crate::support::{Raw, free_port, sim, widget, widgets_crd};
+use crate::support::{Raw, Receiver, free_port, sim, widget, widgets_crd};
 
 const MERGE: &str = "application/merge-patch+json";
 
@@ -226,5 +226,59 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
         Err(SupervisorError::NoSuchSink(_))
     ));
     assert_eq!(s.sink_names(), ["out"]);
+    running.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_sink_removed_while_watching_stops_for_good() {
+    use std::sync::atomic::Ordering;
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let receiver = Receiver::start().await;
+    receiver.status.store(503, Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let yaml = format!(
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\n\
+         resources:\n  - group: example.com\n    kind: Widget\n\
+         sinks:\n  - {{name: out, type: file, path: {out}, fsync: always}}\n  \
+         - {{name: hook, type: webhook, url: '{url}'}}\n\
+         journal:\n  path: {journal}\n  flushInterval: 2ms\nadmin:\n  listen: 127.0.0.1:{port}\n",
+        kc = sim.kubeconfig_path().display(),
+        out = out.display(),
+        url = receiver.url,
+        journal = dir.path().join("journal").display(),
+        port = free_port(),
+    );
+    let cfg = herald::config::from_str(&yaml).unwrap();
+    let mut running = herald::app::start(&cfg, None).await.unwrap();
+    while !running.synced() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    create(&raw, "default", "a").await;
+    while receiver.requests.load(Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The receiver keeps failing, so the sink cannot drain: its delivery is stopped anyway.
+    running
+        .supervisor()
+        .remove_sink("hook", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let seen = receiver.requests.load(Ordering::SeqCst);
+    // Were its loop still running, a receiver taking events again would now get them.
+    receiver.status.store(204, Ordering::SeqCst);
+    create(&raw, "default", "b").await;
+    exactly(
+        &out,
+        &[("default/a", &["created"]), ("default/b", &["created"])],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(receiver.requests.load(Ordering::SeqCst), seen);
+    assert!(receiver.taken_ids().is_empty());
+    assert_eq!(running.supervisor().sink_names(), ["out"]);
     running.stop(Duration::from_secs(5)).await.unwrap();
 }

@@ -54,8 +54,10 @@ fn json_response(code: StatusCode, v: &Value) -> Response {
     r
 }
 
+/// A running sink, or one removed while herald runs whose dead letters are still kept (they stay
+/// until purged, so they can still be listed and purged).
 fn known_sink(s: &AdminState, sink: &str) -> Result<(), Box<Response>> {
-    if s.registry.has_sink(sink) {
+    if s.registry.has_sink(sink) || s.journal.dead_letter_count(sink) > 0 {
         Ok(())
     } else {
         Err(Box::new(

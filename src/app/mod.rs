@@ -22,7 +22,7 @@ mod supervisor;
 
 pub use cluster::client;
 pub use sinks::check_sink;
-pub use supervisor::{Registry, Supervisor, SupervisorError};
+pub use supervisor::{DeliveryBase, Registry, Supervisor, SupervisorError};
 
 /// Why the bridge could not start.
 #[derive(Debug, thiserror::Error)]
@@ -99,10 +99,9 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         .map_err(StartError::JournalFailed)?;
     drop_stale_cursors(&journal, cfg)?;
 
-    let base = delivery::Settings {
+    let base = DeliveryBase {
         max_dead_letters: cfg.journal.max_dead_letters,
         oversize: OversizePolicy::from_resources(&cfg.resources),
-        ..delivery::Settings::default()
     };
     let router = Router::from_config(&cfg.routes).map_err(StartError::Invalid)?;
     let mut supervisor = Supervisor::new(
@@ -112,13 +111,9 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         base,
         tuning.unwrap_or_default(),
     );
-    // Sinks first: their cursors must exist before any watcher appends, or a new sink starting at
-    // the head would miss the first start's events.
-    for sink in &cfg.sinks {
-        supervisor.add_sink(sink).await?;
-    }
-    for spec in WatchSpec::from_config(cfg) {
-        supervisor.add_watcher(spec)?;
+    if let Err(e) = start_all(&mut supervisor, cfg).await {
+        supervisor.stop(Duration::ZERO).await;
+        return Err(e);
     }
 
     let stop_retention = CancellationToken::new();
@@ -154,6 +149,16 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         journal,
         sim,
     })
+}
+
+/// Sinks first, all built and health-checked before any delivers: their cursors must exist before
+/// any watcher appends, or a new sink starting at the head would miss the first start's events.
+async fn start_all(supervisor: &mut Supervisor, cfg: &Config) -> Result<(), StartError> {
+    supervisor.add_sinks(&cfg.sinks).await?;
+    for spec in WatchSpec::from_config(cfg) {
+        supervisor.add_watcher(spec)?;
+    }
+    Ok(())
 }
 
 /// Drops the cursors of sinks no longer configured: they would hold back retention and the backlog

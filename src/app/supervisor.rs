@@ -163,8 +163,14 @@ struct SinkSlot {
     forward: Option<Task>,
 }
 
-/// What every delivery shares, whatever its sink: the dead-letter bound and the oversize policy.
-pub type DeliveryBase = delivery::Settings;
+/// What every sink's delivery shares, whatever the sink; its own keys are laid over the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryBase {
+    /// Dead letters kept per sink at most (`journal.maxDeadLetters`).
+    pub max_dead_letters: usize,
+    /// What happens to events too large for a sink, per resource (`onOversize`).
+    pub oversize: delivery::OversizePolicy,
+}
 
 /// Owns the running watchers, sinks and deliveries, and the router they share.
 pub struct Supervisor {
@@ -271,27 +277,67 @@ impl Supervisor {
     /// forwarding of dead letters from or to it when both ends run.
     ///
     /// # Errors
-    /// [`SupervisorError::SinkExists`], [`SupervisorError::SinkFailed`] (nothing is started), or
-    /// [`SupervisorError::CursorFailed`].
+    /// As [`Supervisor::add_sinks`].
     pub async fn add_sink(&mut self, cfg: &SinkConfig) -> Result<(), SupervisorError> {
-        if self.sinks.iter().any(|s| s.name == cfg.name) {
-            return Err(SupervisorError::SinkExists(cfg.name.clone()));
+        self.add_sinks(std::slice::from_ref(cfg)).await
+    }
+
+    /// Adds several sinks at once: every one is built and health-checked before any starts, so one
+    /// that fails leaves nothing delivering (a start fails as a whole).
+    ///
+    /// # Errors
+    /// [`SupervisorError::SinkExists`] or [`SupervisorError::SinkFailed`] (nothing is started), or
+    /// [`SupervisorError::CursorFailed`] (the sinks before it were started).
+    pub async fn add_sinks(&mut self, cfgs: &[SinkConfig]) -> Result<(), SupervisorError> {
+        for (i, cfg) in cfgs.iter().enumerate() {
+            if self.sinks.iter().any(|s| s.name == cfg.name)
+                || cfgs[..i].iter().any(|c| c.name == cfg.name)
+            {
+                return Err(SupervisorError::SinkExists(cfg.name.clone()));
+            }
         }
-        let sink = sinks::build(cfg)
-            .await
-            .map_err(|reason| SupervisorError::SinkFailed {
-                sink: cfg.name.clone(),
-                reason,
-            })?;
+        let mut built = Vec::with_capacity(cfgs.len());
+        for cfg in cfgs {
+            match sinks::build(cfg).await {
+                Ok(sink) => built.push(sink),
+                Err(reason) => {
+                    // Built but never started: what they opened (a file, a connection) goes now.
+                    for sink in built {
+                        sink.close().await;
+                    }
+                    return Err(SupervisorError::SinkFailed {
+                        sink: cfg.name.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
+        let mut built = built.into_iter();
+        for cfg in cfgs {
+            let Some(sink) = built.next() else { break };
+            if let Err(e) = self.start_sink(cfg, sink).await {
+                for sink in built {
+                    sink.close().await;
+                }
+                return Err(e);
+            }
+        }
+        self.wire_forwards();
+        Ok(())
+    }
+
+    /// Registers a built sink's cursor and starts its delivery.
+    async fn start_sink(&mut self, cfg: &SinkConfig, sink: Built) -> Result<(), SupervisorError> {
         let from_start = cfg.delivery.start == SinkStart::Earliest;
         // Registered before the delivery starts (and, at start-up, before any watcher appends), so
         // a sink starting at the head still sees every event journaled after this call.
-        self.journal
-            .register_sink(&cfg.name, from_start)
-            .map_err(|source| SupervisorError::CursorFailed {
+        if let Err(source) = self.journal.register_sink(&cfg.name, from_start) {
+            sink.close().await;
+            return Err(SupervisorError::CursorFailed {
                 sink: cfg.name.clone(),
                 source,
-            })?;
+            });
+        }
         let stats = Arc::new(delivery::Stats::default());
         let stop = self.stop_delivery.child_token();
         let settings = delivery::Settings {
@@ -321,7 +367,6 @@ impl Supervisor {
             delivery: Task { stop, handle },
             forward: None,
         });
-        self.wire_forwards();
         Ok(())
     }
 
@@ -354,7 +399,9 @@ impl Supervisor {
         for task in &tasks {
             task.stop.cancel();
         }
-        drain(tasks.into_iter().map(|t| t.handle), drain_timeout).await;
+        if !drain(tasks.into_iter().map(|t| t.handle), drain_timeout).await {
+            tracing::warn!(message = "Drain timed out; the removed sink missed what it had not delivered.", sink = %name);
+        }
         slot.sink.close().await;
         self.journal
             .remove_sink(name)
@@ -364,7 +411,8 @@ impl Supervisor {
             })
     }
 
-    /// Replaces every route; deliveries use the new routes from their next event on.
+    /// Replaces every route; deliveries apply them to the events they read from the journal from now
+    /// on (a window of events already read goes as the old routes said).
     pub fn set_routes(&self, routes: Vec<Route>) {
         self.router.replace(routes);
     }
@@ -444,27 +492,47 @@ impl Supervisor {
             handles.extend(s.forward.map(|f| f.handle));
             built.push(s.sink);
         }
-        drain(handles, drain_timeout).await;
+        if !drain(handles, drain_timeout).await {
+            tracing::warn!(
+                message = "Drain timed out; the rest stays journaled for the next start."
+            );
+        }
         for sink in built {
             sink.close().await;
         }
     }
 }
 
-/// Waits for a stopped watcher, at most [`WATCHER_STOP`], then abandons it.
-async fn stop_watcher(handle: JoinHandle<()>) {
-    let abort = handle.abort_handle();
-    if tokio::time::timeout(WATCHER_STOP, handle).await.is_err() {
-        abort.abort();
+/// Waits for a stopped watcher, at most [`WATCHER_STOP`], then aborts it and waits for that, so a
+/// watcher added again never overlaps the one it replaces.
+async fn stop_watcher(mut handle: JoinHandle<()>) {
+    if tokio::time::timeout(WATCHER_STOP, &mut handle)
+        .await
+        .is_err()
+    {
+        handle.abort();
+        let _ = handle.await;
     }
 }
 
-/// Waits for stopped deliveries to finish what was journaled, at most `timeout`.
-async fn drain(handles: impl IntoIterator<Item = JoinHandle<()>>, timeout: Duration) {
-    let all = futures::future::join_all(handles);
-    if tokio::time::timeout(timeout, all).await.is_err() {
-        tracing::warn!(message = "Drain timed out; the rest stays journaled for the next start.");
+/// Waits for stopped deliveries to finish what was journaled when they were stopped, at most
+/// `timeout`, then aborts the rest: what they did not deliver stays journaled behind the cursor.
+/// Returns whether everything finished in time.
+async fn drain(handles: impl IntoIterator<Item = JoinHandle<()>>, timeout: Duration) -> bool {
+    let mut handles: Vec<JoinHandle<()>> = handles.into_iter().collect();
+    let all = futures::future::join_all(handles.iter_mut());
+    if tokio::time::timeout(timeout, all).await.is_ok() {
+        return true;
     }
+    // A handle whose result `join_all` already took must not be polled again (tokio panics), and
+    // is finished; only the others are aborted and awaited.
+    for handle in handles {
+        if !handle.is_finished() {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+    false
 }
 
 /// Runs one of herald's loops; if it ends (or panics) before its stop token fired, `/healthz` turns

@@ -323,6 +323,7 @@ pub async fn run<S: Sink>(
     let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, SendResult>> =
         FuturesUnordered::new();
     let mut replaying = false;
+    let mut drain_to: Option<u64> = None;
     let mut replay_at = Instant::now();
     let mut breaker = Breaker {
         last_ok: None,
@@ -394,12 +395,13 @@ pub async fn run<S: Sink>(
                 }
             }
         }
-        if stop.is_cancelled()
-            && window.is_empty()
-            && inflight.is_empty()
-            && window.read_upto >= journal.head()
-        {
-            return;
+        // A stop drains what was journaled when it came: at shutdown the watchers have stopped, so
+        // that is everything; a sink removed while watchers run would otherwise chase a moving head.
+        if stop.is_cancelled() {
+            let drain_to = *drain_to.get_or_insert_with(|| journal.head());
+            if window.is_empty() && inflight.is_empty() && window.read_upto >= drain_to {
+                return;
+            }
         }
         let wake = if breaker.paused {
             Some(breaker.probe_at)

@@ -3,7 +3,9 @@
 //!
 //! The router is shared by every delivery loop and the admin endpoint, and its routes can be replaced
 //! while they run ([`Router::replace`]): a reloaded configuration changes routing without restarting a
-//! sink. Each delivery asks per event, so a replacement applies from the next event on.
+//! sink. Each delivery asks as it reads events from the journal, a window ahead of sending, so a
+//! replacement applies to the events read after it; up to a window of events already read go as the
+//! old routes said.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -147,7 +149,7 @@ impl Router {
         Ok(Self::new(routes_from_config(routes)?))
     }
 
-    /// Replaces every route; deliveries use the new ones from their next event on.
+    /// Replaces every route; deliveries apply them to the events they read from now on.
     pub fn replace(&self, routes: Vec<Route>) {
         *self.routes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(routes);
     }
