@@ -20,9 +20,8 @@ use crate::settings::{self, DEFAULT_TIMEOUT, Settings, SigningConfig};
 const DEFAULT_BATCH_MAX_EVENTS: usize = 100;
 
 /// `type: webhook` settings: each event (or batch) is an HTTP request (a POST unless `method` says
-/// PUT) to `url`; 2xx is delivered, 408,
-/// 429 and 5xx except 501 are retried (honouring `Retry-After`), redirects are not followed, and
-/// 3xx, 501 and other 4xx dead-letter the event.
+/// PUT) to `url`; 2xx is delivered, 408, 429 and 5xx except 501 are retried (honouring
+/// `Retry-After`), redirects are not followed, and 3xx, 501 and other 4xx dead-letter the event.
 ///
 /// ```
 /// use herald_sink_core::config::{Problems, SinkConfig};
