@@ -387,7 +387,19 @@ async fn a_crd_installed_after_start_is_picked_up() {
         dir.path(),
         &herald_config(&sim, dir.path(), WIDGETS_RESOURCE),
     );
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The CRD goes in only once herald is waiting for it: a fixed sleep raced herald's start-up on
+    // a loaded machine, and the CRD then existed before herald first looked.
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&herald.stderr)
+        .unwrap_or_default()
+        .contains("Waiting for the resource to be served")
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "herald never said it was waiting for the resource"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     raw.install_crd(&widgets_crd()).await;
     let w = raw
         .post(WIDGETS, &widget("late", json!({}), json!({})))
