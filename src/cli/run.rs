@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::CliError;
 use crate::{app, config};
@@ -24,32 +25,42 @@ pub struct RunArgs {
 /// The exit code of a second signal during shutdown (128 + SIGINT, as shells report an interrupt).
 pub const INTERRUPTED: i32 = 130;
 
-/// Waits for SIGTERM or SIGINT.
-async fn signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
+/// SIGTERM and SIGINT, listened for from the moment this is made. Made before start-up, so a signal
+/// that arrives while herald is still starting becomes a stop once it has started instead of the
+/// default action (death without a drain: an orchestrator stopping a pod that is starting).
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn listen() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next SIGTERM or SIGINT (one that came earlier counts).
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
     }
 }
 
 pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
+    let mut signals = Signals::listen().map_err(CliError::RuntimeFailed)?;
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
     let running = app::start(&cfg, None)
         .await
         .map_err(CliError::StartFailed)?;
-    signal().await;
+    signals.next().await;
     tracing::info!(message = "Stopping: watches first, then draining the journal into the sinks.");
     // A second signal means "now": the journal survives any stop, so exiting at once is safe.
-    tokio::spawn(async {
-        signal().await;
+    tokio::spawn(async move {
+        signals.next().await;
         tracing::warn!(message = "Second signal; exiting at once.");
         std::process::exit(INTERRUPTED);
     });
