@@ -42,6 +42,9 @@ async fn signal() {
 
 pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
+    // Before anything starts: a missing secret is the configuration's fault (exit 10), not a
+    // sink's failed health check.
+    cfg.check_secrets().map_err(CliError::ConfigInvalid)?;
     let running = app::start(&cfg, None)
         .await
         .map_err(CliError::StartFailed)?;
