@@ -1,6 +1,6 @@
-//! `herald check -c FILE [--connect]`: validates a configuration offline; with `--connect` also asks the
-//! cluster whether every resource is served and whether herald may list and watch it
-//! (SelfSubjectAccessReview), and health-checks the sinks.
+//! `herald check -c FILE [--connect]`: validates a configuration offline and resolves every secret
+//! it references; with `--connect` also asks the cluster whether every resource is served and
+//! whether herald may list and watch it (SelfSubjectAccessReview), and health-checks the sinks.
 
 use std::path::PathBuf;
 
@@ -30,6 +30,7 @@ pub struct CheckArgs {
 
 pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
+    cfg.check_secrets().map_err(CliError::ConfigInvalid)?;
     let mut problems: Vec<String> = Vec::new();
     let mut resources = Vec::new();
     if args.connect {

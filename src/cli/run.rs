@@ -53,6 +53,9 @@ impl Signals {
 pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
     let mut signals = Signals::listen().map_err(CliError::RuntimeFailed)?;
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
+    // Before anything starts: a missing secret is the configuration's fault (exit 10), not a
+    // sink's failed health check.
+    cfg.check_secrets().map_err(CliError::ConfigInvalid)?;
     let running = app::start(&cfg, None)
         .await
         .map_err(CliError::StartFailed)?;

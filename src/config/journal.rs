@@ -19,8 +19,8 @@ pub struct JournalSettings {
     #[serde(default = "default_journal_path")]
     pub path: PathBuf,
     /// Group commit: how long appended events may wait before the journal is flushed to disk (and
-    /// only then checkpointed). A duration with a unit; `0s` flushes every append. Default `10ms`.
-    /// Example: `5ms`.
+    /// only then checkpointed). A duration with a unit, at most `10s` (events wait up to this long
+    /// before any sink sees them); `0s` flushes every append. Default `10ms`. Example: `5ms`.
     #[serde(
         default = "default_flush_interval",
         deserialize_with = "deserialize_duration"
@@ -32,7 +32,8 @@ pub struct JournalSettings {
     #[serde(default = "default_flush_entries")]
     pub flush_entries: u32,
     /// Keep events this long after every sink has delivered them, for `herald replay`. A duration
-    /// with a unit. Default `0s` (remove once delivered). Example: `24h`.
+    /// with a unit, at most `3650d` (ten years: longer is a slip, and would overflow clocks).
+    /// Default `0s` (remove once delivered). Example: `24h`.
     #[serde(default, deserialize_with = "deserialize_duration")]
     #[schemars(with = "String", extend("default" = "0s"))]
     pub retain: Duration,

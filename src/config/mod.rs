@@ -143,6 +143,29 @@ impl std::str::FromStr for Config {
     }
 }
 
+impl Config {
+    /// Resolves every secret reference now (sinks' credentials, `admin.token`), as `herald check`
+    /// and `herald run` do before anything starts, so a missing one is a configuration error
+    /// with its path (`sinks[1].auth.bearer: environment variable "X" is not set`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] listing every secret that cannot be used (never its value).
+    pub fn check_secrets(&self) -> Result<()> {
+        self.check_secrets_with(&|name| std::env::var(name))
+    }
+
+    /// [`Config::check_secrets`] with `env` in place of the process environment.
+    pub(crate) fn check_secrets_with(&self, env: EnvLookup<'_>) -> Result<()> {
+        let mut problems = Problems::default();
+        validate::check_secrets(self, env, &mut problems);
+        if problems.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid { errors: problems.0 })
+        }
+    }
+}
+
 pub(crate) fn from_str_with_env(text: &str, env: EnvLookup<'_>) -> Result<Config> {
     let mut config = parse(text).map_err(|e| ConfigError::Invalid { errors: vec![e] })?;
     let mut problems = Problems::default();

@@ -8,7 +8,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 use herald_sink_core::config::{
-    DeliveryKeys, DeliveryOptions, OtherKeys, Problems, SinkConfig as Configure, read_sink,
+    DeliveryKeys, DeliveryOptions, EnvLookup, OtherKeys, Problems, SinkConfig as Configure,
+    read_sink,
 };
 use herald_sink_file::FileConfig;
 use herald_sink_kafka::KafkaConfig;
@@ -132,6 +133,14 @@ impl SinkKind {
 }
 
 impl SinkConfig {
+    /// The secrets (and credentials files) this sink references that cannot be used now; keys
+    /// below the sink.
+    pub(crate) fn secret_problems(&self, env: EnvLookup<'_>) -> Problems {
+        let mut problems = Problems::default();
+        with_config!(&self.kind, config => config.check_secrets(env, &mut problems));
+        problems
+    }
+
     /// The rules this sink breaks: its type's, then the delivery keys'; keys below the sink.
     pub(crate) fn problems(&self) -> Problems {
         let mut problems = Problems::default();

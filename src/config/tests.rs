@@ -632,6 +632,182 @@ fn file_sink_rules() {
 }
 
 #[test]
+fn one_file_per_file_sink_after_normalisation() {
+    let cwd = std::env::current_dir().unwrap();
+    let absolute = cwd.join("x.jsonl");
+    let yaml = format!(
+        "{RESOURCE}sinks:\n\
+         - {{name: a, type: file, path: x.jsonl}}\n\
+         - {{name: b, type: file, path: ./x.jsonl}}\n\
+         - {{name: c, type: file, path: 'out/../x.jsonl'}}\n\
+         - {{name: d, type: file, path: '{}'}}\n\
+         - {{name: e, type: file, path: ./-}}\n\
+         - {{name: f, type: file, path: y/x.jsonl}}\n",
+        absolute.display()
+    );
+    assert_eq!(
+        errors(&yaml),
+        [
+            "sinks[1].path: \"./x.jsonl\" is the same file as \"x.jsonl\", the path of sinks[0]; two sinks cannot write one file",
+            "sinks[2].path: \"out/../x.jsonl\" is the same file as \"x.jsonl\", the path of sinks[0]; two sinks cannot write one file",
+            &format!(
+                "sinks[3].path: {absolute:?} is the same file as \"x.jsonl\", the path of sinks[0]; two sinks cannot write one file"
+            ),
+        ]
+    );
+    // `./-` is a file named `-`, not stdout, so it shares nothing with `-`.
+    ok(&format!(
+        "{RESOURCE}sinks:\n- {{name: a, type: file, path: '-'}}\n- {{name: b, type: file, path: ./-}}\n"
+    ));
+}
+
+#[test]
+fn durations_and_sizes_have_upper_bounds() {
+    let absurd = "100000000000days";
+    let cases = [
+        (
+            base(&format!("journal: {{flushInterval: {absurd}}}\n")),
+            "journal.flushInterval: must be at most 10s: appended events wait up to this long before any sink sees them",
+        ),
+        (
+            base("journal: {retain: 3651days}\n"),
+            "journal.retain: must be at most 3650d: events are kept on disk that long",
+        ),
+        (
+            sink(&format!("fsyncInterval: {absurd}")),
+            "sinks[0].fsyncInterval: must be at most 1h: a crash may lose, and the journal re-send, up to this window",
+        ),
+        (
+            sink("rotate: {maxSize: 2TiB}"),
+            "sinks[0].rotate.maxSize: must be at most 1TiB; omit rotate to never rotate",
+        ),
+        (
+            format!(
+                "{RESOURCE}sinks:\n- {{name: h, type: webhook, url: 'http://r.example', timeout: 61m, maxAge: {absurd}}}\n"
+            ),
+            "sinks[0].timeout: must be at most 1h: an unanswered request is better retried",
+        ),
+        (
+            format!(
+                "{RESOURCE}sinks:\n- {{name: k, type: kafka, brokers: ['k:9092'], topic: t, messageTimeout: 2h}}\n"
+            ),
+            "sinks[0].messageTimeout: must be at most 1h: a dead cluster must show up as a retrying sink",
+        ),
+        (
+            format!(
+                "{RESOURCE}sinks:\n- {{name: n, type: nats, servers: ['nats://n:4222'], subject: s, connectTimeout: 2h, ackTimeout: 2h}}\n"
+            ),
+            "sinks[0].connectTimeout: must be at most 1h: an unanswered server is better retried",
+        ),
+        (
+            format!(
+                "{RESOURCE}sinks:\n- {{name: n, type: nats, servers: ['nats://n:4222'], subject: s, jetstream: {{stream: S, create: {{subjects: [s], duplicateWindow: 8d, maxAge: {absurd}}}}}}}\n"
+            ),
+            "sinks[0].jetstream.create.duplicateWindow: must be at most 7d: the server holds every id of the window in memory",
+        ),
+    ];
+    for (yaml, first) in cases {
+        let all = errors(&yaml);
+        assert_eq!(all.first().map(String::as_str), Some(first), "{yaml}");
+    }
+    // The second problems of the sinks with two.
+    assert!(
+        errors(&format!(
+            "{RESOURCE}sinks:\n- {{name: h, type: webhook, url: 'http://r.example', maxAge: {absurd}}}\n"
+        ))
+        .contains(&"sinks[0].maxAge: must be at most 3650d: omit it to retry without limit".to_owned())
+    );
+    assert!(
+        errors(&format!(
+            "{RESOURCE}sinks:\n- {{name: n, type: nats, servers: ['nats://n:4222'], subject: s, jetstream: {{stream: S, create: {{subjects: [s], maxAge: {absurd}}}}}}}\n"
+        ))
+        .contains(&"sinks[0].jetstream.create.maxAge: must be at most 3650d: omit it to keep messages until other limits apply".to_owned())
+    );
+    assert!(
+        errors(&format!(
+            "{RESOURCE}sinks:\n- {{name: n, type: nats, servers: ['nats://n:4222'], subject: s, ackTimeout: 2h}}\n"
+        ))
+        .contains(&"sinks[0].ackTimeout: must be at most 1h: an unanswered server is better retried".to_owned())
+    );
+    // Each bound itself is accepted.
+    ok(&format!(
+        "{RESOURCE}sinks:\n\
+         - {{name: a, type: file, path: a, fsyncInterval: 1h, rotate: {{maxSize: 1TiB}}}}\n\
+         - {{name: h, type: webhook, url: 'http://r.example', timeout: 1h, maxAge: 3650d}}\n\
+         - {{name: k, type: kafka, brokers: ['k:9092'], topic: t, messageTimeout: 1h}}\n\
+         - {{name: n, type: nats, servers: ['nats://n:4222'], subject: s, connectTimeout: 1h, ackTimeout: 1h, jetstream: {{stream: S, create: {{subjects: [s], duplicateWindow: 7d, maxAge: 3650d}}}}}}\n\
+         journal: {{flushInterval: 10s, retain: 3650d}}\n"
+    ));
+}
+
+// ----- secrets ----------------------------------------------------------------------------------
+
+/// The problems `check_secrets` finds in `yaml` (valid otherwise), `path: message` each.
+fn secret_errors(yaml: &str) -> Vec<String> {
+    match ok(yaml).check_secrets_with(&env) {
+        Ok(()) => Vec::new(),
+        Err(ConfigError::Invalid { errors }) => errors.iter().map(ToString::to_string).collect(),
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+#[test]
+fn every_secret_reference_is_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let not_whsec = dir.path().join("not-whsec");
+    std::fs::write(&not_whsec, "not base64!\n").unwrap();
+    let (missing, token, not_whsec) = (
+        missing.display().to_string(),
+        token.display().to_string(),
+        not_whsec.display().to_string(),
+    );
+    let yaml = format!(
+        "{RESOURCE}sinks:\n\
+         - {{name: archive, type: file, path: x}}\n\
+         - {{name: a, type: webhook, url: 'http://r.example', auth: {{bearer: '${{UNSET}}'}}, signing: {{secret: {{fromFile: '{missing}'}}}}}}\n\
+         - {{name: b, type: webhook, url: 'http://r.example', auth: {{basic: {{username: u, password: '${{EMPTY}}'}}}}, signing: {{secret: {{fromFile: '{not_whsec}'}}}}}}\n\
+         - {{name: c, type: kafka, brokers: ['k:9092'], topic: t, secretProperties: {{sasl.password: '${{UNSET}}', ssl.key.password: {{fromFile: '{token}'}}}}}}\n\
+         - {{name: d, type: nats, servers: ['nats://n:4222'], subject: s, auth: {{token: '${{UNSET}}'}}}}\n\
+         - {{name: e, type: nats, servers: ['nats://n:4222'], subject: s, auth: {{user: u, password: '${{UNSET}}'}}}}\n\
+         - {{name: f, type: nats, servers: ['nats://n:4222'], subject: s, auth: {{nkeySeed: {{fromFile: '{missing}'}}}}}}\n\
+         - {{name: g, type: nats, servers: ['nats://n:4222'], subject: s, auth: {{credentialsFile: '{missing}'}}}}\n\
+         admin: {{token: '${{UNSET}}'}}\n"
+    );
+    assert_eq!(
+        secret_errors(&yaml),
+        [
+            "sinks[1].auth.bearer: environment variable \"UNSET\" is not set".to_owned(),
+            format!(
+                "sinks[1].signing.secret: cannot read secret file {missing}: No such file or directory (os error 2)"
+            ),
+            "sinks[2].auth.basic.password: secret from environment variable \"EMPTY\" is empty"
+                .to_owned(),
+            "sinks[2].signing.secret: invalid sink configuration: the signing secret must be whsec_ followed by base64 (Standard Webhooks)".to_owned(),
+            "sinks[3].secretProperties.sasl.password: environment variable \"UNSET\" is not set"
+                .to_owned(),
+            "sinks[4].auth.token: environment variable \"UNSET\" is not set".to_owned(),
+            "sinks[5].auth.password: environment variable \"UNSET\" is not set".to_owned(),
+            format!(
+                "sinks[6].auth.nkeySeed: cannot read secret file {missing}: No such file or directory (os error 2)"
+            ),
+            format!(
+                "sinks[7].auth.credentialsFile: cannot read credentials file {missing}: No such file or directory (os error 2)"
+            ),
+            "admin.token: environment variable \"UNSET\" is not set".to_owned(),
+        ]
+    );
+    // Resolvable secrets pass, and no message ever holds a secret's value.
+    assert!(secret_errors(&format!(
+        "{RESOURCE}sinks:\n- {{name: a, type: webhook, url: 'http://r.example', auth: {{bearer: {{fromFile: '{token}'}}}}}}\nadmin: {{token: '${{STATE}}'}}\n"
+    ))
+    .is_empty());
+    assert!(!format!("{:?}", secret_errors(&yaml)).contains("t0ken"));
+}
+
+#[test]
 fn routes_must_name_known_sinks() {
     assert_eq!(
         error(&base(

@@ -3,6 +3,10 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use herald_sink_core::config::{Bound, EnvLookup, MAX_KEEP, check_secret};
 
 use super::resource::{Namespaces, ResourceConfig};
 use super::route::split_resource;
@@ -29,6 +33,24 @@ pub(crate) fn check(config: &Config, problems: &mut Problems) {
     check_sinks(config, problems);
     check_routes(config, problems);
     check_journal(config, problems);
+}
+
+/// Resolves every secret reference: each sink's, then `admin.token`. Not part of [`check`]: a
+/// configuration is valid without its secrets at hand (it is written, printed and tested
+/// elsewhere); `herald check` and `herald run` call this on the machine that will run it.
+pub(crate) fn check_secrets(config: &Config, env: EnvLookup<'_>, problems: &mut Problems) {
+    for (i, sink) in config.sinks.iter().enumerate() {
+        for problem in sink.secret_problems(env) {
+            problems.add(format!("sinks[{i}].{}", problem.key), problem.message);
+        }
+    }
+    if let Some(token) = &config.admin.token {
+        let mut found = herald_sink_core::config::Problems::default();
+        check_secret(&mut found, "admin.token", token, env);
+        for problem in found {
+            problems.add(problem.key, problem.message);
+        }
+    }
 }
 
 fn check_cluster(config: &Config, problems: &mut Problems) {
@@ -196,7 +218,9 @@ fn check_sinks(config: &Config, problems: &mut Problems) {
         problems.add("sinks", "at least one sink is required");
     }
     let mut names: HashMap<&str, usize> = HashMap::new();
-    let mut files: HashMap<&std::path::Path, usize> = HashMap::new();
+    // Paths are compared as the files they name: `x`, `./x` and `<cwd>/x` are one file.
+    let cwd = std::env::current_dir().ok();
+    let mut files: HashMap<PathBuf, (usize, &Path)> = HashMap::new();
     for (i, sink) in config.sinks.iter().enumerate() {
         let at = format!("sinks[{i}]");
         let name = sink.name.as_str();
@@ -220,22 +244,63 @@ fn check_sinks(config: &Config, problems: &mut Problems) {
         // sink's own problem.
         if let SinkKind::File(file) = &sink.kind
             && !file.path.as_os_str().is_empty()
-            && let Some(first) = files.insert(&file.path, i)
         {
-            files.insert(&file.path, first);
-            problems.add(
-                format!("{at}.path"),
-                format!(
-                    "{:?} is also the path of sinks[{first}]; two sinks cannot write one file",
-                    file.path
-                ),
-            );
+            let key = if file.is_stdout() {
+                file.path.clone()
+            } else {
+                normalize(&file.path, cwd.as_deref())
+            };
+            if let Some(&(first, first_path)) = files.get(&key) {
+                let message = if first_path == file.path {
+                    format!(
+                        "{:?} is also the path of sinks[{first}]; two sinks cannot write one file",
+                        file.path
+                    )
+                } else {
+                    format!(
+                        "{:?} is the same file as {first_path:?}, the path of sinks[{first}]; \
+                         two sinks cannot write one file",
+                        file.path
+                    )
+                };
+                problems.add(format!("{at}.path"), message);
+            } else {
+                files.insert(key, (i, &file.path));
+            }
         }
         for problem in sink.problems() {
             problems.add(format!("{at}.{}", problem.key), problem.message);
         }
     }
     check_dead_letter_sinks(config, problems);
+}
+
+/// `path` as the file it names, without touching the filesystem: relative to `cwd` (when known),
+/// `.` dropped and `..` taken back lexically, as `open` would resolve them without symlinks.
+fn normalize(path: &Path, cwd: Option<&Path>) -> PathBuf {
+    let joined = match cwd {
+        Some(cwd) if path.is_relative() => cwd.join(path),
+        _ => path.to_owned(),
+    };
+    let mut out = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::CurDir => {}
+            // `/..` is `/`; a relative path (no working directory) keeps a leading `..`.
+            Component::ParentDir => {
+                if !matches!(
+                    out.components().next_back(),
+                    None | Some(Component::RootDir | Component::Prefix(_) | Component::ParentDir)
+                ) {
+                    out.pop();
+                } else if !out.has_root() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// `deadLetterSink` names another configured sink, and following those names never comes back to
@@ -331,10 +396,23 @@ fn could_match(r: &ResourceConfig, name: &str, group: &str) -> bool {
         || (r.kind.is_none() && looks_like_kind)
 }
 
+/// The longest `journal.flushInterval`: appended events wait up to this long before any sink sees
+/// them, so a longer one is a slip, not a tuning.
+const MAX_FLUSH_INTERVAL: Bound = Bound::new(Duration::from_secs(10), "10s");
+
 fn check_journal(config: &Config, problems: &mut Problems) {
     let journal = &config.journal;
     if journal.path.as_os_str().is_empty() {
         problems.add("journal.path", "must not be empty");
+    }
+    if let Some(message) = MAX_FLUSH_INTERVAL.problem(
+        journal.flush_interval,
+        "appended events wait up to this long before any sink sees them",
+    ) {
+        problems.add("journal.flushInterval", message);
+    }
+    if let Some(message) = MAX_KEEP.problem(journal.retain, "events are kept on disk that long") {
+        problems.add("journal.retain", message);
     }
     if journal.flush_entries == 0 {
         problems.add("journal.flushEntries", "must be at least 1");
@@ -563,6 +641,27 @@ mod tests {
             check_field_selector(r"a=b\x"),
             Err(r#"invalid field selector "a=b\\x": invalid escape in "b\\x": only \\, \, and \= are allowed"#.into())
         );
+    }
+
+    #[test]
+    fn paths_normalize_lexically() {
+        let cwd = Path::new("/srv/herald");
+        for (path, expected) in [
+            ("x.jsonl", "/srv/herald/x.jsonl"),
+            ("./x.jsonl", "/srv/herald/x.jsonl"),
+            ("a/../x.jsonl", "/srv/herald/x.jsonl"),
+            ("/srv/herald/./out/../x.jsonl", "/srv/herald/x.jsonl"),
+            ("../../../../x", "/x"),
+            ("/a//b/", "/a/b"),
+        ] {
+            assert_eq!(
+                normalize(Path::new(path), Some(cwd)),
+                Path::new(expected),
+                "{path}"
+            );
+        }
+        assert_eq!(normalize(Path::new("./a/../../x"), None), Path::new("../x"));
+        assert_eq!(normalize(Path::new("a/./b"), None), Path::new("a/b"));
     }
 
     #[test]

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use herald_sink_core::config::{
-    DeliveryKeys, DeliveryOptions, Problems, SinkConfig, deserialize_duration, deserialize_size,
+    DeliveryKeys, DeliveryOptions, MAX_TIMEOUT, Problems, SinkConfig, deserialize_duration,
+    deserialize_size,
 };
 use herald_sink_core::sink::SinkError;
 use schemars::JsonSchema;
@@ -28,8 +29,9 @@ pub struct FileConfig {
     /// `never` (left to the OS). Ignored for stdout. Default `interval`. Example: `always`.
     #[serde(default)]
     pub fsync: Fsync,
-    /// How often `fsync: interval` syncs; a duration with a unit, greater than zero. Default
-    /// `1s`. Example: `250ms`.
+    /// How often `fsync: interval` syncs; a duration with a unit, greater than zero and at most
+    /// `1h` (a crash may lose, and the journal re-send, up to this window). Default `1s`.
+    /// Example: `250ms`.
     #[serde(
         default = "default_fsync_interval",
         deserialize_with = "deserialize_duration"
@@ -85,7 +87,8 @@ pub enum Fsync {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Rotate {
     /// Size at which the file is rotated, in bytes; a size with a unit (`B`, `KB`, `MB`, `GB`,
-    /// `KiB`, `MiB`, `GiB`, `Ki`, `Mi`, `Gi` …), greater than zero. Required. Example: `64MiB`.
+    /// `KiB`, `MiB`, `GiB`, `Ki`, `Mi`, `Gi` …), greater than zero and at most `1TiB` (a larger
+    /// file is never rotated in practice; omit `rotate` for that). Required. Example: `64MiB`.
     #[serde(deserialize_with = "deserialize_size")]
     #[schemars(with = "String")]
     pub max_size: u64,
@@ -94,6 +97,9 @@ pub struct Rotate {
     #[serde(default = "default_max_files")]
     pub max_files: usize,
 }
+
+/// The largest `rotate.maxSize`: 1 TiB.
+const MAX_ROTATE_SIZE: u64 = 1 << 40;
 
 fn default_max_files() -> usize {
     5
@@ -118,12 +124,23 @@ impl SinkConfig for FileConfig {
                 "must be greater than 0s; use fsync: always to sync every batch",
             );
         }
+        MAX_TIMEOUT.check(
+            problems,
+            "fsyncInterval",
+            self.fsync_interval,
+            "a crash may lose, and the journal re-send, up to this window",
+        );
         if let Some(rotate) = &self.rotate {
             if self.is_stdout() {
                 problems.add("rotate", "stdout (path: -) cannot be rotated");
             }
             if rotate.max_size == 0 {
                 problems.add("rotate.maxSize", "must be greater than 0B");
+            } else if rotate.max_size > MAX_ROTATE_SIZE {
+                problems.add(
+                    "rotate.maxSize",
+                    "must be at most 1TiB; omit rotate to never rotate",
+                );
             }
             if rotate.max_files == 0 {
                 problems.add("rotate.maxFiles", "must be at least 1");

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use herald_sink_core::Template;
 use herald_sink_core::config::{
-    DeliveryKeys, DeliveryOptions, Problems, SecretRef, SinkConfig, deserialize_duration,
-    resolve_secret, setting_failed,
+    DeliveryKeys, DeliveryOptions, EnvLookup, MAX_TIMEOUT, Problems, SecretRef, SinkConfig,
+    check_secret, deserialize_duration, resolve_secret, setting_failed,
 };
 use herald_sink_core::sink::SinkError;
 use schemars::JsonSchema;
@@ -59,8 +59,8 @@ pub struct KafkaConfig {
     #[serde(default)]
     pub tombstones: bool,
     /// How long librdkafka may try one record before herald sees it fail and retries it
-    /// (`message.timeout.ms`); greater than zero. A dead cluster thus shows up as a retrying,
-    /// paused sink. Default `30s`. Example: `2m`.
+    /// (`message.timeout.ms`); greater than zero and at most `1h`. A dead cluster thus shows up as
+    /// a retrying, paused sink (soon: hence the bound). Default `30s`. Example: `2m`.
     #[serde(
         default = "default_message_timeout",
         deserialize_with = "deserialize_duration"
@@ -152,6 +152,12 @@ impl SinkConfig for KafkaConfig {
         if self.message_timeout.is_zero() {
             problems.add("messageTimeout", "must be greater than 0s");
         }
+        MAX_TIMEOUT.check(
+            problems,
+            "messageTimeout",
+            self.message_timeout,
+            "a dead cluster must show up as a retrying sink",
+        );
         for name in self.properties.keys() {
             if SECRET_PROPERTIES.contains(&name.as_str()) {
                 problems.add(
@@ -169,6 +175,13 @@ impl SinkConfig for KafkaConfig {
                     "is also set in properties; set it once",
                 );
             }
+        }
+    }
+
+    /// Every secret property.
+    fn check_secrets(&self, env: EnvLookup<'_>, problems: &mut Problems) {
+        for (key, secret) in &self.secret_properties {
+            check_secret(problems, &format!("secretProperties.{key}"), secret, env);
         }
     }
 

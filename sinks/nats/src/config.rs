@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use herald_sink_core::Template;
 use herald_sink_core::config::{
-    DeliveryKeys, DeliveryOptions, Problems, SecretRef, SinkConfig, deserialize_duration,
-    deserialize_some_duration, resolve_secret, setting_failed,
+    Bound, DeliveryKeys, DeliveryOptions, EnvLookup, MAX_KEEP, MAX_TIMEOUT, Problems, SecretRef,
+    SinkConfig, check_secret, deserialize_duration, deserialize_some_duration, resolve_secret,
+    setting_failed,
 };
 use herald_sink_core::sink::SinkError;
 use schemars::JsonSchema;
@@ -71,15 +72,16 @@ pub struct NatsConfig {
     /// `{caFile: /etc/herald/ca.pem, required: true}`.
     #[serde(default)]
     pub tls: Option<NatsTls>,
-    /// How long connecting may take at start-up; greater than zero. Default `5s`. Example: `10s`.
+    /// How long connecting may take at start-up; greater than zero and at most `1h` (a server
+    /// that has not answered by then is better retried). Default `5s`. Example: `10s`.
     #[serde(
         default = "default_connect_timeout",
         deserialize_with = "deserialize_duration"
     )]
     #[schemars(with = "String", extend("default" = "5s"))]
     pub connect_timeout: Duration,
-    /// How long a JetStream `PubAck` may take before the event is retried; greater than zero.
-    /// Default `10s`. Example: `30s`.
+    /// How long a JetStream `PubAck` may take before the event is retried; greater than zero and
+    /// at most `1h` (an unanswered publish is better retried). Default `10s`. Example: `30s`.
     #[serde(
         default = "default_ack_timeout",
         deserialize_with = "deserialize_duration"
@@ -168,16 +170,17 @@ pub struct NatsStreamSpec {
     /// Replicas, 1 to 5. Default `1`. Example: `3`.
     #[serde(default = "default_replicas")]
     pub replicas: usize,
-    /// How long the stream remembers `Nats-Msg-Id`s to drop redeliveries; greater than zero.
-    /// Default `2m`. Example: `1h`.
+    /// How long the stream remembers `Nats-Msg-Id`s to drop redeliveries; greater than zero and
+    /// at most `7d` (the server holds every id of the window in memory). Default `2m`.
+    /// Example: `1h`.
     #[serde(
         default = "default_duplicate_window",
         deserialize_with = "deserialize_duration"
     )]
     #[schemars(with = "String", extend("default" = "2m"))]
     pub duplicate_window: Duration,
-    /// Messages older than this are removed. Default: none (kept until other limits apply).
-    /// Example: `7d`.
+    /// Messages older than this are removed; at most `3650d` (ten years: longer is a slip).
+    /// Default: none (kept until other limits apply). Example: `7d`.
     #[serde(default, deserialize_with = "deserialize_some_duration")]
     #[schemars(with = "Option<String>")]
     pub max_age: Option<Duration>,
@@ -346,6 +349,9 @@ fn default_duplicate_window() -> Duration {
     DEFAULT_DUPLICATE_WINDOW
 }
 
+/// The longest `jetstream.create.duplicateWindow`: a week.
+const MAX_DUPLICATE_WINDOW: Bound = Bound::new(Duration::from_secs(7 * 24 * 3600), "7d");
+
 /// `batchMaxEvents` of a NATS sink when not given.
 const DEFAULT_BATCH_MAX_EVENTS: usize = 256;
 
@@ -406,9 +412,39 @@ impl SinkConfig for NatsConfig {
             if value.is_zero() {
                 problems.add(key, "must be greater than 0s");
             }
+            MAX_TIMEOUT.check(
+                problems,
+                key,
+                value,
+                "an unanswered server is better retried",
+            );
         }
         if self.max_in_flight == 0 {
             problems.add("maxInFlight", "must be at least 1");
+        }
+    }
+
+    /// The credential's secret, or its credentials file (read whole, as connecting will).
+    fn check_secrets(&self, env: EnvLookup<'_>, problems: &mut Problems) {
+        match &self.auth {
+            None => {}
+            Some(NatsAuth::Token(token)) => {
+                check_secret(problems, "auth.token", token, env);
+            }
+            Some(NatsAuth::UserPassword { password, .. }) => {
+                check_secret(problems, "auth.password", password, env);
+            }
+            Some(NatsAuth::NkeySeed(seed)) => {
+                check_secret(problems, "auth.nkeySeed", seed, env);
+            }
+            Some(NatsAuth::CredentialsFile(path)) => {
+                if let Err(e) = std::fs::read(path) {
+                    problems.add(
+                        "auth.credentialsFile",
+                        format!("cannot read credentials file {}: {e}", path.display()),
+                    );
+                }
+            }
         }
     }
 
@@ -450,6 +486,20 @@ impl NatsJetStream {
                 problems.add(
                     "jetstream.create.duplicateWindow",
                     "must be greater than 0s",
+                );
+            }
+            MAX_DUPLICATE_WINDOW.check(
+                problems,
+                "jetstream.create.duplicateWindow",
+                create.duplicate_window,
+                "the server holds every id of the window in memory",
+            );
+            if let Some(age) = create.max_age {
+                MAX_KEEP.check(
+                    problems,
+                    "jetstream.create.maxAge",
+                    age,
+                    "omit it to keep messages until other limits apply",
                 );
             }
         }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use herald_sink_core::config::{
-    DeliveryKeys, DeliveryOptions, Problems, SecretRef, SinkConfig, deserialize_duration,
-    read_file, resolve_secret, setting_failed,
+    DeliveryKeys, DeliveryOptions, EnvLookup, MAX_TIMEOUT, Problems, SecretRef, SinkConfig,
+    check_secret, deserialize_duration, read_file, resolve_secret, setting_failed,
 };
 use herald_sink_core::sink::SinkError;
 use schemars::JsonSchema;
@@ -65,8 +65,9 @@ pub struct WebhookConfig {
     /// certificates, no client certificate. Example: `{caFile: /etc/herald/ca.pem}`.
     #[serde(default)]
     pub tls: Option<WebhookTls>,
-    /// Per-request timeout (connect, send, receive the answer); greater than zero. A timed-out
-    /// request is retried. Default `10s`. Example: `30s`.
+    /// Per-request timeout (connect, send, receive the answer); greater than zero and at most
+    /// `1h` (an unanswered request is better retried). A timed-out request is retried. Default
+    /// `10s`. Example: `30s`.
     #[serde(default = "default_timeout", deserialize_with = "deserialize_duration")]
     #[schemars(with = "String", extend("default" = "10s"))]
     pub timeout: Duration,
@@ -249,6 +250,31 @@ impl SinkConfig for WebhookConfig {
         }
         if self.timeout.is_zero() {
             problems.add("timeout", "must be greater than 0s");
+        }
+        MAX_TIMEOUT.check(
+            problems,
+            "timeout",
+            self.timeout,
+            "an unanswered request is better retried",
+        );
+    }
+
+    /// The auth secrets, and the signing secret in its `whsec_` form.
+    fn check_secrets(&self, env: EnvLookup<'_>, problems: &mut Problems) {
+        match &self.auth {
+            None => {}
+            Some(WebhookAuth::Bearer(token)) => {
+                check_secret(problems, "auth.bearer", token, env);
+            }
+            Some(WebhookAuth::Basic(basic)) => {
+                check_secret(problems, "auth.basic.password", &basic.password, env);
+            }
+        }
+        if let Some(signing) = &self.signing
+            && let Some(text) = check_secret(problems, "signing.secret", &signing.secret, env)
+            && let Err(e) = SigningConfig::standard(&text)
+        {
+            problems.add("signing.secret", e.to_string());
         }
     }
 

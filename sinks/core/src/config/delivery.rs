@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess};
 
 use super::Problems;
-use super::units::deserialize_duration;
+use super::units::{MAX_KEEP, deserialize_duration};
 
 /// Which delivery keys a sink type takes, and their defaults: the same set users could write for
 /// that type before these keys had one home.
@@ -99,7 +99,8 @@ pub struct DeliveryOptions {
     /// Dead-letter an event after this many failed attempts; at least 1. Default: none
     /// (retryable failures retry without limit). Example: `20`.
     pub max_attempts: Option<u32>,
-    /// Dead-letter an event still failing this long after its first failure; greater than zero.
+    /// Dead-letter an event still failing this long after its first failure; greater than zero
+    /// and at most `3650d` (ten years: anything longer is a slip, and would overflow clocks).
     /// Default: none. Example: `24h`.
     #[schemars(with = "Option<String>")]
     pub max_age: Option<Duration>,
@@ -179,6 +180,9 @@ impl DeliveryOptions {
                 "maxAge",
                 "must be greater than 0s; omit it to retry without limit",
             );
+        }
+        if let Some(age) = self.max_age {
+            MAX_KEEP.check(problems, "maxAge", age, "omit it to retry without limit");
         }
     }
 }
@@ -299,5 +303,19 @@ mod tests {
         let mut none = Problems::default();
         DeliveryOptions::new(KAFKA).validate(&mut none);
         assert!(none.is_empty());
+        let mut long = Problems::default();
+        DeliveryOptions {
+            max_age: Some(MAX_KEEP.max + Duration::from_secs(1)),
+            ..DeliveryOptions::new(KAFKA)
+        }
+        .validate(&mut long);
+        let found: Vec<(String, String)> = long.into_iter().map(|p| (p.key, p.message)).collect();
+        assert_eq!(
+            found,
+            [(
+                "maxAge".to_owned(),
+                "must be at most 3650d: omit it to retry without limit".to_owned()
+            )]
+        );
     }
 }

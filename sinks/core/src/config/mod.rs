@@ -18,7 +18,8 @@ pub use delivery::{DeliveryKeys, DeliveryOptions, SinkStart};
 pub use flat::{Flat, OtherKeys, read_sink};
 pub use secret::{EnvLookup, SecretError, SecretRef, is_var_name};
 pub use units::{
-    deserialize_duration, deserialize_size, deserialize_some_duration, parse_duration, parse_size,
+    Bound, MAX_KEEP, MAX_TIMEOUT, deserialize_duration, deserialize_size,
+    deserialize_some_duration, parse_duration, parse_size,
 };
 
 use crate::sink::{Sink, SinkError};
@@ -45,6 +46,14 @@ pub trait SinkConfig {
 
     /// Records every rule this configuration breaks, each at its key path below the sink.
     fn validate(&self, problems: &mut Problems);
+
+    /// Resolves every secret reference (and reads every credentials file that holds one) now,
+    /// recording each that cannot be used at its key path below the sink, so `herald check`
+    /// finds a missing secret before `run` does. Secrets come from `env` where they name a
+    /// variable. Default: none (a sink without secrets).
+    fn check_secrets(&self, env: EnvLookup<'_>, problems: &mut Problems) {
+        let _ = (env, problems);
+    }
 
     /// The most events the driver gives one send call: `batchMaxEvents` by default; a sink that
     /// uses it only in some modes says `None` otherwise, leaving the driver's default.
@@ -113,6 +122,36 @@ pub fn setting_failed(
         key: key.into(),
         source: source.into(),
     }
+}
+
+/// Resolves the secret at `key` through `env`, recording why it cannot be used at `key` (never
+/// the value); for [`SinkConfig::check_secrets`]. Returns the secret when it resolved, for checks
+/// of its form.
+pub fn check_secret(
+    problems: &mut Problems,
+    key: &str,
+    secret: &SecretRef,
+    env: EnvLookup<'_>,
+) -> Option<String> {
+    match secret.resolve_with(env) {
+        Ok(value) => Some(value),
+        Err(e) => {
+            problems.add(key, error_text(&e));
+            None
+        }
+    }
+}
+
+/// `error: cause: cause`, so an unreadable file says why (`No such file or directory`).
+fn error_text(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Resolves the secret at `key`, failing with the key and the cause (never the value).

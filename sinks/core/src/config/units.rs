@@ -17,6 +17,45 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
+/// An upper bound on a duration key, with its spelling for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The longest the key may be.
+    pub max: Duration,
+    /// `max` as users write it (`1h`).
+    pub text: &'static str,
+}
+
+impl Bound {
+    /// The bound `max`, written `text`.
+    #[must_use]
+    pub const fn new(max: Duration, text: &'static str) -> Self {
+        Self { max, text }
+    }
+
+    /// Records at `key` that `value` is longer than this bound, saying `why` the bound exists.
+    pub fn check(self, problems: &mut super::Problems, key: &str, value: Duration, why: &str) {
+        if let Some(message) = self.problem(value, why) {
+            problems.add(key, message);
+        }
+    }
+
+    /// The message when `value` is longer than this bound, saying `why` the bound exists. The
+    /// value is not repeated: the key names it, and an absurd one reads badly.
+    #[must_use]
+    pub fn problem(self, value: Duration, why: &str) -> Option<String> {
+        (value > self.max).then(|| format!("must be at most {}: {why}", self.text))
+    }
+}
+
+/// The longest a timeout may be (a request, a connection, an acknowledgement): what has not
+/// answered within an hour is better retried, and far larger values overflow timers.
+pub const MAX_TIMEOUT: Bound = Bound::new(Duration::from_secs(3600), "1h");
+
+/// The longest anything may be kept or retried (`journal.retain`, `maxAge`): ten years, beyond
+/// which a value is a slip (`100000000000days`) rather than a wish, and would overflow clocks.
+pub const MAX_KEEP: Bound = Bound::new(Duration::from_secs(3650 * 24 * 3600), "3650d");
+
 /// The binary and decimal units a size may carry, with their factor in bytes.
 const SIZE_UNITS: &[(&str, u64)] = &[
     ("B", 1),
@@ -160,6 +199,32 @@ mod tests {
             parse_duration(""),
             Err(r#"invalid duration "": value was empty"#.into())
         );
+    }
+
+    #[test]
+    fn durations_over_their_bound_are_problems() {
+        let mut problems = super::super::Problems::default();
+        let absurd = parse_duration("100000000000days").unwrap();
+        MAX_TIMEOUT.check(&mut problems, "timeout", absurd, "why");
+        MAX_TIMEOUT.check(&mut problems, "ok", MAX_TIMEOUT.max, "why");
+        MAX_KEEP.check(
+            &mut problems,
+            "keep",
+            MAX_KEEP.max + Duration::from_secs(1),
+            "why",
+        );
+        let found: Vec<(String, String)> =
+            problems.into_iter().map(|p| (p.key, p.message)).collect();
+        assert_eq!(
+            found,
+            [
+                ("timeout".to_owned(), "must be at most 1h: why".to_owned()),
+                ("keep".to_owned(), "must be at most 3650d: why".to_owned()),
+            ]
+        );
+        for bound in [MAX_TIMEOUT, MAX_KEEP] {
+            assert_eq!(parse_duration(bound.text), Ok(bound.max));
+        }
     }
 
     #[test]
