@@ -13,7 +13,8 @@
 //!   of events retrying against one sink spread out the most. A watcher draws with equal jitter
 //!   (at least half the cap): there is one per resource, and a broken API server should never see
 //!   an immediate retry.
-//! - **Reset.** A watcher resets after a successful list or a watch that lasted; the forwarder
+//! - **Reset.** A watcher resets only after a watch that lasted (never after a successful list: a
+//!   server that lists fine but breaks every watch would be relisted in a hot loop); the forwarder
 //!   after a round that forwarded every letter; delivery counts failures per event (its attempts)
 //!   and per paused sink (its probes), so a fresh event starts at the minimum again.
 

@@ -97,6 +97,14 @@ fn route(
             shared.faults.stall_watches(false);
             Ok(ok(json!({})))
         }
+        ("garble-watches", true) => {
+            shared.faults.garble_watches(true);
+            Ok(ok(json!({})))
+        }
+        ("mend-watches", true) => {
+            shared.faults.garble_watches(false);
+            Ok(ok(json!({})))
+        }
         ("fail", true) => {
             let rule: FailRule = parse(body, "fail rule")?;
             shared.faults.add_fail(rule);

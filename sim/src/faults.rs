@@ -10,6 +10,11 @@ use tokio::sync::watch;
 
 use super::status::ApiError;
 
+/// What a garbled watch answers (200, then this one line, then the end of the stream): not JSON, and
+/// not a truncated JSON value either, which clients take for the end of the stream rather than an
+/// error.
+pub(crate) const GARBLED_WATCH_LINE: &str = "<html>not a watch event</html>\n";
+
 /// Fail the next `count` requests that match, with `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -85,6 +90,8 @@ pub(crate) struct Faults {
     deny: Mutex<Vec<DenyRule>>,
     /// `true` while watches are stalled: connections stay open and nothing is sent.
     stall: watch::Sender<bool>,
+    /// `true` while every new watch answers one line that is not JSON, then ends.
+    garble: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Faults {
@@ -94,6 +101,7 @@ impl Default for Faults {
             latency: Mutex::new(Vec::new()),
             deny: Mutex::new(Vec::new()),
             stall: watch::Sender::new(false),
+            garble: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -112,12 +120,13 @@ impl Faults {
         lock(&self.latency).push(rule);
     }
 
-    /// Removes every fail and latency rule and ends any stall.
+    /// Removes every fail and latency rule and ends any stall or garbling.
     pub(crate) fn clear(&self) {
         lock(&self.fail).clear();
         lock(&self.latency).clear();
         lock(&self.deny).clear();
         self.stall.send_replace(false);
+        self.garble_watches(false);
     }
 
     pub(crate) fn add_deny(&self, rule: DenyRule) {
@@ -137,6 +146,16 @@ impl Faults {
 
     pub(crate) fn stall_receiver(&self) -> watch::Receiver<bool> {
         self.stall.subscribe()
+    }
+
+    pub(crate) fn garble_watches(&self, garbled: bool) {
+        self.garble
+            .store(garbled, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a new watch should answer [`GARBLED_WATCH_LINE`] instead of events.
+    pub(crate) fn watches_garbled(&self) -> bool {
+        self.garble.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The latency to add before answering `path`.
@@ -180,6 +199,7 @@ impl Faults {
             "latency": *lock(&self.latency),
             "deny": *lock(&self.deny),
             "watchesStalled": *self.stall.borrow(),
+            "watchesGarbled": self.watches_garbled(),
         })
     }
 }

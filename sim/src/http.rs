@@ -129,6 +129,14 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     {
         return injected.into_response();
     }
+    if is_watch && parts.method == Method::GET && shared.faults.watches_garbled() {
+        let mut r = (StatusCode::OK, super::faults::GARBLED_WATCH_LINE).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return r;
+    }
     match dispatch(
         &shared,
         &parts.method,

@@ -389,7 +389,19 @@ impl Simulator {
         self.shared.faults.stall_watches(false);
     }
 
-    /// Removes every fail and latency rule and ends any stall.
+    /// Garbles every new watch until [`Simulator::mend_watches`] (or [`Simulator::clear_faults`]):
+    /// it answers 200 and one line that is not JSON, then ends, as a broken proxy or server might.
+    /// Lists and everything else are served as usual.
+    pub fn garble_watches(&self) {
+        self.shared.faults.garble_watches(true);
+    }
+
+    /// Ends garbling: new watches stream events again.
+    pub fn mend_watches(&self) {
+        self.shared.faults.garble_watches(false);
+    }
+
+    /// Removes every fail and latency rule and ends any stall or garbling.
     pub fn clear_faults(&self) {
         self.shared.faults.clear();
     }

@@ -180,6 +180,55 @@ async fn stalled_watches_stay_open_and_send_nothing_until_resumed() {
 }
 
 #[tokio::test]
+async fn garbled_watches_answer_one_line_that_is_not_json_until_mended() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    raw.post(WIDGETS, &widget("a", json!({}), json!({}))).await;
+    assert_eq!(
+        raw.send(reqwest::Method::POST, "/_herald/garble-watches", "", None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        raw.get("/_herald/faults").await.body["watchesGarbled"],
+        true
+    );
+    let mut w = raw.watch(&format!("{WIDGETS}?watch=1")).await;
+    let line = w.next_line(Duration::from_secs(5)).await.unwrap();
+    assert!(serde_json::from_str::<Value>(&line).is_err(), "{line}");
+    assert_eq!(w.next_line(Duration::from_secs(5)).await, None);
+    // Lists are served as usual.
+    let list = raw.get(WIDGETS).await;
+    assert_eq!(
+        (
+            list.status,
+            list.body["items"][0]["metadata"]["name"].as_str()
+        ),
+        (200, Some("a"))
+    );
+    assert_eq!(
+        raw.send(reqwest::Method::POST, "/_herald/mend-watches", "", None)
+            .await
+            .status,
+        200
+    );
+    let mut w = raw.watch(&format!("{WIDGETS}?watch=1")).await;
+    let (t, o) = w.next_event().await.unwrap();
+    assert_eq!(
+        (t.as_str(), o["metadata"]["name"].as_str()),
+        ("ADDED", Some("a"))
+    );
+    sim.garble_watches();
+    sim.clear_faults();
+    assert_eq!(
+        raw.get("/_herald/faults").await.body["watchesGarbled"],
+        false
+    );
+}
+
+#[tokio::test]
 async fn a_watcher_that_stops_reading_is_dropped_once_its_buffer_fills() {
     let sim = sim_with(SimConfig::default().slow_reader_timeout(Duration::from_millis(300))).await;
     let raw = Raw::new(&sim);

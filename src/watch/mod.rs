@@ -26,7 +26,8 @@ pub use resolve::{Resolved, resolve};
 pub use spec::WatchSpec;
 pub use sync::{NamespaceCache, Recorder, SyncError};
 
-/// A watch that lasted this long ended normally; a shorter one counts as a failure for the backoff.
+/// A watch that lasted this long ended normally and resets the backoff (nothing else does); a shorter
+/// one counts as a failure for it, whether a re-watch or a relist follows.
 const HEALTHY_WATCH: Duration = Duration::from_secs(5);
 
 /// Timings of the watch loop (defaults suit real clusters; tests shorten them).
@@ -71,7 +72,7 @@ pub struct Health {
     pub synced: AtomicBool,
     /// Watch restarts (stream ends, errors, stalls).
     pub restarts: AtomicU64,
-    /// Relists (first start and after 410).
+    /// Relists (first start, after 410 and after a line that does not parse).
     pub relists: AtomicU64,
     /// Events synthesized by relists.
     pub resync_events: AtomicU64,
@@ -155,10 +156,9 @@ pub async fn run(
                 health.relists.fetch_add(1, Ordering::Relaxed);
                 let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
                 match sync::relist(&recorder, tuning.page_size).await {
-                    Ok(rv) => {
-                        backoff.reset();
-                        State::Watching { rv }
-                    }
+                    // Not a reset: a server that lists fine and then breaks every watch would be
+                    // relisted in a hot loop. Only a watch that lasted resets the backoff.
+                    Ok(rv) => State::Watching { rv },
                     Err(sync::SyncError::NotServed) => State::Resolving,
                     Err(error) => {
                         tracing::warn!(message = "List failed; retrying.", resource = %r.display(), %error);
@@ -170,19 +170,29 @@ pub async fn run(
             (State::Watching { rv }, Some(r)) => {
                 let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
                 let began = std::time::Instant::now();
-                let next = watch(&recorder, rv, &tuning, &stop, &health).await;
-                if matches!(next, State::Watching { .. }) && !stop.is_cancelled() {
+                let ended = watch(&recorder, rv, &tuning, &stop, &health).await;
+                if let Ended::Again(State::Watching { .. }) = &ended {
                     health.restarts.fetch_add(1, Ordering::Relaxed);
-                    // A watch that lasted is a healthy one ending (timeout, server restart): re-watch at
-                    // once. One that ended quickly failed or was refused: back off, so a broken server
-                    // is not hammered.
-                    if began.elapsed() >= HEALTHY_WATCH {
-                        backoff.reset();
-                    } else {
-                        sleep_or_stop(backoff.next_delay(), &stop).await;
+                }
+                if !stop.is_cancelled() {
+                    // A watch that lasted is a healthy one ending (timeout, server restart, even a
+                    // broken line after a while): go on at once, from the minimum again. One that
+                    // ended quickly failed or was refused, whether it re-watches or relists: back off,
+                    // so a broken server is not hammered. The first quick 410 is the protocol, not a
+                    // fault (a checkpoint older than the server's history): relist at once, but count
+                    // it, so a server that answers every watch with 410 is spaced out too.
+                    match &ended {
+                        Ended::Again(_) | Ended::Expired if began.elapsed() >= HEALTHY_WATCH => {
+                            backoff.reset();
+                        }
+                        Ended::Expired if backoff.failures() == 0 => backoff.note_failure(),
+                        Ended::Again(_) | Ended::Expired => {
+                            sleep_or_stop(backoff.next_delay(), &stop).await;
+                        }
+                        Ended::Elsewhere(_) => {}
                     }
                 }
-                next
+                ended.into_state()
             }
             (State::Paused, Some(r)) => {
                 health.synced.store(false, Ordering::SeqCst);
@@ -200,14 +210,33 @@ pub async fn run(
     }
 }
 
-/// Reads one watch stream until it ends; returns the next state.
+/// How a watch ended, as the backoff sees it.
+enum Ended {
+    /// It failed or ended: watch again or relist (a broken line), backing off if it was short.
+    Again(State),
+    /// 410 Gone: relist.
+    Expired,
+    /// Stopped, paused for the backlog or the resource went away: no backoff applies.
+    Elsewhere(State),
+}
+
+impl Ended {
+    fn into_state(self) -> State {
+        match self {
+            Self::Again(s) | Self::Elsewhere(s) => s,
+            Self::Expired => State::Listing,
+        }
+    }
+}
+
+/// Reads one watch stream until it ends; says how it ended and what comes next.
 async fn watch(
     rec: &Recorder<'_>,
     from: &str,
     tuning: &Tuning,
     stop: &CancellationToken,
     health: &Health,
-) -> State {
+) -> Ended {
     let r = rec.resolved;
     let api: Api<DynamicObject> = r.api(r.client.clone());
     let mut wp = WatchParams::default()
@@ -223,11 +252,11 @@ async fn watch(
         Ok(s) => s,
         Err(error) => {
             if is_not_found(&error) {
-                return State::Resolving;
+                return Ended::Elsewhere(State::Resolving);
             }
             tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), %error);
             health.synced.store(false, Ordering::SeqCst);
-            return State::Watching { rv };
+            return Ended::Again(State::Watching { rv });
         }
     };
     health.synced.store(true, Ordering::SeqCst);
@@ -239,19 +268,19 @@ async fn watch(
     loop {
         if rec.journal.over_backlog_bound() {
             tracing::warn!(message = "Journal backlog at its bound; pausing watches.", resource = %r.display());
-            return State::Paused;
+            return Ended::Elsewhere(State::Paused);
         }
         let first = tokio::select! {
-            () = stop.cancelled() => return State::Watching { rv },
+            () = stop.cancelled() => return Ended::Elsewhere(State::Watching { rv }),
             next = tokio::time::timeout(tuning.stall_timeout, rx.recv()) => next,
         };
         let first = match first {
             Err(_) => {
                 tracing::warn!(message = "Watch stalled; reconnecting.", resource = %r.display(), rv = %rv);
                 health.synced.store(false, Ordering::SeqCst);
-                return State::Watching { rv };
+                return Ended::Again(State::Watching { rv });
             }
-            Ok(None) => return State::Watching { rv },
+            Ok(None) => return Ended::Again(State::Watching { rv }),
             Ok(Some(line)) => line,
         };
         // Gather what arrives within the linger into one journal append.
@@ -273,7 +302,7 @@ async fn watch(
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
                     }
                     tracing::info!(message = "Resume point expired (410); relisting.", resource = %r.display(), rv = %rv);
-                    return State::Listing;
+                    return Ended::Expired;
                 }
                 Line::Broken(error) => {
                     // A line that does not parse is a change we cannot see: record what came before it,
@@ -284,17 +313,17 @@ async fn watch(
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
                     }
                     health.synced.store(false, Ordering::SeqCst);
-                    return State::Listing;
+                    return Ended::Again(State::Listing);
                 }
             }
         }
         if let Err(error) = rec.record_watch(changes, &mut rv).await {
             tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), %error);
             sleep_or_stop(Duration::from_millis(500), stop).await;
-            return match rec.journal.checkpoint(&r.stream).ok().flatten() {
+            return Ended::Again(match rec.journal.checkpoint(&r.stream).ok().flatten() {
                 Some(cp) => State::Watching { rv: cp },
                 None => State::Listing,
-            };
+            });
         }
     }
 }
