@@ -162,3 +162,95 @@ async fn a_webhook_down_at_start_pauses_its_sink_and_gets_everything_once_it_lis
     .await;
     assert_eq!(herald.terminate().await, Some(0));
 }
+
+#[tokio::test]
+async fn a_nats_server_down_at_start_pauses_its_sink_and_gets_everything_once_it_runs() {
+    let Some(mut server) = crate::support::nats::NatsServer::start(&[]) else {
+        return;
+    };
+    // The server's port and store are kept; it runs again only after herald started.
+    server.stop();
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let config = format!(
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\n\
+         resources:\n  - group: example.com\n    kind: Widget\n\
+         sinks:\n  - {{name: out, type: file, path: {out}, fsync: always}}\n  \
+         - name: bus\n    type: nats\n    servers: ['{url}']\n    connectTimeout: 1s\n    \
+         subject: 'herald.{{plural}}.{{namespace}}.{{name}}'\n    \
+         jetstream:\n      stream: HERALD\n      create: {{subjects: ['herald.>'], storage: memory}}\n\
+         journal:\n  path: {journal}\n  flushInterval: 2ms\nadmin:\n  listen: {admin}\n",
+        kc = sim.kubeconfig_path().display(),
+        out = dir.path().join("events.jsonl").display(),
+        url = server.url(),
+        journal = dir.path().join("journal").display(),
+    );
+    let mut herald = Herald::start(dir.path(), &config);
+    until("herald ready", &herald, async || {
+        get(&admin, "/readyz").await.0 == 200
+    })
+    .await;
+    let (_, ready) = get(&admin, "/readyz").await;
+    assert!(ready.contains("sink bus: paused"), "{ready}");
+
+    for i in 0..3 {
+        raw.post(
+            WIDGETS,
+            &widget(&format!("n{i}"), json!({}), json!({"n": 0})),
+        )
+        .await;
+        raw.patch(
+            &format!("{WIDGETS}/n{i}"),
+            MERGE,
+            &json!({"spec": {"n": 1}}),
+        )
+        .await;
+    }
+    let file = herald.wait_for(6).await;
+    assert!(
+        herald.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "herald exited"
+    );
+
+    // The server comes up: herald connects, creates the stream and delivers everything.
+    server.restart();
+    let total = file.len() as u64;
+    until("every event in the stream", &herald, async || {
+        let Ok(client) = async_nats::connect(server.url()).await else {
+            return false;
+        };
+        match async_nats::jetstream::new(client)
+            .get_stream("HERALD")
+            .await
+        {
+            Ok(mut stream) => stream.info().await.is_ok_and(|i| i.state.messages >= total),
+            Err(_) => false,
+        }
+    })
+    .await;
+    let stored = crate::sink_nats::stream_messages(&server, "HERALD").await;
+    let in_stream = per_subject(stored.iter().map(|m| {
+        let id = crate::sink_nats::header(Some(&m.headers), "Nats-Msg-Id").unwrap();
+        // herald.widgets.<namespace>.<name> → <namespace>/<name>, the events' subject.
+        let object = m
+            .subject
+            .splitn(3, '.')
+            .nth(2)
+            .unwrap()
+            .replacen('.', "/", 1);
+        (id, Box::leak(object.into_boxed_str()) as &str)
+    }));
+    let expected = per_subject(
+        file.iter()
+            .map(|e| (e["id"].as_str().unwrap(), e["subject"].as_str().unwrap())),
+    );
+    assert_eq!(in_stream, expected);
+    until("the sink resumed", &herald, async || {
+        !get(&admin, "/readyz").await.1.contains("paused")
+    })
+    .await;
+    assert_eq!(herald.terminate().await, Some(0));
+}

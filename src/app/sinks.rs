@@ -8,6 +8,7 @@ use herald_sink_core::config::SinkConfig;
 use herald_sink_core::sink::Sink;
 use tokio_util::sync::CancellationToken;
 
+use super::deferred::Deferred;
 use super::error_chain;
 use crate::config::{self, SinkKind};
 use crate::delivery::{self, forward::Forward};
@@ -20,6 +21,8 @@ pub(super) enum Built {
     Webhook(Arc<herald_sink_webhook::WebhookSink>),
     Kafka(Arc<herald_sink_kafka::KafkaSink>),
     Nats(Arc<herald_sink_nats::NatsSink>),
+    /// A NATS sink whose server was down at start: it connects on a later probe.
+    NatsDeferred(Arc<Deferred<herald_sink_nats::NatsConfig>>),
 }
 
 /// A health check that failed: why, and whether waiting may fix it ([`Sink::is_transient`]).
@@ -34,7 +37,23 @@ pub(super) struct Unhealthy {
 /// A target that is only unreachable (refused, timed out, DNS) is not an error: the sink comes
 /// back with the reason, to start paused and probing.
 pub(super) async fn build(sink: &config::SinkConfig) -> Result<(Built, Option<String>), String> {
-    let built = open_kind(sink).await?;
+    // NATS connects in its build: a server that is down fails the build itself, so the sink is
+    // built later, by its probes.
+    if let SinkKind::Nats(c) = &sink.kind {
+        match c.build(&sink.name, &sink.delivery).await {
+            Ok(built) => return checked(Built::Nats(Arc::new(built))).await,
+            Err(e) if herald_sink_nats::NatsSink::is_transient(&e) => {
+                let later = Deferred::new(c.clone(), sink.name.clone(), sink.delivery.clone());
+                return Ok((Built::NatsDeferred(Arc::new(later)), Some(error_chain(&e))));
+            }
+            Err(e) => return Err(error_chain(&e)),
+        }
+    }
+    checked(open_kind(sink).await?).await
+}
+
+/// `built` once health-checked: with the reason when its target is only unreachable.
+async fn checked(built: Built) -> Result<(Built, Option<String>), String> {
     match built.healthcheck().await {
         Ok(()) => Ok((built, None)),
         Err(Unhealthy {
@@ -94,6 +113,7 @@ macro_rules! with_sink {
             Built::Webhook($s) => $body,
             Built::Kafka($s) => $body,
             Built::Nats($s) => $body,
+            Built::NatsDeferred($s) => $body,
         }
     };
 }
