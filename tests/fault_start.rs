@@ -254,3 +254,82 @@ async fn a_nats_server_down_at_start_pauses_its_sink_and_gets_everything_once_it
     .await;
     assert_eq!(herald.terminate().await, Some(0));
 }
+
+/// `herald run` with one webhook sink at `url`, beside a file sink; returns its exit code if it
+/// exits within 30 s.
+async fn run_exit(url: &str) -> (Option<i32>, String) {
+    let sim = sim().await;
+    Raw::new(&sim).install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\n\
+         resources:\n  - group: example.com\n    kind: Widget\n\
+         sinks:\n  - {{name: out, type: file, path: {out}}}\n  \
+         - {{name: hook, type: webhook, url: '{url}', timeout: 2s}}\n\
+         journal:\n  path: {journal}\nadmin:\n  listen: 127.0.0.1:{admin}\n",
+        kc = sim.kubeconfig_path().display(),
+        out = dir.path().join("events.jsonl").display(),
+        journal = dir.path().join("journal").display(),
+        admin = free_port(),
+    );
+    let path = dir.path().join("herald.yaml");
+    std::fs::write(&path, &config).unwrap();
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["run", "-c"])
+        .arg(&path)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("herald kept running")
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_receiver_that_can_never_verify_still_stops_the_start() {
+    // TLS to a plain-HTTP receiver: the handshake fails however long herald waits.
+    let rx = Receiver::start().await;
+    let url = rx.url.replacen("http://", "https://", 1);
+    let (code, stderr) = run_exit(&url).await;
+    assert_eq!(
+        code,
+        Some(herald::exit_code::HEALTHCHECK_FAILED),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hook"), "{stderr}");
+}
+
+#[tokio::test]
+async fn check_connect_still_fails_on_a_receiver_that_is_down() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\n\
+         resources:\n  - group: example.com\n    kind: Widget\n\
+         sinks:\n  - {{name: hook, type: webhook, url: 'http://127.0.0.1:{port}/hook', timeout: 2s}}\n\
+         journal:\n  path: {journal}\n",
+        kc = sim.kubeconfig_path().display(),
+        port = free_port(),
+        journal = dir.path().join("journal").display(),
+    );
+    Raw::new(&sim).install_crd(&widgets_crd()).await;
+    let path = dir.path().join("check.yaml");
+    std::fs::write(&path, &config).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["check", "--connect", "-c"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(herald::exit_code::HEALTHCHECK_FAILED),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hook"), "{stderr}");
+}
