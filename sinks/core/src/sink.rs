@@ -136,6 +136,7 @@ pub trait Sink: Send + Sync + 'static {
     /// instead of refusing to start. The default is [`SinkError::is_transient`]; a sink whose
     /// client tells more (a TLS failure inside a connection error) refines it from that client's
     /// typed errors, never from message text.
+    #[must_use]
     fn is_transient(error: &SinkError) -> bool {
         error.is_transient()
     }

@@ -74,9 +74,7 @@ pub fn is_transient(error: &SinkError) -> bool {
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::get_ref)
             .map(|inner| inner as &(dyn std::error::Error + 'static));
-        if e.is::<async_nats::rustls::Error>()
-            || wrapped.is_some_and(|w| w.is::<async_nats::rustls::Error>())
-        {
+        if e.is::<async_nats::rustls::Error>() {
             return false;
         }
         next = wrapped.or_else(|| e.source());

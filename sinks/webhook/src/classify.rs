@@ -165,14 +165,14 @@ pub fn is_transient(error: &SinkError) -> bool {
 
 /// Whether a `rustls::Error` is among `error`'s causes. `std::io::Error::source` skips the error
 /// it wraps, so that one is looked at too.
-pub(crate) fn has_tls_error(error: &(dyn std::error::Error + 'static)) -> bool {
+fn has_tls_error(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(e) = next {
         let wrapped = e
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::get_ref)
             .map(|inner| inner as &(dyn std::error::Error + 'static));
-        if e.is::<rustls::Error>() || wrapped.is_some_and(|w| w.is::<rustls::Error>()) {
+        if e.is::<rustls::Error>() {
             return true;
         }
         next = wrapped.or_else(|| e.source());
