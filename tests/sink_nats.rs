@@ -890,6 +890,8 @@ async fn an_unreachable_server_fails_to_connect() {
     };
     let err = connect(config).await.unwrap_err();
     assert!(matches!(err, SinkError::ConnectFailed { .. }), "{err:?}");
+    // A server that is down may come up: `herald run` starts the sink paused instead.
+    assert!(NatsSink::is_transient(&err), "{err:?}");
 }
 
 /// A private CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files.
@@ -1003,6 +1005,8 @@ async fn tls_with_a_private_ca_and_a_client_certificate() {
             matches!(err, SinkError::ConnectFailed { .. }),
             "{tls:?}: {err:?}"
         );
+        // Waiting does not fix a handshake: `herald run` refuses to start rather than wait.
+        assert!(!NatsSink::is_transient(&err), "{tls:?}: {err:?}");
     }
 }
 
@@ -1021,4 +1025,5 @@ async fn required_tls_refuses_a_plain_server() {
     };
     let err = connect(config).await.unwrap_err();
     assert!(matches!(err, SinkError::ConnectFailed { .. }), "{err:?}");
+    assert!(!NatsSink::is_transient(&err), "{err:?}");
 }

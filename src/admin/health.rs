@@ -1,5 +1,7 @@
 //! `/healthz` (liveness: herald's own loops only, so an API-server outage never becomes a restart
-//! loop) and `/readyz` (every resource served and its watch open).
+//! loop) and `/readyz` (every resource served and its watch open). `/readyz` also names each paused
+//! sink and why, without failing for it: herald keeps journaling, and a pod held unready by a
+//! receiver's outage would stall a rollout for something herald rides out.
 
 use std::sync::atomic::Ordering;
 
@@ -35,12 +37,21 @@ pub(super) async fn readyz(State(s): State<AdminState>) -> Response {
             }
         })
         .collect();
+    let paused: String = s
+        .registry
+        .sinks()
+        .iter()
+        .filter_map(|(name, st)| {
+            st.pause_reason()
+                .map(|why| format!("sink {name}: paused, probing ({why})\n"))
+        })
+        .collect();
     if waiting.is_empty() {
-        (StatusCode::OK, "ready\n").into_response()
+        (StatusCode::OK, format!("ready\n{paused}")).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready:\n{}\n", waiting.join("\n")),
+            format!("not ready:\n{}\n{paused}", waiting.join("\n")),
         )
             .into_response()
     }

@@ -39,6 +39,7 @@ pub fn status_json(s: &AdminState) -> Value {
                 "cursor": cursor,
                 "lag": head.saturating_sub(cursor),
                 "paused": st.paused.load(Ordering::Relaxed),
+                "pausedReason": st.pause_reason(),
                 "delivered": st.delivered.load(Ordering::Relaxed),
                 "retried": st.retried.load(Ordering::Relaxed),
                 "deadLettered": st.dead_lettered.load(Ordering::Relaxed),

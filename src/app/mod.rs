@@ -17,6 +17,7 @@ use crate::route::Router;
 use crate::watch::{self, WatchSpec};
 
 mod cluster;
+mod deferred;
 mod sinks;
 mod supervisor;
 

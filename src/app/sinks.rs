@@ -8,6 +8,7 @@ use herald_sink_core::config::SinkConfig;
 use herald_sink_core::sink::Sink;
 use tokio_util::sync::CancellationToken;
 
+use super::deferred::Deferred;
 use super::error_chain;
 use crate::config::{self, SinkKind};
 use crate::delivery::{self, forward::Forward};
@@ -20,18 +21,57 @@ pub(super) enum Built {
     Webhook(Arc<herald_sink_webhook::WebhookSink>),
     Kafka(Arc<herald_sink_kafka::KafkaSink>),
     Nats(Arc<herald_sink_nats::NatsSink>),
+    /// A NATS sink whose server was down at start: it connects on a later probe.
+    NatsDeferred(Arc<Deferred<herald_sink_nats::NatsConfig>>),
+}
+
+/// A health check that failed: why, and whether waiting may fix it ([`Sink::is_transient`]).
+pub(super) struct Unhealthy {
+    /// The target is unreachable rather than misconfigured.
+    pub(super) transient: bool,
+    /// What failed, with its causes.
+    pub(super) reason: String,
 }
 
 /// Builds `sink` and runs its health check; the error names what failed (key, file, variable).
-pub(super) async fn build(sink: &config::SinkConfig) -> Result<Built, String> {
-    let built = match &sink.kind {
+/// A target that is only unreachable (refused, timed out, DNS) is not an error: the sink comes
+/// back with the reason, to start paused and probing.
+pub(super) async fn build(sink: &config::SinkConfig) -> Result<(Built, Option<String>), String> {
+    // NATS connects in its build: a server that is down fails the build itself, so the sink is
+    // built later, by its probes.
+    if let SinkKind::Nats(c) = &sink.kind {
+        match c.build(&sink.name, &sink.delivery).await {
+            Ok(built) => return checked(Built::Nats(Arc::new(built))).await,
+            Err(e) if herald_sink_nats::NatsSink::is_transient(&e) => {
+                let later = Deferred::new(c.clone(), sink.name.clone(), sink.delivery.clone());
+                return Ok((Built::NatsDeferred(Arc::new(later)), Some(error_chain(&e))));
+            }
+            Err(e) => return Err(error_chain(&e)),
+        }
+    }
+    checked(open_kind(sink).await?).await
+}
+
+/// `built` once health-checked: with the reason when its target is only unreachable.
+async fn checked(built: Built) -> Result<(Built, Option<String>), String> {
+    match built.healthcheck().await {
+        Ok(()) => Ok((built, None)),
+        Err(Unhealthy {
+            transient: true,
+            reason,
+        }) => Ok((built, Some(reason))),
+        Err(Unhealthy { reason, .. }) => Err(reason),
+    }
+}
+
+/// The sink crate's `build` for `sink`'s type.
+async fn open_kind(sink: &config::SinkConfig) -> Result<Built, String> {
+    Ok(match &sink.kind {
         SinkKind::File(c) => Built::File(open(c, sink).await?),
         SinkKind::Webhook(c) => Built::Webhook(open(c, sink).await?),
         SinkKind::Kafka(c) => Built::Kafka(open(c, sink).await?),
         SinkKind::Nats(c) => Built::Nats(open(c, sink).await?),
-    };
-    built.healthcheck().await?;
-    Ok(built)
+    })
 }
 
 /// The sink crate's `build`, for `sink`'s name and delivery keys.
@@ -42,9 +82,22 @@ async fn open<C: SinkConfig>(c: &C, sink: &config::SinkConfig) -> Result<Arc<C::
         .map_err(|e| error_chain(&e))
 }
 
-/// Opens a sink and runs its health check, as a start would (for `herald check --connect`).
+/// Opens a sink and runs its health check (for `herald check --connect`). Unlike a start, an
+/// unreachable target fails it: the check is asked for explicitly.
 pub async fn check_sink(sink: &config::SinkConfig) -> Result<(), String> {
-    build(sink).await.map(drop)
+    open_kind(sink)
+        .await?
+        .healthcheck()
+        .await
+        .map_err(|u| u.reason)
+}
+
+/// `sink`'s health check, its error classified by the sink's type.
+async fn check<S: Sink>(sink: &S) -> Result<(), Unhealthy> {
+    sink.healthcheck().await.map_err(|e| Unhealthy {
+        transient: S::is_transient(&e),
+        reason: error_chain(&e),
+    })
 }
 
 /// The delivery settings a sink's configuration asks for.
@@ -60,13 +113,14 @@ macro_rules! with_sink {
             Built::Webhook($s) => $body,
             Built::Kafka($s) => $body,
             Built::Nats($s) => $body,
+            Built::NatsDeferred($s) => $body,
         }
     };
 }
 
 impl Built {
-    async fn healthcheck(&self) -> Result<(), String> {
-        with_sink!(self, s => s.healthcheck().await.map_err(|e| error_chain(&e)))
+    async fn healthcheck(&self) -> Result<(), Unhealthy> {
+        with_sink!(self, s => check(s.as_ref()).await)
     }
 
     /// Makes durable what the sink still holds before herald stops or drops it (the file sink

@@ -283,7 +283,9 @@ impl Supervisor {
     }
 
     /// Adds several sinks at once: every one is built and health-checked before any starts, so one
-    /// that fails leaves nothing delivering (a start fails as a whole).
+    /// that fails leaves nothing delivering (a start fails as a whole). A sink whose target is only
+    /// unreachable (refused, timed out, DNS: what waiting may fix) is no failure: it starts paused,
+    /// probing until its target answers, with a warning naming it and the cause.
     ///
     /// # Errors
     /// [`SupervisorError::SinkExists`] or [`SupervisorError::SinkFailed`] (nothing is started), or
@@ -299,10 +301,19 @@ impl Supervisor {
         let mut built = Vec::with_capacity(cfgs.len());
         for cfg in cfgs {
             match sinks::build(cfg).await {
-                Ok(sink) => built.push(sink),
+                Ok((sink, unreachable)) => {
+                    if let Some(reason) = &unreachable {
+                        tracing::warn!(
+                            message = "Sink target unreachable; starting the sink paused, probing until it answers.",
+                            sink = %cfg.name,
+                            error = %reason
+                        );
+                    }
+                    built.push((sink, unreachable));
+                }
                 Err(reason) => {
                     // Built but never started: what they opened (a file, a connection) goes now.
-                    for sink in built {
+                    for (sink, _) in built {
                         sink.close().await;
                     }
                     return Err(SupervisorError::SinkFailed {
@@ -314,9 +325,11 @@ impl Supervisor {
         }
         let mut built = built.into_iter();
         for cfg in cfgs {
-            let Some(sink) = built.next() else { break };
-            if let Err(e) = self.start_sink(cfg, sink).await {
-                for sink in built {
+            let Some((sink, unreachable)) = built.next() else {
+                break;
+            };
+            if let Err(e) = self.start_sink(cfg, sink, unreachable).await {
+                for (sink, _) in built {
                     sink.close().await;
                 }
                 return Err(e);
@@ -326,8 +339,14 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Registers a built sink's cursor and starts its delivery.
-    async fn start_sink(&mut self, cfg: &SinkConfig, sink: Built) -> Result<(), SupervisorError> {
+    /// Registers a built sink's cursor and starts its delivery, paused when its target was
+    /// `unreachable` (why).
+    async fn start_sink(
+        &mut self,
+        cfg: &SinkConfig,
+        sink: Built,
+        unreachable: Option<String>,
+    ) -> Result<(), SupervisorError> {
         let from_start = cfg.delivery.start == SinkStart::Earliest;
         // Registered before the delivery starts (and, at start-up, before any watcher appends), so
         // a sink starting at the head still sees every event journaled after this call.
@@ -339,10 +358,15 @@ impl Supervisor {
             });
         }
         let stats = Arc::new(delivery::Stats::default());
+        let start_paused = unreachable.is_some();
+        if let Some(reason) = unreachable {
+            stats.pause(format!("unreachable since start: {reason}"));
+        }
         let stop = self.stop_delivery.child_token();
         let settings = delivery::Settings {
             max_dead_letters: self.base.max_dead_letters,
             oversize: self.base.oversize.clone(),
+            start_paused,
             ..sinks::settings(cfg)
         };
         let handle = tokio::spawn(guarded(

@@ -97,6 +97,14 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
             field(s, "deadLetterQueue"),
         );
     }
+    for s in doc["sinks"].as_array().into_iter().flatten() {
+        if let Some(why) = s["pausedReason"].as_str() {
+            println!(
+                "sink {} paused, probing: {why}",
+                s["sink"].as_str().unwrap_or("")
+            );
+        }
+    }
     println!(
         "journal: head {}, backlog {}, {:.1} MiB",
         doc["journal"]["head"],

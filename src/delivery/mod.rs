@@ -8,6 +8,9 @@
 //!   without limit unless `max_attempts`/`max_age` say otherwise.
 //! - A sink that fails everything is paused: one probe at a time, with backoff, and those probes do not
 //!   count as attempts. The first success resumes it; it then catches up from the journal.
+//! - A sink whose target was unreachable at start ([`Settings::start_paused`]) starts paused; with no
+//!   event to probe with, its health check is the probe, so it resumes (and says so) as soon as the
+//!   target answers.
 //! - `Reject`, or an exhausted explicit budget, dead-letters the event; later events of its key go on.
 //!   A budget runs out only for an event that kept failing while the sink was taking other events: an
 //!   outage delays events, it never dead-letters them.
@@ -67,6 +70,9 @@ pub struct Settings {
     pub dead_letter_recount: Duration,
     /// What happens to an event too large for the sink, per resource (`onOversize`).
     pub oversize: OversizePolicy,
+    /// Start paused: the sink's health check found its target unreachable. The driver probes
+    /// with events, or with the health check while it has none, and resumes on the first success.
+    pub start_paused: bool,
 }
 
 impl Default for Settings {
@@ -83,6 +89,7 @@ impl Default for Settings {
             max_dead_letters: 100_000,
             dead_letter_recount: Duration::from_secs(5),
             oversize: OversizePolicy::default(),
+            start_paused: false,
         }
     }
 }
@@ -158,10 +165,43 @@ pub struct Stats {
     pub forwarded: AtomicU64,
     /// Dead letters the `deadLetterSink` rejected (they stay in the queue).
     pub forward_failed: AtomicU64,
-    /// The sink is paused (failing everything; probing).
+    /// The sink is paused (failing everything, or unreachable since start; probing).
     pub paused: AtomicBool,
+    /// Why the sink is paused, while it is: the failure that paused it, then the last probe's.
+    pub pause_reason: std::sync::Mutex<Option<String>>,
     /// Change-to-delivery latency: from the event's `time` (herald's observation) to the sink's Ok.
     pub latency: Histogram,
+}
+
+impl Stats {
+    /// Marks the sink paused for `reason` (what an operator reads in `/readyz` and `/status`).
+    pub fn pause(&self, reason: String) {
+        *self
+            .pause_reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason);
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// Marks the sink delivering again.
+    pub fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
+        *self
+            .pause_reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+
+    /// Why the sink is paused, if it is.
+    pub fn pause_reason(&self) -> Option<String> {
+        if !self.paused.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.pause_reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// Upper bounds (seconds) of the latency histogram's buckets.
@@ -257,6 +297,9 @@ struct Breaker {
     /// The event probed last, so probes rotate over keys.
     last_probe: Option<u64>,
     paused: bool,
+    /// Paused since start because the target was unreachable: with no event to probe with, the
+    /// health check probes, so an idle sink still resumes once its target answers.
+    health_probe: bool,
     probes: u32,
     probe_at: Instant,
 }
@@ -270,6 +313,8 @@ enum Call {
     Probe,
     /// Events an operator asked to send again (dead letters, `herald replay`).
     Replay,
+    /// The sink's health check, probing a sink paused since start that has no event to send.
+    Health,
 }
 
 type SendResult = (Vec<Envelope>, Vec<Outcome>, Call);
@@ -330,10 +375,14 @@ pub async fn run<S: Sink>(
         failing_calls: 0,
         failing_keys: std::collections::HashSet::new(),
         last_probe: None,
-        paused: false,
+        paused: settings.start_paused,
+        health_probe: settings.start_paused,
         probes: 0,
         probe_at: Instant::now(),
     };
+    if settings.start_paused {
+        stats.paused.store(true, Ordering::SeqCst);
+    }
     let mut recount_at = Instant::now();
     loop {
         while window.len() < settings.window {
@@ -361,12 +410,13 @@ pub async fn run<S: Sink>(
             recount_at = now + settings.dead_letter_recount;
         }
         if breaker.paused {
-            if inflight.is_empty()
-                && now >= breaker.probe_at
-                && let Some(probe) = window.take_probe(breaker.last_probe)
-            {
-                breaker.last_probe = Some(probe.seq);
-                inflight.push(send(sink.clone(), vec![probe], Call::Probe));
+            if inflight.is_empty() && now >= breaker.probe_at {
+                if let Some(probe) = window.take_probe(breaker.last_probe) {
+                    breaker.last_probe = Some(probe.seq);
+                    inflight.push(send(sink.clone(), vec![probe], Call::Probe));
+                } else if breaker.health_probe {
+                    inflight.push(health(sink.clone()));
+                }
             }
         } else {
             while inflight.len() < settings.concurrency.max(1) {
@@ -420,6 +470,8 @@ pub async fn run<S: Sink>(
                 if call == Call::Replay {
                     replaying = false;
                     replay_at = settle_replays(&name, &settings, &journal, &stats, dead.as_deref(), &batch, &outcomes);
+                } else if call == Call::Health {
+                    settle_health(&name, &settings, &mut breaker, &stats, &outcomes);
                 } else {
                     settle(&name, &settings, &mut window, &mut breaker, &stats, dead.as_deref(), batch, outcomes, call == Call::Probe);
                 }
@@ -446,6 +498,50 @@ fn send<S: Sink>(
         let outcomes = sink.send(&batch).await;
         (batch, outcomes, call)
     })
+}
+
+/// The sink's health check as a probe: `Ok`, or a retry whose detail is the check's error.
+fn health<S: Sink>(sink: Arc<S>) -> futures::future::BoxFuture<'static, SendResult> {
+    Box::pin(async move {
+        let outcome = match sink.healthcheck().await {
+            Ok(()) => Outcome::Ok,
+            Err(error) => {
+                Outcome::retry(Reason::new("unreachable", crate::app::error_chain(&error)))
+            }
+        };
+        (Vec::new(), vec![outcome], Call::Health)
+    })
+}
+
+/// A health-check probe's answer: the first success resumes the sink; a failure backs the next
+/// probe off.
+fn settle_health(
+    name: &str,
+    settings: &Settings,
+    breaker: &mut Breaker,
+    stats: &Stats,
+    outcomes: &[Outcome],
+) {
+    if !breaker.paused {
+        return;
+    }
+    match outcomes.first() {
+        Some(Outcome::Ok) => {
+            breaker.paused = false;
+            breaker.health_probe = false;
+            breaker.failing_calls = 0;
+            breaker.failing_keys.clear();
+            stats.resume();
+            tracing::info!(message = "Sink reachable; resuming delivery.", sink = %name);
+        }
+        other => {
+            if let Some(reason) = other.and_then(Outcome::reason) {
+                stats.pause(reason.to_string());
+            }
+            breaker.probes = breaker.probes.saturating_add(1);
+            breaker.probe_at = Instant::now() + retry_delay(settings, breaker.probes);
+        }
+    }
 }
 
 /// Journal events read per page when queuing replays.
@@ -745,7 +841,8 @@ fn settle(
         breaker.failing_keys.clear();
         if breaker.paused {
             breaker.paused = false;
-            stats.paused.store(false, Ordering::SeqCst);
+            breaker.health_probe = false;
+            stats.resume();
             tracing::info!(message = "Sink recovered; resuming delivery.", sink = %name);
         }
         return;
@@ -755,6 +852,9 @@ fn settle(
         return;
     }
     if breaker.paused {
+        if let Some(reason) = outcomes.iter().find_map(Outcome::reason) {
+            stats.pause(reason.to_string());
+        }
         breaker.probes = breaker.probes.saturating_add(1);
         breaker.probe_at = now + retry_delay(settings, breaker.probes);
         return;
@@ -769,12 +869,12 @@ fn settle(
         breaker.paused = true;
         breaker.probes = 0;
         breaker.probe_at = now + retry_delay(settings, 0);
-        stats.paused.store(true, Ordering::SeqCst);
         let reason = outcomes
             .iter()
             .find_map(Outcome::reason)
             .map(ToString::to_string)
             .unwrap_or_default();
+        stats.pause(reason.clone());
         tracing::warn!(message = "Sink failing every event; pausing and probing.", sink = %name, error = %reason);
     }
 }

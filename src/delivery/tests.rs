@@ -25,6 +25,12 @@ impl Sink for Scripted {
     const NAME: &'static str = "scripted";
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(SinkError::ConnectFailed {
+                target: "scripted".into(),
+                source: "receiver down".into(),
+            });
+        }
         Ok(())
     }
 
@@ -242,6 +248,98 @@ async fn rejects_and_exhausted_budgets_become_dead_letters_and_the_key_goes_on()
     );
     assert!(slow.error.message.contains("503"));
     assert_eq!(*sink.taken.lock().unwrap(), ["after-bad", "after-slow"]);
+    stop.cancel();
+    driver.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sink_unreachable_at_start_probes_its_health_check_until_it_answers_then_delivers() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    sink.down.store(true, Ordering::SeqCst);
+    let stats = Arc::new(Stats::default());
+    stats.pause("unreachable since start".into());
+    let stop = CancellationToken::new();
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        Settings {
+            start_paused: true,
+            ..fast()
+        },
+        true,
+        stop.clone(),
+        stats.clone(),
+        None,
+    ));
+    // Idle and unreachable: paused, with the health check's error as the reason.
+    until(|| {
+        stats
+            .pause_reason()
+            .is_some_and(|r| r.contains("connecting to scripted failed: receiver down"))
+    })
+    .await;
+    assert_eq!(sink.calls.load(Ordering::SeqCst), 0, "no event to send yet");
+    // The target answers: the health check resumes the sink with no event to probe with.
+    sink.down.store(false, Ordering::SeqCst);
+    until(|| !stats.paused.load(Ordering::SeqCst)).await;
+    assert_eq!(stats.pause_reason(), None);
+    append(&j, (0..5).map(|i| event(&format!("e{i}"), "k")).collect()).await;
+    until(|| stats.delivered.load(Ordering::SeqCst) == 5).await;
+    assert_eq!(*sink.taken.lock().unwrap(), ["e0", "e1", "e2", "e3", "e4"]);
+    stop.cancel();
+    driver.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sink_unreachable_at_start_with_events_waiting_resumes_on_the_first_probe_that_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    sink.down.store(true, Ordering::SeqCst);
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    append(
+        &j,
+        (0..6)
+            .map(|i| event(&format!("e{i}"), &format!("k{}", i % 2)))
+            .collect(),
+    )
+    .await;
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        Settings {
+            start_paused: true,
+            max_attempts: Some(1),
+            ..fast()
+        },
+        true,
+        stop.clone(),
+        stats.clone(),
+        None,
+    ));
+    until(|| sink.calls.load(Ordering::SeqCst) >= 3).await;
+    assert!(stats.paused.load(Ordering::SeqCst));
+    let calls = sink.calls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        sink.calls.load(Ordering::SeqCst) - calls < 15,
+        "a sink paused at start is probed one event at a time, not hammered"
+    );
+    sink.down.store(false, Ordering::SeqCst);
+    until(|| stats.delivered.load(Ordering::SeqCst) == 6).await;
+    assert!(!stats.paused.load(Ordering::SeqCst));
+    assert_eq!(
+        stats.dead_lettered.load(Ordering::SeqCst),
+        0,
+        "probes of a sink paused at start use no attempts"
+    );
     stop.cancel();
     driver.await.unwrap();
 }

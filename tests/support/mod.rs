@@ -192,6 +192,11 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start() -> Self {
+        Self::start_on(0).await
+    }
+
+    /// A receiver on `127.0.0.1:port` (a port herald was already told about; 0 picks one).
+    pub async fn start_on(port: u16) -> Self {
         use std::sync::atomic::Ordering;
         let status = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(204));
         let reject_subjects = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -255,7 +260,9 @@ impl Receiver {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Self {

@@ -129,6 +129,17 @@ pub trait Sink: Send + Sync + 'static {
     fn close(&self) -> impl Future<Output = Result<(), SinkError>> + Send {
         async { Ok(()) }
     }
+
+    /// Whether waiting may fix `error`, returned by this sink's construction or
+    /// [`Sink::healthcheck`]: the target is down, slow or not yet resolvable, rather than
+    /// configured wrongly. herald starts such a sink paused (probing until the target answers)
+    /// instead of refusing to start. The default is [`SinkError::is_transient`]; a sink whose
+    /// client tells more (a TLS failure inside a connection error) refines it from that client's
+    /// typed errors, never from message text.
+    #[must_use]
+    fn is_transient(error: &SinkError) -> bool {
+        error.is_transient()
+    }
 }
 
 /// One journaled event on its way to a sink.
@@ -335,6 +346,29 @@ pub enum SinkError {
     },
 }
 
+impl SinkError {
+    /// Whether waiting may fix this error, judged by its variant alone:
+    ///
+    /// | variant | transient |
+    /// |---|---|
+    /// | [`SinkError::ConnectFailed`] (refused, unreachable, DNS, no answer) | yes |
+    /// | [`SinkError::HealthcheckTimedOut`] | yes |
+    /// | [`SinkError::InvalidConfig`], [`SinkError::SettingFailed`] | no |
+    /// | [`SinkError::AuthenticationFailed`] (credentials or permissions refused) | no |
+    /// | [`SinkError::DestinationMissing`] (stream or directory to create) | no |
+    /// | [`SinkError::Unavailable`] (a file that cannot be opened, a broker's error) | no |
+    ///
+    /// A sink refines it with [`Sink::is_transient`] (a TLS handshake failure reported as a
+    /// connection failure is not transient).
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::ConnectFailed { .. } | Self::HealthcheckTimedOut { .. }
+        )
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -459,6 +493,39 @@ mod tests {
         let envelope = Envelope::new(7, event.clone());
         assert_eq!(envelope.seq, 7);
         assert_eq!(envelope.encoded_len, event.to_structured_json().len());
+    }
+
+    #[test]
+    fn only_unreachable_targets_are_transient() {
+        let connect = SinkError::ConnectFailed {
+            target: "127.0.0.1:1".into(),
+            source: "refused".into(),
+        };
+        assert!(connect.is_transient());
+        assert!(FlakySink::is_transient(&connect));
+        assert!(
+            SinkError::HealthcheckTimedOut {
+                after: Duration::from_secs(1)
+            }
+            .is_transient()
+        );
+        for permanent in [
+            SinkError::InvalidConfig {
+                detail: "url".into(),
+            },
+            SinkError::AuthenticationFailed {
+                target: "k:9092".into(),
+                source: None,
+            },
+            SinkError::DestinationMissing {
+                what: "stream HERALD".into(),
+            },
+            SinkError::Unavailable {
+                reason: "cannot open".into(),
+            },
+        ] {
+            assert!(!permanent.is_transient(), "{permanent:?}");
+        }
     }
 
     #[test]

@@ -373,6 +373,17 @@ impl Sink for KafkaSink {
         self.produce(batch, None).await
     }
 
+    /// As [`SinkError::is_transient`], except that no broker answering because librdkafka's
+    /// last client error was a TLS failure (`_SSL`: a certificate that does not verify, a
+    /// handshake refused) is permanent: waiting does not change it.
+    fn is_transient(error: &SinkError) -> bool {
+        let tls_failed = std::error::Error::source(error)
+            .and_then(|e| e.downcast_ref::<NoAnswer>())
+            .and_then(|answer| answer.last.as_ref())
+            .is_some_and(|last| last.code == Some(RDKafkaErrorCode::SSL));
+        error.is_transient() && !tls_failed
+    }
+
     /// Like [`Sink::send`] (no tombstones), each record also carrying `errors[i]` as
     /// `herald_error_*` headers (`herald_error_code`, `herald_error_first_failure` …, values as
     /// UTF-8). A missing entry of `errors` means no extra headers.
@@ -571,5 +582,7 @@ mod tests {
         );
         let source = std::error::Error::source(&error).unwrap().to_string();
         assert!(source.contains("no broker answered"), "{source}");
+        // A broker that is down may come up: herald starts the sink paused instead of exiting.
+        assert!(KafkaSink::is_transient(&error));
     }
 }

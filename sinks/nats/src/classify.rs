@@ -33,14 +33,54 @@
 
 use std::error::Error as _;
 
+use async_nats::ConnectErrorKind;
 use async_nats::client::{FlushError, FlushErrorKind, PublishErrorKind as CorePublishErrorKind};
 use async_nats::jetstream;
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::publish::PublishAck;
-use herald_sink_core::sink::{Outcome, Reason};
+use herald_sink_core::sink::{Outcome, Reason, SinkError};
 
 use crate::encode::oversize_detail;
+
+/// Whether waiting may fix a connection or health-check error ([`Sink::is_transient`]): as
+/// [`SinkError::is_transient`] (refused, unreachable, DNS, timed out), except a connection
+/// failure of kind `Tls` (TLS set-up, or TLS required by one end only), `ServerParse` (what
+/// answered is not a NATS server) or with a `rustls::Error` among its causes (a certificate that
+/// does not verify, a handshake the server refused): the two ends disagree, and waiting does not
+/// change that.
+///
+/// [`Sink::is_transient`]: herald_sink_core::sink::Sink::is_transient
+#[must_use]
+pub fn is_transient(error: &SinkError) -> bool {
+    if !error.is_transient() {
+        return false;
+    }
+    let mut next = error.source();
+    while let Some(e) = next {
+        if let Some(connect) = e.downcast_ref::<async_nats::ConnectError>()
+            && matches!(
+                connect.kind(),
+                ConnectErrorKind::Tls
+                    | ConnectErrorKind::ServerParse
+                    | ConnectErrorKind::Authentication
+                    | ConnectErrorKind::AuthorizationViolation
+            )
+        {
+            return false;
+        }
+        // `std::io::Error::source` skips the error it wraps: look at that one too.
+        let wrapped = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        if e.is::<async_nats::rustls::Error>() {
+            return false;
+        }
+        next = wrapped.or_else(|| e.source());
+    }
+    true
+}
 
 /// The reason codes of this sink (metric labels).
 pub mod codes {

@@ -315,6 +315,11 @@ impl Sink for NatsSink {
         self.deliver(batch, &[]).await
     }
 
+    /// A TLS failure is permanent; see [`classify::is_transient`].
+    fn is_transient(error: &SinkError) -> bool {
+        classify::is_transient(error)
+    }
+
     /// Like [`Sink::send`] (same subject, mode, `Nats-Msg-Id` and classification), each letter
     /// carrying its context as `herald-error-*` headers, percent-encoded like `ce-` values. A
     /// letter without an `errors` entry is sent without them.

@@ -22,7 +22,7 @@ use std::error::Error as _;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use herald_sink_core::sink::{Outcome, Reason};
+use herald_sink_core::sink::{Outcome, Reason, SinkError};
 
 /// Most characters of the response body kept in a reason's detail.
 pub const EXCERPT_CHARS: usize = 200;
@@ -150,6 +150,34 @@ pub fn classify_error(error: &reqwest::Error) -> Outcome {
     } else {
         Outcome::reject(reason)
     }
+}
+
+/// Whether waiting may fix a construction or health-check error ([`Sink::is_transient`]): as
+/// [`SinkError::is_transient`], except that a connection failure whose cause is a TLS error
+/// (rustls refused the receiver's certificate, or the receiver refused the handshake) is
+/// permanent: the two ends disagree about certificates or protocol, which waiting does not change.
+///
+/// [`Sink::is_transient`]: herald_sink_core::sink::Sink::is_transient
+#[must_use]
+pub fn is_transient(error: &SinkError) -> bool {
+    error.is_transient() && !has_tls_error(error)
+}
+
+/// Whether a `rustls::Error` is among `error`'s causes. `std::io::Error::source` skips the error
+/// it wraps, so that one is looked at too.
+fn has_tls_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let wrapped = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        if e.is::<rustls::Error>() {
+            return true;
+        }
+        next = wrapped.or_else(|| e.source());
+    }
+    false
 }
 
 /// `error: cause: cause`, without the URL.

@@ -292,6 +292,11 @@ impl Sink for WebhookSink {
         }
     }
 
+    /// A TLS failure is permanent; see [`crate::classify::is_transient`].
+    fn is_transient(error: &SinkError) -> bool {
+        crate::classify::is_transient(error)
+    }
+
     async fn send_dead_letters(
         &self,
         letters: &[Envelope],
