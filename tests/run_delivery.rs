@@ -295,7 +295,8 @@ async fn one_dead_sink_does_not_slow_a_healthy_one() {
         dir.path(),
         &[("healthy", &rx.url, ""), ("dead", &dead_url, "")],
     );
-    // A dead endpoint fails its start-up health check: start with it up, then take it away.
+    // The endpoint answers at start, then goes away: the sink fails while herald runs (a target
+    // already down at start is tests/fault_start.rs).
     let holder = std::net::TcpListener::bind(("127.0.0.1", dead_port)).unwrap();
     let stub = tokio::spawn({
         let listener = tokio::net::TcpListener::from_std({
