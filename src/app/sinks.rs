@@ -9,11 +9,11 @@ use herald_sink_core::sink::Sink;
 use tokio_util::sync::CancellationToken;
 
 use super::deferred::Deferred;
-use super::error_chain;
 use crate::config::{self, SinkKind};
 use crate::delivery::{self, forward::Forward};
 use crate::journal::Journal;
 use crate::route::Router;
+use herald_sink_core::error_chain;
 
 /// A configured sink, built and health-checked.
 pub(super) enum Built {

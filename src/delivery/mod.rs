@@ -505,9 +505,10 @@ fn health<S: Sink>(sink: Arc<S>) -> futures::future::BoxFuture<'static, SendResu
     Box::pin(async move {
         let outcome = match sink.healthcheck().await {
             Ok(()) => Outcome::Ok,
-            Err(error) => {
-                Outcome::retry(Reason::new("unreachable", crate::app::error_chain(&error)))
-            }
+            Err(error) => Outcome::retry(Reason::new(
+                "unreachable",
+                herald_sink_core::error_chain(&error),
+            )),
         };
         (Vec::new(), vec![outcome], Call::Health)
     })

@@ -17,3 +17,17 @@ pub use event::{CloudEvent, ExtensionValue, ValidationError};
 pub use metrics::MetricName;
 pub use sink::{Envelope, Outcome, Reason, Sink, SinkError};
 pub use template::{Template, TemplateError, Vars};
+
+/// An error and its causes on one line, `error: cause: cause`: how herald and the sinks name a
+/// failure in a message (an unreadable file then says why, `No such file or directory`).
+#[must_use]
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -136,22 +136,10 @@ pub fn check_secret(
     match secret.resolve_with(env) {
         Ok(value) => Some(value),
         Err(e) => {
-            problems.add(key, error_text(&e));
+            problems.add(key, crate::error_chain(&e));
             None
         }
     }
-}
-
-/// `error: cause: cause`, so an unreadable file says why (`No such file or directory`).
-fn error_text(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Resolves the secret at `key`, failing with the key and the cause (never the value).
