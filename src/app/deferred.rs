@@ -4,10 +4,9 @@
 //! the target answers.
 
 use herald_sink_core::config::{DeliveryOptions, SinkConfig};
+use herald_sink_core::error_chain;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
 use tokio::sync::OnceCell;
-
-use herald_sink_core::error_chain;
 
 /// Reason code of events not sent because the sink could not be built yet.
 const UNREACHABLE: &str = "unreachable";

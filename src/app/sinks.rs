@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use herald_sink_core::config::SinkConfig;
+use herald_sink_core::error_chain;
 use herald_sink_core::sink::Sink;
 use tokio_util::sync::CancellationToken;
 
@@ -13,7 +14,6 @@ use crate::config::{self, SinkKind};
 use crate::delivery::{self, forward::Forward};
 use crate::journal::Journal;
 use crate::route::Router;
-use herald_sink_core::error_chain;
 
 /// A configured sink, built and health-checked.
 pub(super) enum Built {
