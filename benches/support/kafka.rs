@@ -99,7 +99,9 @@ impl Broker {
 
     /// User + system CPU-seconds of the tansu child so far; `None` for an external broker.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        self.child.as_ref().map(|c| process_cpu_seconds(c.id()))
+        self.child
+            .as_ref()
+            .map(|c| crate::support::process_cpu_seconds(c.id()))
     }
 
     /// The end of tansu's log, for failure messages.
@@ -114,20 +116,6 @@ impl Broker {
             .unwrap_or(text.len());
         format!("tansu log {}:\n{}", log.display(), &text[start..])
     }
-}
-
-/// User + system CPU-seconds of process `pid`, from /proc (clock ticks of 10 ms).
-pub fn process_cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn free_port() -> u16 {

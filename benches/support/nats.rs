@@ -56,17 +56,7 @@ impl NatsServer {
 
     /// User + system CPU-seconds of the server process so far.
     pub fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (ticks(11) + ticks(12)) / 100.0
+        crate::support::process_cpu_seconds(self.child.id())
     }
 
     pub fn log_text(&self) -> String {

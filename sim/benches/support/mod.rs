@@ -10,7 +10,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// User + system CPU time of this process, from /proc: clock ticks (10 ms), plenty for runs of seconds.
 pub fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    process_cpu_seconds(std::process::id())
+}
+
+/// User + system CPU-seconds of process `pid` (a broker the bench started), from /proc.
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command name; utime and stime are fields 14 and 15 overall.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
