@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::{
-    Herald, Raw, WIDGETS_RESOURCE, admin_addr, herald_config, sim, widget, widgets_crd,
+    Herald, Raw, WIDGETS_RESOURCE, admin_addr, herald_config, id_of, sim, widget, widgets_crd,
 };
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
@@ -27,14 +27,6 @@ async fn relists(addr: &str) -> u64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no relist count in:\n{metrics}"))
-}
-
-fn id_of(obj: &Value, op: &str) -> String {
-    format!(
-        "{}:{}:{op}",
-        obj["metadata"]["uid"].as_str().unwrap(),
-        obj["metadata"]["resourceVersion"].as_str().unwrap()
-    )
 }
 
 #[tokio::test]

@@ -5,7 +5,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Value, json};
 
-use crate::support::{Herald, Raw, WIDGETS_RESOURCE, herald_config, sim, widget, widgets_crd};
+use crate::support::{
+    Herald, Raw, WIDGETS_RESOURCE, herald_config, id_of, sim, widget, widgets_crd,
+};
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 const MERGE: &str = "application/merge-patch+json";
@@ -15,14 +17,6 @@ fn ids(events: &[Value]) -> Vec<String> {
         .iter()
         .map(|e| e["id"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn id_of(obj: &Value, op: &str) -> String {
-    format!(
-        "{}:{}:{op}",
-        obj["metadata"]["uid"].as_str().unwrap(),
-        obj["metadata"]["resourceVersion"].as_str().unwrap()
-    )
 }
 
 #[tokio::test]

@@ -304,3 +304,13 @@ pub fn webhook_config(sim: &Simulator, dir: &Path, sinks: &[(&str, &str, &str)])
     ));
     out
 }
+
+/// The CloudEvent id herald gives `op` of `obj` as the API server returned it:
+/// `<uid>:<resourceVersion>:<op>`.
+pub fn id_of(obj: &Value, op: &str) -> String {
+    format!(
+        "{}:{}:{op}",
+        obj["metadata"]["uid"].as_str().unwrap(),
+        obj["metadata"]["resourceVersion"].as_str().unwrap()
+    )
+}
