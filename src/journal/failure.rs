@@ -68,7 +68,8 @@ impl WriteFailure {
         &self.path
     }
 
-    /// The write that failed first: `open`, `flush`, `append`, `ack`, `register`, `retention`.
+    /// The write that failed first: `open`, `flush`, `append`, `ack`, `register`, `dead-letter`,
+    /// `retention`.
     pub fn op(&self) -> &'static str {
         self.op
     }
