@@ -462,8 +462,8 @@ mod tests {
                 "time",
             ),
             (
-                br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","subject":"a\u0007"}"#,
-                "subject",
+                br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","datacontenttype":"a/b;\u0007"}"#,
+                "datacontenttype",
             ),
         ] {
             match CloudEvent::from_structured_json(bytes) {
@@ -471,6 +471,17 @@ mod tests {
                 other => panic!("{}: {other:?}", String::from_utf8_lossy(bytes)),
             }
         }
+    }
+
+    /// A name holding control characters survives the JSON format, escaped (issue 14, item 4).
+    #[test]
+    fn carries_control_characters_escaped() {
+        let event = CloudEvent::new("u:1:created", "/s", "t")
+            .subject("ns/a\nb\u{0}c\u{7F}")
+            .extension("k8sname", "a\nb\u{0}c\u{7F}");
+        let bytes = event.to_structured_json();
+        assert!(!bytes.contains(&b'\n') && !bytes.contains(&0), "{bytes:?}");
+        assert_eq!(CloudEvent::from_structured_json(&bytes).unwrap(), event);
     }
 
     #[test]
