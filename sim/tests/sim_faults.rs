@@ -425,7 +425,10 @@ async fn any_name_hook_stores_what_the_name_rules_refuse_and_serves_it_intact() 
     let listed = raw.get(WIDGETS).await;
     assert_eq!(listed.body["items"][0]["metadata"]["name"], odd);
     let (kind, object) = watch.next_event().await.unwrap();
-    assert_eq!((kind.as_str(), object["metadata"]["name"].as_str()), ("ADDED", Some(odd)));
+    assert_eq!(
+        (kind.as_str(), object["metadata"]["name"].as_str()),
+        ("ADDED", Some(odd))
+    );
 
     let namespaces = ResourceRef::cluster("", "v1", "namespaces");
     sim.create_with_any_name(
