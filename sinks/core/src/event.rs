@@ -314,12 +314,12 @@ impl CloudEvent {
         if let Some(subject) = &self.subject {
             check_required("subject", subject)?;
         }
-        if let Some(time) = &self.time {
-            if !is_rfc3339(time) {
-                return Err(ValidationError::InvalidTimestamp {
-                    value: time.clone(),
-                });
-            }
+        if let Some(time) = &self.time
+            && !is_rfc3339(time)
+        {
+            return Err(ValidationError::InvalidTimestamp {
+                value: time.clone(),
+            });
         }
         if let Some(ct) = &self.datacontenttype {
             check_required("datacontenttype", ct)?;
