@@ -5,6 +5,7 @@ mod support;
 
 mod cli;
 mod fault_disk;
+mod fault_names;
 mod fault_start;
 mod fault_watch;
 mod run_admin;

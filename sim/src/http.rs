@@ -373,6 +373,7 @@ fn write_opts(query: &Query, headers: &HeaderMap, apply: bool) -> ApiResult<Writ
         field_manager: explicit.or_else(from_agent),
         validation: field_validation(query)?,
         force,
+        any_name: false,
     })
 }
 

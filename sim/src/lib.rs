@@ -448,6 +448,27 @@ impl Simulator {
             .map(|w| w.object)
     }
 
+    /// Test hook: creates an object in-process like [`Simulator::create`], except that its
+    /// `metadata.name` is not held to Kubernetes' name rules (DNS subdomain, or DNS label for a
+    /// namespace), so it may hold control characters, spaces or anything else. A real API server
+    /// refuses such names; they still reach clients through aggregated APIs, proxies or old stored
+    /// data, and clients' fault tests need them. Nothing over HTTP can do this.
+    pub fn create_with_any_name(
+        &self,
+        resource: &ResourceRef,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        let target = resource.target();
+        let opts = ops::WriteOpts {
+            any_name: true,
+            ..ops::WriteOpts::default()
+        };
+        self.shared
+            .store
+            .write(|s| s.create(&target, object, &opts))
+            .map(|w| w.object)
+    }
+
     /// Creates many objects in-process, a chunk per lock acquisition; returns how many were created.
     /// Stops at the first error.
     pub fn create_many(

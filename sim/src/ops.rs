@@ -78,6 +78,10 @@ pub(crate) struct WriteOpts {
     pub(crate) validation: FieldValidation,
     /// `force` of server-side apply.
     pub(crate) force: bool,
+    /// Skip the name rules (DNS subdomain or label) on create: the test hook behind
+    /// [`Simulator::create_with_any_name`](crate::Simulator::create_with_any_name), for clients'
+    /// tests with non-conformant data. Never set by an HTTP request.
+    pub(crate) any_name: bool,
 }
 
 impl WriteOpts {
@@ -359,7 +363,9 @@ impl State {
             name = format!("{prefix}{}", meta::random_suffix());
             m.insert("name".into(), Value::String(name.clone()));
         }
-        let valid = if def.behaviour == Behaviour::Namespace {
+        let valid = if opts.any_name {
+            Ok(())
+        } else if def.behaviour == Behaviour::Namespace {
             meta::validate_label(&name)
         } else {
             meta::validate_subdomain(&name)

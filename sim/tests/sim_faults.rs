@@ -401,3 +401,44 @@ async fn admin_state_and_bad_requests() {
         .await;
     assert_eq!(compact.body["compacted"], sim.resource_version());
 }
+
+/// The test hook for non-conformant names: `create` refuses a name with a control character, as
+/// the real server does; `create_with_any_name` stores it, and lists and watches serve it intact
+/// (JSON-escaped), in the namespace it names even when that one breaks the rules too.
+#[tokio::test]
+async fn any_name_hook_stores_what_the_name_rules_refuse_and_serves_it_intact() {
+    use herald_sim::ResourceRef;
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let mut watch = raw.watch(&format!("{WIDGETS}?watch=true")).await;
+    let widgets = ResourceRef::namespaced("example.com", "v1", "widgets", "default");
+    let odd = "a\nb\0c\u{7f}";
+    let err = sim
+        .create(&widgets, widget(odd, json!({}), json!({})))
+        .unwrap_err();
+    assert_eq!(err.code, 422, "{err:?}");
+    let created = sim
+        .create_with_any_name(&widgets, widget(odd, json!({}), json!({})))
+        .unwrap();
+    assert_eq!(created["metadata"]["name"], odd);
+    let listed = raw.get(WIDGETS).await;
+    assert_eq!(listed.body["items"][0]["metadata"]["name"], odd);
+    let (kind, object) = watch.next_event().await.unwrap();
+    assert_eq!(
+        (kind.as_str(), object["metadata"]["name"].as_str()),
+        ("ADDED", Some(odd))
+    );
+
+    let namespaces = ResourceRef::cluster("", "v1", "namespaces");
+    sim.create_with_any_name(
+        &namespaces,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "odd\tns"}}),
+    )
+    .unwrap();
+    let in_odd = ResourceRef::namespaced("example.com", "v1", "widgets", "odd\tns");
+    let mut w = widget("w\n1", json!({}), json!({}));
+    w["metadata"]["namespace"] = json!("odd\tns");
+    let w = sim.create_with_any_name(&in_odd, w).unwrap();
+    assert_eq!(w["metadata"]["namespace"], "odd\tns");
+}

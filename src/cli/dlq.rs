@@ -230,12 +230,15 @@ pub(super) async fn dlq(args: DlqArgs) -> Result<(), CliError> {
                     let (id, error) = l
                         .as_ref()
                         .map_or(("", None), |l| (l.event.id.as_str(), Some(&l.error)));
+                    // Ids and messages may hold control characters (odd object names): escaped,
+                    // so one letter stays one row and nothing reaches the terminal as a command.
+                    let id = printable(id);
                     println!(
                         "{seq:>8}  {id:<50} {:<10} {:<18} {:>8}  {}",
                         error.map_or("", |e| e.class.as_str()),
                         error.map_or("", |e| e.code.as_str()),
                         error.map_or(String::new(), |e| e.attempts.to_string()),
-                        error.map_or("", |e| e.message.as_str()),
+                        error.map_or(String::new(), |e| printable(&e.message)),
                     );
                 }
             }
@@ -322,4 +325,28 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<(), CliError> {
     journal.close().await.map_err(CliError::JournalFailed)?;
     report(args.json, "queued for redelivery", &queued);
     Ok(())
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{7f}`), everything else as it is.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn printable_escapes_control_characters_only() {
+        assert_eq!(
+            super::printable("ns/a\nb\0c\u{7f} \"é\""),
+            "ns/a\\nb\\0c\\u{7f} \"é\""
+        );
+    }
 }

@@ -16,8 +16,12 @@
 //!   outage delays events, it never dead-letters them.
 //! - The cursor advances over the contiguous prefix of finished events only, so a crash redelivers
 //!   (at least once) and never skips.
+//! - An entry that does not read back as a valid event ([`CloudEvent::validate`], the one
+//!   definition the normalizer also checks) is dead-lettered with its sequence number, its decode
+//!   error and its bytes ([`unreadable::unreadable_entry`]); nothing is skipped silently.
 
 pub mod forward;
+pub mod unreadable;
 mod window;
 
 use std::sync::Arc;
@@ -387,7 +391,7 @@ pub async fn run<S: Sink>(
     loop {
         while window.len() < settings.window {
             match reads.try_recv() {
-                Ok(read) => take_read(&mut window, &stats, read),
+                Ok(read) => take_read(&name, &mut window, &stats, dead.as_deref(), read),
                 Err(_) => break,
             }
         }
@@ -482,7 +486,7 @@ pub async fn run<S: Sink>(
                     tracing::error!(message = "The journal reader stopped; the sink's driver stops with it.", sink = %name);
                     return;
                 };
-                take_read(&mut window, &stats, read);
+                take_read(&name, &mut window, &stats, dead.as_deref(), read);
             }
             () = tokio::time::sleep(idle) => {}
         }
@@ -564,8 +568,18 @@ pub fn queue_replays(
         let rows = journal.events_from(next, REPLAY_PAGE)?;
         let Some(&(last, _)) = rows.last() else { break };
         for (seq, bytes) in rows {
-            let Ok(event) = CloudEvent::from_structured_json(&bytes) else {
-                continue;
+            let event = match CloudEvent::from_structured_json(&bytes) {
+                Ok(event) => event,
+                Err(error) => {
+                    // Delivery dead-lettered it when it first read it; a replay cannot send it.
+                    tracing::warn!(
+                        message = "Unreadable journal entry not replayed.",
+                        sink = %sink,
+                        seq,
+                        error = %herald_sink_core::error_chain(&error),
+                    );
+                    continue;
+                }
             };
             let recent = since.is_none_or(|since| {
                 event
@@ -604,7 +618,7 @@ fn replays(name: &str, journal: &Journal, max: usize) -> Vec<Envelope> {
                 }
             }
             Err(error) => {
-                tracing::error!(message = "Unreadable replay dropped.", sink = %name, seq, %error);
+                tracing::error!(message = "Unreadable replay dropped.", sink = %name, seq, error = %herald_sink_core::error_chain(&error));
                 let _ = journal.replay_done(name, seq);
             }
         }
@@ -663,8 +677,8 @@ enum Read {
     Event(Envelope),
     /// Not routed to this sink.
     Skipped(u64),
-    /// Could not be decoded (already logged).
-    Unreadable(u64),
+    /// Does not read back as a valid event (already logged): its dead letter.
+    Unreadable(Envelope, Reason),
 }
 
 /// Reads durable events after `after` in order, decodes them and hands them over, for as long as
@@ -697,8 +711,14 @@ async fn read_ahead(
                 }
                 Ok(_) => Read::Skipped(seq),
                 Err(error) => {
-                    tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, %error);
-                    Read::Unreadable(seq)
+                    let (stand_in, reason) = unreadable::unreadable_entry(seq, &bytes, &error);
+                    tracing::error!(
+                        message = "Unreadable journal entry; dead-lettering it.",
+                        sink = %name,
+                        seq,
+                        error = %reason.detail,
+                    );
+                    Read::Unreadable(stand_in, reason)
                 }
             };
             if out.send(read).await.is_err() {
@@ -717,14 +737,36 @@ fn journaled(seq: u64, event: CloudEvent, bytes: &[u8]) -> Envelope {
     }
 }
 
-fn take_read(window: &mut Window, stats: &Stats, read: Read) {
+fn take_read(
+    name: &str,
+    window: &mut Window,
+    stats: &Stats,
+    dead: Option<&dyn DeadLetters>,
+    read: Read,
+) {
     match read {
         Read::Event(envelope) => window.push(envelope, Instant::now()),
         Read::Skipped(seq) => {
             stats.skipped.fetch_add(1, Ordering::Relaxed);
             window.read_through(seq);
         }
-        Read::Unreadable(seq) => window.read_through(seq),
+        Read::Unreadable(stand_in, reason) => {
+            // Stored whatever the queue's bound: holding it back would stop the sink for good, as
+            // no retry can make the entry readable.
+            let seq = stand_in.seq;
+            let p = Pending {
+                envelope: stand_in,
+                key: String::new(),
+                attempts: 1,
+                first_failure: None,
+                failing_since: None,
+                last_reason: None,
+                not_before: Instant::now(),
+                in_flight: false,
+            };
+            bury(name, dead, stats, &p, ErrorContext::PERMANENT, &reason);
+            window.read_through(seq);
+        }
     }
 }
 

@@ -614,3 +614,89 @@ async fn an_oversized_event_goes_as_its_reference_unless_its_resource_says_dead_
     stop.cancel();
     driver.await.unwrap();
 }
+
+/// Issue 14, item 4: names with control characters are delivered; an entry that does not read back
+/// as a valid event (an empty subject, bytes that are not JSON) becomes a dead letter naming its
+/// sequence number and why, with its bytes kept; nothing is skipped and the cursor passes it.
+#[tokio::test]
+async fn odd_names_are_delivered_and_unreadable_entries_become_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let sink = Arc::new(Scripted::default());
+    let grave = Arc::new(Graveyard::default());
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        Arc::new(Router::default()),
+        fast(),
+        true,
+        stop.clone(),
+        stats.clone(),
+        Some(grave.clone() as Arc<dyn DeadLetters>),
+    ));
+    let odd = |id: &str, name: &str| {
+        CloudEvent::new(id, "k8s://c/g/p", "dev.herald.resource.created")
+            .subject(format!("ns/{name}"))
+            .extension("k8sname", name)
+            .extension("partitionkey", format!("ns/{name}"))
+            .to_structured_json()
+    };
+    let empty_subject = CloudEvent::new("u:5:created", "k8s://c/g/p", "t")
+        .subject("")
+        .to_structured_json();
+    append(
+        &j,
+        vec![
+            event("before", "a"),
+            odd("newline", "a\nb"),
+            odd("nul", "a\0b"),
+            odd("del", "a\u{7f}b"),
+            empty_subject.clone(),
+            b"\xffnot json".to_vec(),
+            event("after", "a"),
+        ],
+    )
+    .await;
+    until(|| {
+        stats.delivered.load(Ordering::SeqCst) == 5
+            && stats.dead_lettered.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    assert_eq!(
+        *sink.taken.lock().unwrap(),
+        ["before", "newline", "nul", "del", "after"]
+    );
+    let letters = grave.0.lock().unwrap().clone();
+    let invalid = letters.iter().find(|l| l.seq == 5).unwrap();
+    assert_eq!(invalid.error.code, "unreadable_entry");
+    assert_eq!(invalid.error.class, "permanent");
+    assert_eq!(
+        invalid.error.message,
+        "journal entry 5 (event \"u:5:created\") cannot be read back: decoded event is invalid: attribute `subject` is empty"
+    );
+    assert_eq!(invalid.event.id, "u:5:created");
+    assert_eq!(
+        invalid.event.data.as_ref().unwrap()["entry"]
+            .as_str()
+            .unwrap()
+            .as_bytes(),
+        empty_subject
+    );
+    let garbage = letters.iter().find(|l| l.seq == 6).unwrap();
+    assert_eq!(garbage.event.id, "journal-entry-6");
+    assert!(
+        garbage
+            .error
+            .message
+            .starts_with("journal entry 6 cannot be read back: event is not valid json"),
+        "{}",
+        garbage.error.message
+    );
+    // Every entry is finished, so the cursor reaches the head.
+    until(|| j.cursor("s").unwrap_or(0) == 7).await;
+    stop.cancel();
+    driver.await.unwrap();
+}

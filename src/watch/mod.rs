@@ -24,7 +24,7 @@ use crate::journal::Journal;
 
 pub use resolve::{Resolved, resolve};
 pub use spec::WatchSpec;
-pub use sync::{NamespaceCache, Recorder, SyncError};
+pub use sync::{NamespaceCache, Recorder, Seen, SyncError};
 
 /// A watch that lasted this long ended normally and resets the backoff (nothing else does); a shorter
 /// one counts as a failure for it, whether a re-watch or a relist follows.
@@ -329,13 +329,40 @@ async fn watch(
 }
 
 /// One decoded watch line, as the reader task hands it to the recorder.
-enum Line {
+#[derive(Debug)]
+pub enum Line {
     /// A change or a bookmark (whose value is its resourceVersion).
     Change(sync::Seen, Value),
     /// 410 Gone: the resume point expired.
     Expired,
     /// A line that did not decode.
     Broken(kube::Error),
+}
+
+impl Line {
+    /// What one watch line, as kube decoded it, means to the watcher: the step from a line to a
+    /// change. An error event other than 410 changes nothing and comes back as `Err` (the reader
+    /// logs it and reads on).
+    ///
+    /// # Errors
+    ///
+    /// The error event's status (code, reason, message).
+    pub fn of(
+        line: kube::Result<WatchEvent<DynamicObject>>,
+    ) -> Result<Self, Box<kube::core::Status>> {
+        Ok(match line {
+            Ok(WatchEvent::Added(o)) => Self::Change(sync::Seen::Added, to_value(o)),
+            Ok(WatchEvent::Modified(o)) => Self::Change(sync::Seen::Modified, to_value(o)),
+            Ok(WatchEvent::Deleted(o)) => Self::Change(sync::Seen::Deleted, to_value(o)),
+            Ok(WatchEvent::Bookmark(b)) => Self::Change(
+                sync::Seen::Bookmark,
+                Value::String(b.metadata.resource_version),
+            ),
+            Ok(WatchEvent::Error(status)) if status.code == 410 => Self::Expired,
+            Ok(WatchEvent::Error(status)) => return Err(status),
+            Err(error) => Self::Broken(error),
+        })
+    }
 }
 
 /// Decodes watch lines until the stream ends, the recorder goes away, or a line ends the watch.
@@ -345,20 +372,12 @@ async fn read_lines(
     resource: String,
 ) {
     while let Some(ev) = stream.next().await {
-        let line = match ev {
-            Ok(WatchEvent::Added(o)) => Line::Change(sync::Seen::Added, to_value(o)),
-            Ok(WatchEvent::Modified(o)) => Line::Change(sync::Seen::Modified, to_value(o)),
-            Ok(WatchEvent::Deleted(o)) => Line::Change(sync::Seen::Deleted, to_value(o)),
-            Ok(WatchEvent::Bookmark(b)) => Line::Change(
-                sync::Seen::Bookmark,
-                Value::String(b.metadata.resource_version),
-            ),
-            Ok(WatchEvent::Error(status)) if status.code == 410 => Line::Expired,
-            Ok(WatchEvent::Error(status)) => {
+        let line = match Line::of(ev) {
+            Ok(line) => line,
+            Err(status) => {
                 tracing::warn!(message = "Watch error event.", %resource, code = status.code, reason = %status.reason, error = %status.message);
                 continue;
             }
-            Err(error) => Line::Broken(error),
         };
         let last = !matches!(line, Line::Change(..));
         if tx.send(line).await.is_err() || last {

@@ -170,6 +170,17 @@ impl<'a> Recorder<'a> {
                 .resync_events
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        // The one definition the journal reader applies too. An event that breaks it is journaled
+        // all the same (dropping it here would lose it without a trace): every sink's reader
+        // dead-letters it with this reason. Odd characters in names are valid: they are carried.
+        if let Err(error) = ev.validate() {
+            tracing::warn!(
+                message = "Event is not a valid CloudEvent; each sink will dead-letter it.",
+                resource = %self.resolved.display(),
+                id = %ev.id,
+                %error,
+            );
+        }
         p.events.push(ev.to_structured_json());
     }
 

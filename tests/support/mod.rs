@@ -205,6 +205,9 @@ pub struct Receiver {
     /// `herald-error-*` headers (name → value) of every taken request that had any, with its
     /// `ce-id`: what a dead-letter sink receives.
     pub dead_letters: std::sync::Arc<std::sync::Mutex<Vec<(String, ErrorHeaders)>>>,
+    /// Every taken event decoded with sink-core's decoder for its content mode (binary,
+    /// structured or batch), in arrival order; a request that does not decode is an `Err` with why.
+    pub events: std::sync::Arc<std::sync::Mutex<Vec<Result<herald_sink_core::CloudEvent, String>>>>,
 }
 
 impl Receiver {
@@ -221,61 +224,70 @@ impl Receiver {
         let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let dead_letters = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (st, rj, lat, tk, rq, dl) = (
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (st, rj, lat, tk, rq, dl, ev) = (
             status.clone(),
             reject_subjects.clone(),
             max_latency_ms.clone(),
             taken.clone(),
             requests.clone(),
             dead_letters.clone(),
+            events.clone(),
         );
         let app = axum::Router::new().route(
             "/hook",
-            axum::routing::post(move |headers: axum::http::HeaderMap| {
-                let (st, rj, lat, tk, rq, dl) = (
-                    st.clone(),
-                    rj.clone(),
-                    lat.clone(),
-                    tk.clone(),
-                    rq.clone(),
-                    dl.clone(),
-                );
-                async move {
-                    rq.fetch_add(1, Ordering::SeqCst);
-                    let max = lat.load(Ordering::SeqCst);
-                    if max > 0 {
-                        let ms = rand::random_range(0..=max);
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                    }
-                    let h = |k: &str| {
-                        headers
-                            .get(k)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_string()
-                    };
-                    if rj.lock().unwrap().contains(&h("ce-subject")) {
-                        return axum::http::StatusCode::BAD_REQUEST;
-                    }
-                    let code = axum::http::StatusCode::from_u16(st.load(Ordering::SeqCst)).unwrap();
-                    if code.is_success() {
-                        tk.lock()
-                            .unwrap()
-                            .push((h("ce-id"), h("ce-subject"), h("ce-sequence")));
-                        let errors: BTreeMap<String, String> = headers
-                            .iter()
-                            .filter(|(k, _)| k.as_str().starts_with("herald-error-"))
-                            .map(|(k, v)| {
-                                (k.to_string(), v.to_str().unwrap_or_default().to_string())
-                            })
-                            .collect();
-                        if !errors.is_empty() {
-                            dl.lock().unwrap().push((h("ce-id"), errors));
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let (st, rj, lat, tk, rq, dl, ev) = (
+                        st.clone(),
+                        rj.clone(),
+                        lat.clone(),
+                        tk.clone(),
+                        rq.clone(),
+                        dl.clone(),
+                        ev.clone(),
+                    );
+                    async move {
+                        rq.fetch_add(1, Ordering::SeqCst);
+                        let max = lat.load(Ordering::SeqCst);
+                        if max > 0 {
+                            let ms = rand::random_range(0..=max);
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
                         }
+                        let h = |k: &str| {
+                            headers
+                                .get(k)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_string()
+                        };
+                        if rj.lock().unwrap().contains(&h("ce-subject")) {
+                            return axum::http::StatusCode::BAD_REQUEST;
+                        }
+                        let code =
+                            axum::http::StatusCode::from_u16(st.load(Ordering::SeqCst)).unwrap();
+                        if code.is_success() {
+                            tk.lock().unwrap().push((
+                                h("ce-id"),
+                                h("ce-subject"),
+                                h("ce-sequence"),
+                            ));
+                            let errors: BTreeMap<String, String> = headers
+                                .iter()
+                                .filter(|(k, _)| k.as_str().starts_with("herald-error-"))
+                                .map(|(k, v)| {
+                                    (k.to_string(), v.to_str().unwrap_or_default().to_string())
+                                })
+                                .collect();
+                            if !errors.is_empty() {
+                                dl.lock().unwrap().push((h("ce-id"), errors));
+                            }
+                            ev.lock().unwrap().extend(decode_request(&headers, &body));
+                        }
+                        code
                     }
-                    code
-                }
-            }),
+                },
+            ),
         );
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
@@ -290,6 +302,7 @@ impl Receiver {
             taken,
             requests,
             dead_letters,
+            events,
         }
     }
 
@@ -300,6 +313,30 @@ impl Receiver {
             .iter()
             .map(|t| t.0.clone())
             .collect()
+    }
+}
+
+/// The events of one webhook request, decoded as its content type says.
+fn decode_request(
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Vec<Result<herald_sink_core::CloudEvent, String>> {
+    use herald_sink_core::{CloudEvent, Mode, encode};
+    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
+    let err = |e: encode::DecodeError| herald_sink_core::error_chain(&e);
+    match Mode::from_content_type(content_type) {
+        Mode::Binary => vec![
+            encode::http_binary_decode(
+                headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+                body,
+            )
+            .map_err(err),
+        ],
+        Mode::Structured => vec![CloudEvent::from_structured_json(body).map_err(err)],
+        Mode::Batch => match encode::from_structured_json_batch(body) {
+            Ok(events) => events.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(err(e))],
+        },
     }
 }
 

@@ -269,13 +269,23 @@ impl CloudEvent {
             .is_none_or(is_json_content_type)
     }
 
-    /// Checks the CloudEvents 1.0.2 rules.
+    /// Checks that the event is one herald may journal and every binding can carry: herald's one
+    /// definition of a valid event. The normalizer checks what it builds with it, and the journal
+    /// reader and every decoder in [`crate::encode`] check what they read with it, so an event
+    /// herald journals is an event it can read back and deliver.
+    ///
+    /// These are the CloudEvents 1.0.2 rules with one deliberate difference: string values may hold
+    /// control characters (U+0000–U+001F, U+007F–U+009F) and Unicode noncharacters. The spec asks
+    /// producers not to use them, but they reach herald in object names (non-conformant API data)
+    /// and changing a name would make the event lie about its object, while every binding carries
+    /// them: the JSON format escapes them, `ce-` headers (HTTP, NATS) percent-encode them and Kafka
+    /// `ce_` headers are UTF-8 bytes (docs/event-format.md, "Odd characters").
     ///
     /// - `id`, `source`, `type` are non-empty; `subject`, `datacontenttype`, `dataschema`, when set,
     ///   are non-empty too.
-    /// - No string attribute (extension values included) contains a control character
-    ///   (U+0000–U+001F, U+007F–U+009F) or a Unicode noncharacter. Rust strings cannot hold lone
-    ///   surrogates, so that rule holds by construction.
+    /// - `datacontenttype` holds no control character or noncharacter: HTTP and NATS carry it
+    ///   verbatim as `content-type`, where they cannot be escaped. Rust strings cannot hold lone
+    ///   surrogates, so the spec's rule on those holds by construction everywhere.
     /// - `time` is an RFC 3339 timestamp; `dataschema` is an absolute URI (has a scheme);
     ///   `datacontenttype` looks like `type/subtype`.
     /// - Extension names are 1–20 of `[a-z0-9]` and are neither `data` nor a core attribute name.
@@ -285,6 +295,14 @@ impl CloudEvent {
     ///
     /// Not checked: the URI-reference grammar of `source`, and the reverse-DNS convention of `type`
     /// (a "should").
+    ///
+    /// ```
+    /// use herald_sink_core::CloudEvent;
+    ///
+    /// // A name with a line break is carried (escaped per binding), an empty subject is not.
+    /// assert!(CloudEvent::new("1", "/s", "t").subject("ns/a\nb").validate().is_ok());
+    /// assert!(CloudEvent::new("1", "/s", "t").subject("").validate().is_err());
+    /// ```
     ///
     /// # Errors
     ///
@@ -296,16 +314,16 @@ impl CloudEvent {
         if let Some(subject) = &self.subject {
             check_required("subject", subject)?;
         }
-        if let Some(time) = &self.time {
-            check_string("time", time)?;
-            if !is_rfc3339(time) {
-                return Err(ValidationError::InvalidTimestamp {
-                    value: time.clone(),
-                });
-            }
+        if let Some(time) = &self.time
+            && !is_rfc3339(time)
+        {
+            return Err(ValidationError::InvalidTimestamp {
+                value: time.clone(),
+            });
         }
         if let Some(ct) = &self.datacontenttype {
             check_required("datacontenttype", ct)?;
+            check_header_text("datacontenttype", ct)?;
             if !is_media_type(ct) {
                 return Err(ValidationError::InvalidMediaType { value: ct.clone() });
             }
@@ -320,12 +338,10 @@ impl CloudEvent {
         }
         for (name, value) in &self.extensions {
             check_extension_name(name)?;
-            if let ExtensionValue::String(s) = value {
-                if matches!(name.as_str(), "partitionkey" | "sequence") {
-                    check_required(name, s)?;
-                } else {
-                    check_string(name, s)?;
-                }
+            if let ExtensionValue::String(s) = value
+                && matches!(name.as_str(), "partitionkey" | "sequence")
+            {
+                check_required(name, s)?;
             }
         }
         if let (Some(data), false) = (&self.data, self.has_json_data())
@@ -349,7 +365,8 @@ pub enum ValidationError {
         /// The attribute's name.
         attribute: String,
     },
-    /// A string attribute contains a control character (U+0000–U+001F or U+007F–U+009F).
+    /// `datacontenttype` contains a control character (U+0000–U+001F or U+007F–U+009F), which
+    /// the `content-type` header cannot carry. Other attributes may hold them.
     #[error("attribute `{attribute}` contains control character U+{:04X}", u32::from(*.character))]
     ControlCharacter {
         /// The attribute's name.
@@ -357,7 +374,8 @@ pub enum ValidationError {
         /// The offending character.
         character: char,
     },
-    /// A string attribute contains a Unicode noncharacter (U+FDD0–U+FDEF, U+xFFFE, U+xFFFF).
+    /// `datacontenttype` contains a Unicode noncharacter (U+FDD0–U+FDEF, U+xFFFE, U+xFFFF).
+    /// Other attributes may hold them.
     #[error("attribute `{attribute}` contains noncharacter U+{:04X}", u32::from(*.character))]
     Noncharacter {
         /// The attribute's name.
@@ -426,10 +444,11 @@ fn check_required(attribute: &str, value: &str) -> Result<(), ValidationError> {
             attribute: attribute.to_owned(),
         });
     }
-    check_string(attribute, value)
+    Ok(())
 }
 
-fn check_string(attribute: &str, value: &str) -> Result<(), ValidationError> {
+/// A value a binding carries verbatim in a header, where nothing can be escaped.
+fn check_header_text(attribute: &str, value: &str) -> Result<(), ValidationError> {
     for character in value.chars() {
         let c = u32::from(character);
         if c <= 0x1F || (0x7F..=0x9F).contains(&c) {
@@ -682,46 +701,57 @@ mod tests {
             .unwrap();
     }
 
+    /// Control characters and noncharacters reach herald in object names; every binding carries
+    /// them (escaped), so they do not make an event invalid (issue 14, item 4).
     #[test]
-    fn rejects_control_characters_in_any_string_attribute() {
+    fn carries_control_characters_and_noncharacters_in_string_values() {
+        for c in [
+            '\u{0}',
+            '\n',
+            '\r',
+            '\t',
+            '\u{1F}',
+            '\u{7F}',
+            '\u{85}',
+            '\u{9F}',
+            '\u{FDD0}',
+            '\u{FFFE}',
+            '\u{10FFFF}',
+        ] {
+            let odd = format!("a{c}b");
+            CloudEvent::new(odd.as_str(), format!("/s{c}"), format!("t{c}"))
+                .subject(format!("ns/{odd}"))
+                .extension("k8sname", odd.as_str())
+                .extension("partitionkey", format!("ns/{odd}"))
+                .extension("sequence", odd.as_str())
+                .validate()
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn rejects_what_content_type_cannot_carry() {
         for c in ['\u{0}', '\n', '\u{1F}', '\u{7F}', '\u{85}', '\u{9F}'] {
-            let err = CloudEvent::new(format!("a{c}b"), "/s", "t")
+            let err = CloudEvent::new("1", "/s", "t")
+                .datacontenttype(format!("text/plain; x=a{c}b"))
                 .validate()
                 .unwrap_err();
             assert_eq!(
                 err,
                 ValidationError::ControlCharacter {
-                    attribute: "id".to_owned(),
+                    attribute: "datacontenttype".to_owned(),
                     character: c
                 }
             );
         }
         let err = CloudEvent::new("1", "/s", "t")
-            .subject("a\tb")
+            .datacontenttype("text/plain; x=\r")
             .validate()
             .unwrap_err();
-        assert_eq!(err.attribute(), "subject");
-        let err = CloudEvent::new("1", "/s", "t")
-            .extension("k8sname", "x\ry")
-            .validate()
-            .unwrap_err();
-        assert_eq!(err.attribute(), "k8sname");
         assert_eq!(
             err.to_string(),
-            "attribute `k8sname` contains control character U+000D"
+            "attribute `datacontenttype` contains control character U+000D"
         );
-    }
-
-    #[test]
-    fn accepts_non_ascii_text_outside_control_ranges() {
-        CloudEvent::new("ü-1", "/s", "t")
-            .subject("ns/ñame €\u{A0}")
-            .validate()
-            .unwrap();
-    }
-
-    #[test]
-    fn rejects_noncharacters() {
         for c in [
             '\u{FDD0}',
             '\u{FDEF}',
@@ -731,14 +761,22 @@ mod tests {
             '\u{10FFFE}',
         ] {
             let err = CloudEvent::new("1", "/s", "t")
-                .subject(format!("x{c}"))
+                .datacontenttype(format!("text/plain; x={c}"))
                 .validate()
                 .unwrap_err();
             assert!(
-                matches!(err, ValidationError::Noncharacter { ref attribute, character } if attribute == "subject" && character == c),
+                matches!(err, ValidationError::Noncharacter { ref attribute, character } if attribute == "datacontenttype" && character == c),
                 "{err:?}"
             );
         }
+    }
+
+    #[test]
+    fn accepts_non_ascii_text_outside_control_ranges() {
+        CloudEvent::new("ü-1", "/s", "t")
+            .subject("ns/ñame €\u{A0}")
+            .validate()
+            .unwrap();
     }
 
     #[test]

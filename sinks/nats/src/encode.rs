@@ -52,7 +52,8 @@ impl Message {
     /// The event as a message in `mode`: structured puts the JSON event in the payload with
     /// `content-type: application/cloudevents+json; charset=UTF-8`; binary puts `data` in the
     /// payload and the attributes in `ce-` headers plus `content-type` (sink-core's HTTP binary
-    /// headers, which the NATS binding reuses). On JetStream, `Nats-Msg-Id` is the event `id`.
+    /// headers, which the NATS binding reuses). On JetStream, `Nats-Msg-Id` is the event `id`,
+    /// percent-encoded like `ce-id` (unchanged for herald's usual `<uid>:<rv>:<op>` ids).
     /// A dead letter's context is added as `herald-error-*` headers, percent-encoded like `ce-`
     /// values (a server message may hold a line break, which a NATS header cannot carry).
     pub(crate) fn build(
@@ -73,7 +74,12 @@ impl Message {
             NatsMode::Binary => (event.http_binary_headers(), event.data_bytes()),
         };
         if jetstream {
-            headers.push((MSG_ID_HEADER.to_owned(), event.id.clone()));
+            // Percent-encoded like `ce-id`: an id holding a line break (from an object's uid) must
+            // not make the message unsendable; equal ids still give equal values for de-duplication.
+            headers.push((
+                MSG_ID_HEADER.to_owned(),
+                encode_header_value(&event.id).into_owned(),
+            ));
         }
         if let Some(error) = error {
             headers.extend(
@@ -282,6 +288,39 @@ mod tests {
                 Some("0c5f-42:1234:updated")
             );
         }
+    }
+
+    /// Issue 14, item 4: a name (or uid) with control characters still makes a message NATS can
+    /// carry, in both modes, and the binary headers decode back to the same attributes.
+    #[test]
+    fn control_characters_in_names_make_sendable_messages() {
+        let odd = "a\nb\r\0c\u{7F} d";
+        let event = widget()
+            .subject(format!("team-a/{odd}"))
+            .extension("k8sname", odd)
+            .extension("partitionkey", format!("team-a/{odd}"));
+        let mut event = event;
+        event.id = format!("uid-{odd}:1:created");
+        for mode in [NatsMode::Structured, NatsMode::Binary] {
+            let message = Message::build("s".into(), mode, &event, true, None);
+            message.header_map().unwrap();
+            assert!(
+                message
+                    .headers
+                    .iter()
+                    .all(|(_, v)| !v.contains(['\r', '\n', '\0']))
+            );
+        }
+        let binary = Message::build("s".into(), NatsMode::Binary, &event, true, None);
+        let decoded =
+            herald_sink_core::encode::http_binary_decode(binary.headers.clone(), &binary.payload)
+                .unwrap();
+        assert_eq!(decoded.subject, event.subject);
+        assert_eq!(decoded.id, event.id);
+        assert_eq!(
+            decoded.extensions["k8sname"],
+            herald_sink_core::ExtensionValue::String(odd.to_owned())
+        );
     }
 
     #[test]

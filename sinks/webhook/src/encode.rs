@@ -13,7 +13,8 @@ use crate::sign;
 /// One HTTP request, ready to send: the headers in sending order and the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Built {
-    /// `webhook-id`: the event's `id`, or for a batch an id derived from its events' ids.
+    /// `webhook-id`: the event's `id` percent-encoded like `ce-id`, or for a batch an id derived
+    /// from its events' ids.
     pub(crate) id: String,
     /// Lower-case names except the configured extra headers, which keep their spelling.
     pub(crate) headers: Vec<(String, String)>,
@@ -68,6 +69,9 @@ pub(crate) fn build(
     if let Some(auth) = &config.auth {
         headers.push(("authorization".to_owned(), auth.header_value()));
     }
+    // `webhook-id` is a header and the signature covers it as sent: percent-encoded like `ce-id`, so
+    // an id with a line break (from an object's uid) can be carried; herald's usual ids are unchanged.
+    let id = encode_header_value(&id).into_owned();
     if let Some(signing) = &config.signing {
         headers.push((sign::WEBHOOK_ID.to_owned(), id.clone()));
         headers.push((sign::WEBHOOK_TIMESTAMP.to_owned(), timestamp.to_string()));
@@ -313,5 +317,41 @@ mod tests {
             header(&built, "webhook-signature").unwrap(),
             sign::standard_signature(b"key", &built.id, 7, &built.body)
         );
+    }
+
+    /// Issue 14, item 4: control characters in a name or id still make headers HTTP can carry,
+    /// and the signature covers the `webhook-id` as sent.
+    #[test]
+    fn control_characters_make_carriable_headers_and_a_matching_signature() {
+        let mut e = event("u\n1:10:updated").subject("default/a\nb\0c\u{7F}");
+        e.extensions.insert(
+            "k8sname".into(),
+            herald_sink_core::ExtensionValue::String("a\nb\0c\u{7F}".into()),
+        );
+        let config = Settings {
+            signing: Some(SigningConfig {
+                secret: b"key".to_vec(),
+                hub_signature_256_secret: None,
+            }),
+            ..Settings::new("http://h/")
+        };
+        let built = build(&config, &[&e], &[], 7);
+        for (name, value) in &built.headers {
+            assert!(
+                reqwest::header::HeaderValue::from_str(value).is_ok(),
+                "{name}: {value:?}"
+            );
+        }
+        assert_eq!(built.id, "u%0A1:10:updated");
+        assert_eq!(header(&built, "webhook-id"), Some("u%0A1:10:updated"));
+        assert_eq!(
+            header(&built, "webhook-signature").unwrap(),
+            sign::standard_signature(b"key", "u%0A1:10:updated", 7, &built.body)
+        );
+        let decoded =
+            herald_sink_core::encode::http_binary_decode(built.headers.clone(), &built.body)
+                .unwrap();
+        assert_eq!(decoded.id, e.id);
+        assert_eq!(decoded.subject, e.subject);
     }
 }

@@ -403,10 +403,16 @@ mod tests {
         old[0] = ("ce-specversion", "0.3");
         let err = http_binary_decode(pairs(&old), b"").unwrap_err();
         assert!(matches!(err, DecodeError::UnsupportedSpecVersion { .. }));
+        // A control character is carried, percent-encoded (issue 14, item 4); what `content-type`
+        // cannot carry is refused.
         let mut control = base.to_vec();
         control.push(("ce-subject", "a%0Ab"));
-        let err = http_binary_decode(pairs(&control), b"").unwrap_err();
-        assert!(matches!(err, DecodeError::Invalid(ref e) if e.attribute() == "subject"));
+        let event = http_binary_decode(pairs(&control), b"").unwrap();
+        assert_eq!(event.subject.as_deref(), Some("a\nb"));
+        let mut bad_type = base.to_vec();
+        bad_type.push(("content-type", "text/plain; x=\u{1}"));
+        let err = http_binary_decode(pairs(&bad_type), b"").unwrap_err();
+        assert!(matches!(err, DecodeError::Invalid(ref e) if e.attribute() == "datacontenttype"));
         let mut long = base.to_vec();
         long.push(("ce-averyveryverylongextension", "x"));
         let err = http_binary_decode(pairs(&long), b"").unwrap_err();

@@ -1,0 +1,181 @@
+//! The path from a watch line to a journaled change: kube's line decoding, [`Line::of`], the
+//! normalizer, and the journal reader's decoding. Arbitrary bytes and arbitrary JSON objects give a
+//! change or a typed error, never a panic, and the normalizer and the reader always agree on
+//! whether an event is valid (one definition: `CloudEvent::validate`), so nothing journaled is
+//! silently unreadable.
+
+use herald::event::{self, Observed, Op, Payload, Resource};
+use herald::watch::{Line, Seen};
+use herald_sink_core::CloudEvent;
+use herald_sink_core::encode::DecodeError;
+use kube::api::{DynamicObject, WatchEvent};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use crate::{json_value, odd_string};
+
+fn resource(namespaced: bool) -> Resource {
+    Resource {
+        cluster: "prod".into(),
+        group: "example.com".into(),
+        version: "v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+        namespaced,
+        type_prefix: event::DEFAULT_TYPE_PREFIX.into(),
+        payload: Payload {
+            object: true,
+            old_object: true,
+            patch: true,
+        },
+        redact: vec!["/spec/password".into(), "/metadata/name".into()],
+        keep_managed_fields: false,
+    }
+}
+
+/// kube's decoding of one watch line (what its watch stream does with each line).
+fn decode(bytes: &[u8]) -> kube::Result<WatchEvent<DynamicObject>> {
+    serde_json::from_slice(bytes).map_err(kube::Error::SerdeError)
+}
+
+/// Normalizes a change the way the recorder does and checks that the journal reader agrees with
+/// the normalizer's verdict; returns the event.
+fn journal_and_read_back(
+    resource: &Resource,
+    seen: Seen,
+    raw: Value,
+    old: Option<Value>,
+) -> CloudEvent {
+    let op = match seen {
+        Seen::Added => Op::Created,
+        Seen::Modified => Op::Updated,
+        Seen::Deleted | Seen::Bookmark => Op::Deleted,
+    };
+    let object = event::prepare(resource, raw);
+    let old = old.map(|o| event::prepare(resource, o));
+    let _ = event::object_key(resource, &object);
+    let _ = event::status_only_change(old.as_ref().unwrap_or(&object), &object);
+    let ev = event::normalize(
+        resource,
+        Observed {
+            op,
+            object: &object,
+            old: old.as_ref(),
+            resync: false,
+            resource_version: None,
+            observed_at: jiff::Timestamp::now(),
+        },
+    );
+    let verdict = ev.validate();
+    let bytes = ev.to_structured_json();
+    match (verdict, CloudEvent::from_structured_json(&bytes)) {
+        (Ok(()), Ok(read)) => assert_eq!(read, ev, "the reader reads back what was journaled"),
+        (Err(made), Err(DecodeError::Invalid(read))) => assert_eq!(made, read),
+        (verdict, read) => panic!(
+            "normalizer and reader disagree: {verdict:?} vs {read:?} for {}",
+            String::from_utf8_lossy(&bytes)
+        ),
+    }
+    // The reference-only form (oversized events) is as valid as the event it stands for.
+    assert_eq!(
+        event::to_reference(&ev).validate().is_ok(),
+        ev.validate().is_ok()
+    );
+    ev
+}
+
+fn watch_type() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        Just("ADDED"),
+        Just("MODIFIED"),
+        Just("DELETED"),
+        Just("BOOKMARK"),
+        Just("ERROR"),
+        Just("SOMETHING"),
+    ]
+}
+
+/// A Kubernetes-shaped object whose metadata strings are arbitrary (control characters included).
+fn odd_object() -> impl Strategy<Value = Value> {
+    (
+        odd_string(),
+        odd_string(),
+        odd_string(),
+        prop_oneof![Just("1".to_owned()), Just("42".to_owned()), odd_string()],
+        proptest::option::of(any::<i64>()),
+        json_value(),
+    )
+        .prop_map(|(name, namespace, uid, rv, generation, spec)| {
+            let mut meta = json!({"name": name, "namespace": namespace, "uid": uid, "resourceVersion": rv});
+            if let Some(g) = generation {
+                meta["generation"] = json!(g);
+            }
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta, "spec": spec})
+        })
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_give_a_line_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        if let Ok(Line::Change(seen, raw)) = Line::of(decode(&bytes))
+            && seen != Seen::Bookmark
+        {
+            journal_and_read_back(&resource(true), seen, raw, None);
+        }
+    }
+
+    #[test]
+    fn arbitrary_json_objects_give_a_change_or_an_error(
+        ty in watch_type(),
+        object in json_value(),
+        old in proptest::option::of(json_value()),
+        namespaced in any::<bool>(),
+    ) {
+        let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
+        if let Ok(Line::Change(seen, raw)) = Line::of(decode(&line))
+            && seen != Seen::Bookmark
+        {
+            journal_and_read_back(&resource(namespaced), seen, raw, old);
+        }
+    }
+
+    /// Names with control characters are valid events, and the name comes back intact.
+    #[test]
+    fn odd_names_make_valid_events_that_read_back_intact(
+        ty in prop_oneof![Just("ADDED"), Just("MODIFIED"), Just("DELETED")],
+        object in odd_object(),
+        old in proptest::option::of(odd_object()),
+    ) {
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let namespace = object["metadata"]["namespace"].as_str().unwrap().to_owned();
+        let rv = object["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+        let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
+        let Ok(Line::Change(seen, raw)) = Line::of(decode(&line)) else {
+            panic!("a well-formed watch line must decode: {}", String::from_utf8_lossy(&line));
+        };
+        // The redaction of `/metadata/name` must not change what the event says about the object.
+        let mut res = resource(true);
+        res.redact.pop();
+        let ev = journal_and_read_back(&res, seen, raw, old);
+        let key = format!("{namespace}/{name}");
+        prop_assert_eq!(ev.subject.as_deref(), Some(key.as_str()));
+        prop_assert_eq!(ev.partition_key(), Some(key.as_str()));
+        prop_assert_eq!(ev.extensions["k8sname"].as_str(), Some(name.as_str()));
+        prop_assert_eq!(ev.extensions["k8snamespace"].as_str(), Some(namespace.as_str()));
+        // Valid unless the event would carry an empty sequence (no resourceVersion).
+        prop_assert_eq!(ev.validate().is_ok(), !rv.is_empty());
+    }
+}
+
+/// A cluster-scoped object without a name would make an event with an empty subject: the reader
+/// and the normalizer both call it invalid (it is then dead-lettered, never skipped).
+#[test]
+fn a_nameless_cluster_scoped_object_is_invalid_for_both_sides() {
+    let ev = journal_and_read_back(
+        &resource(false),
+        Seen::Added,
+        json!({"metadata": {"uid": "u", "resourceVersion": "3"}}),
+        None,
+    );
+    assert_eq!(ev.validate().unwrap_err().attribute(), "subject");
+}
