@@ -1,5 +1,6 @@
 //! `/healthz` (liveness: herald's own loops only, so an API-server outage never becomes a restart
-//! loop) and `/readyz` (every resource served and its watch open). `/readyz` also names each paused
+//! loop) and `/readyz` (every resource served and its watch open; otherwise why: the API server
+//! unreachable or answering garbage, the CRD missing, file descriptors exhausted). `/readyz` also names each paused
 //! sink and why, without failing for it: herald keeps journaling, and a pod held unready by a
 //! receiver's outage would stall a rollout for something herald rides out.
 
@@ -10,6 +11,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::AdminState;
+use crate::telemetry::fds;
+use crate::watch;
 
 pub(super) async fn healthz(State(s): State<AdminState>) -> Response {
     if s.alive.load(Ordering::SeqCst) {
@@ -24,19 +27,13 @@ pub(super) async fn healthz(State(s): State<AdminState>) -> Response {
 }
 
 pub(super) async fn readyz(State(s): State<AdminState>) -> Response {
-    let waiting: Vec<String> = s
-        .registry
-        .watchers()
-        .iter()
-        .filter(|(_, h)| !h.resolved.load(Ordering::SeqCst) || !h.synced.load(Ordering::SeqCst))
-        .map(|(label, h)| {
-            if h.resolved.load(Ordering::SeqCst) {
-                format!("{label}: not synced")
-            } else {
-                format!("{label}: not served (CRD missing?)")
-            }
-        })
-        .collect();
+    let mut waiting: Vec<String> = fds::recent_exhaustion().into_iter().collect();
+    waiting.extend(
+        s.registry
+            .watchers()
+            .iter()
+            .filter_map(|(label, h)| watcher_line(label, h)),
+    );
     let paused: String = s
         .registry
         .sinks()
@@ -55,4 +52,20 @@ pub(super) async fn readyz(State(s): State<AdminState>) -> Response {
         )
             .into_response()
     }
+}
+
+/// Why a watcher is not ready, `None` when it is: what the API server's last failure was when
+/// there is one (unreachable, unreadable answers, an error status, no descriptors), the missing
+/// CRD only when the server answered that it does not serve the resource.
+fn watcher_line(label: &str, h: &watch::Health) -> Option<String> {
+    let resolved = h.resolved.load(Ordering::SeqCst);
+    if resolved && h.synced.load(Ordering::SeqCst) {
+        return None;
+    }
+    Some(match (resolved, h.problem()) {
+        (false, Some(problem)) => format!("{label}: {problem}"),
+        (false, None) => format!("{label}: not served (CRD missing?)"),
+        (true, Some(problem)) => format!("{label}: not synced: {problem}"),
+        (true, None) => format!("{label}: not synced"),
+    })
 }

@@ -83,7 +83,7 @@ impl From<SupervisorError> for StartError {
 pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Running, StartError> {
     let admin = crate::admin::bind(cfg.admin.listen)
         .await
-        .and_then(|listener| Ok((listener.local_addr()?, listener)))
+        .and_then(|listener| Ok((axum::serve::Listener::local_addr(&listener)?, listener)))
         .map_err(|source| StartError::AdminBindFailed {
             addr: cfg.admin.listen,
             source,

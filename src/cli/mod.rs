@@ -117,6 +117,7 @@ impl CliError {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
+    telemetry::fds::raise_limit();
     install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

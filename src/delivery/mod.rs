@@ -604,7 +604,7 @@ fn replays(name: &str, journal: &Journal, max: usize) -> Vec<Envelope> {
                 }
             }
             Err(error) => {
-                tracing::error!(message = "Unreadable replay dropped.", sink = %name, seq, %error);
+                tracing::error!(message = "Unreadable replay dropped.", sink = %name, seq, error = %herald_sink_core::error_chain(&error));
                 let _ = journal.replay_done(name, seq);
             }
         }
@@ -697,7 +697,7 @@ async fn read_ahead(
                 }
                 Ok(_) => Read::Skipped(seq),
                 Err(error) => {
-                    tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, %error);
+                    tracing::error!(message = "Unreadable journal entry skipped.", sink = %name, seq, error = %herald_sink_core::error_chain(&error));
                     Read::Unreadable(seq)
                 }
             };

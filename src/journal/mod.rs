@@ -623,7 +623,12 @@ impl Journal {
         }
         // sled keeps creating snapshot and blob files with the umask.
         if let Err(error) = files::restrict_tree(&self.inner.path) {
-            tracing::warn!(message = "Could not restrict journal file permissions.", %error);
+            // With its OS error: "too many open files" here means herald ran out of descriptors,
+            // not that the permissions are wrong.
+            if let Some(io) = crate::telemetry::fds::exhaustion_in(&error) {
+                crate::telemetry::fds::note("restricting journal file permissions", io);
+            }
+            tracing::warn!(message = "Could not restrict journal file permissions.", error = %herald_sink_core::error_chain(&error));
         }
         Ok(removed)
     }

@@ -5,12 +5,13 @@
 //! Every batch of changes is appended to the journal atomically with the object index and the new
 //! checkpoint, so the checkpoint never passes an event that is not in the journal.
 
+pub mod problem;
 pub mod resolve;
 mod spec;
 mod sync;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -22,6 +23,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::backoff::{self, Backoff};
 use crate::journal::Journal;
 
+pub use problem::ApiProblem;
 pub use resolve::{Resolved, resolve};
 pub use spec::WatchSpec;
 pub use sync::{NamespaceCache, Recorder, SyncError};
@@ -80,6 +82,36 @@ pub struct Health {
     pub emitted: AtomicU64,
     /// Changes observed but not emitted (event-type filter, status-only updates when skipped).
     pub filtered: AtomicU64,
+    /// What the last request to the API server ran into, until one succeeds (for `/readyz`).
+    problem: Mutex<Option<ApiProblem>>,
+}
+
+impl Health {
+    /// What the last failed request to the API server ran into; `None` once one succeeded.
+    pub fn problem(&self) -> Option<ApiProblem> {
+        self.lock_problem().clone()
+    }
+
+    fn lock_problem(&self) -> std::sync::MutexGuard<'_, Option<ApiProblem>> {
+        self.problem
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A request to the API server succeeded.
+    fn clear_problem(&self) {
+        *self.lock_problem() = None;
+    }
+
+    /// A request to the API server failed with `error`: remembered for `/readyz`, and a lack of
+    /// file descriptors reported as such.
+    fn note_problem(&self, error: &kube::Error) {
+        let problem = ApiProblem::of(error);
+        if let Some(io) = crate::telemetry::fds::exhaustion_in(error) {
+            crate::telemetry::fds::note("connecting to the API server", io);
+        }
+        *self.lock_problem() = Some(problem);
+    }
 }
 
 /// The watcher's state; each variant's doc says what the next step does.
@@ -121,6 +153,7 @@ pub async fn run(
         let next = match (&state, &resolved) {
             (State::Resolving, _) | (_, None) => match resolve::resolve(&client, &spec).await {
                 Ok(Some(r)) => {
+                    health.clear_problem();
                     health.resolved.store(true, Ordering::SeqCst);
                     let checkpoint = journal.checkpoint(&r.stream).ok().flatten();
                     tracing::info!(
@@ -136,6 +169,7 @@ pub async fn run(
                     next
                 }
                 Ok(None) => {
+                    health.clear_problem();
                     if health.resolved.swap(false, Ordering::SeqCst) || backoff.failures() == 0 {
                         tracing::warn!(
                             message = "Waiting for the resource to be served; not ready until it is.",
@@ -147,7 +181,8 @@ pub async fn run(
                     State::Resolving
                 }
                 Err(error) => {
-                    tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), %error);
+                    health.note_problem(&error);
+                    tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem::chain(&error));
                     sleep_or_stop(backoff.next_delay(), &stop).await;
                     State::Resolving
                 }
@@ -158,10 +193,16 @@ pub async fn run(
                 match sync::relist(&recorder, tuning.page_size).await {
                     // Not a reset: a server that lists fine and then breaks every watch would be
                     // relisted in a hot loop. Only a watch that lasted resets the backoff.
-                    Ok(rv) => State::Watching { rv },
+                    Ok(rv) => {
+                        health.clear_problem();
+                        State::Watching { rv }
+                    }
                     Err(sync::SyncError::NotServed) => State::Resolving,
                     Err(error) => {
-                        tracing::warn!(message = "List failed; retrying.", resource = %r.display(), %error);
+                        if let Some(api) = error.api_error() {
+                            health.note_problem(api);
+                        }
+                        tracing::warn!(message = "List failed; retrying.", resource = %r.display(), error = %problem::chain(&error));
                         sleep_or_stop(backoff.next_delay(), &stop).await;
                         State::Listing
                     }
@@ -254,11 +295,13 @@ async fn watch(
             if is_not_found(&error) {
                 return Ended::Elsewhere(State::Resolving);
             }
-            tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), %error);
+            health.note_problem(&error);
+            tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), error = %problem::chain(&error));
             health.synced.store(false, Ordering::SeqCst);
             return Ended::Again(State::Watching { rv });
         }
     };
+    health.clear_problem();
     health.synced.store(true, Ordering::SeqCst);
     // Decoding runs in its own task so it overlaps with recording: while one batch is normalized
     // and appended, the next lines are decoded, and under load batches grow by themselves (one
@@ -299,7 +342,7 @@ async fn watch(
                 Line::Expired => {
                     // Flush what came before the gap, then relist.
                     if let Err(error) = rec.record_watch(changes, &mut rv).await {
-                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
+                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
                     tracing::info!(message = "Resume point expired (410); relisting.", resource = %r.display(), rv = %rv);
                     return Ended::Expired;
@@ -308,9 +351,10 @@ async fn watch(
                     // A line that does not parse is a change we cannot see: record what came before it,
                     // then relist, so the diff recovers whatever the line carried instead of the next
                     // event's resourceVersion silently moving the checkpoint past it.
-                    tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), %error);
+                    health.note_problem(&error);
+                    tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), error = %problem::chain(&error));
                     if let Err(error) = rec.record_watch(changes, &mut rv).await {
-                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
+                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
                     health.synced.store(false, Ordering::SeqCst);
                     return Ended::Again(State::Listing);
@@ -318,7 +362,7 @@ async fn watch(
             }
         }
         if let Err(error) = rec.record_watch(changes, &mut rv).await {
-            tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), %error);
+            tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), error = %problem::chain(&error));
             sleep_or_stop(Duration::from_millis(500), stop).await;
             return Ended::Again(match rec.journal.checkpoint(&r.stream).ok().flatten() {
                 Some(cp) => State::Watching { rv: cp },
