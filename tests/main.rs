@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod fault_api;
 mod fault_fds;
 mod fault_start;
 mod fault_watch;

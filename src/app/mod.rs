@@ -21,7 +21,7 @@ mod deferred;
 mod sinks;
 mod supervisor;
 
-pub use cluster::client;
+pub use cluster::{Cluster, client};
 pub use sinks::check_sink;
 pub use supervisor::{DeliveryBase, Registry, Supervisor, SupervisorError};
 
@@ -95,7 +95,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         .map(|secret| secret.resolve())
         .transpose()
         .map_err(|e| StartError::AdminTokenFailed(e.to_string()))?;
-    let (client, sim) = client(cfg).await?;
+    let Cluster { client, sim, .. } = client(cfg).await?;
     let journal = Journal::open(JournalConfig::from_settings(&cfg.journal))
         .map_err(StartError::JournalFailed)?;
     drop_stale_cursors(&journal, cfg)?;

@@ -34,7 +34,8 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     let mut problems: Vec<String> = Vec::new();
     let mut resources = Vec::new();
     if args.connect {
-        let (client, sim) = app::client(&cfg).await.map_err(CliError::StartFailed)?;
+        let app::Cluster { client, sim, url } =
+            app::client(&cfg).await.map_err(CliError::StartFailed)?;
         for spec in crate::watch::WatchSpec::from_config(&cfg) {
             match watch::resolve(&client, &spec).await {
                 Ok(Some(r)) => {
@@ -61,8 +62,9 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
                     resources.push(json!({"index": spec.index, "served": false}));
                 }
                 Err(e) => {
+                    // The server named, and what it did: refused, timed out, answered garbage.
                     return Err(CliError::StartFailed(app::StartError::ClusterUnreachable(
-                        e.to_string(),
+                        format!("{url}: {}", watch::ApiProblem::of(&e)),
                     )));
                 }
             }
