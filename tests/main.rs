@@ -6,6 +6,7 @@ mod support;
 mod cli;
 mod fault_api;
 mod fault_fds;
+mod fault_oversize;
 mod fault_start;
 mod fault_watch;
 mod run_admin;
