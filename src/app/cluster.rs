@@ -38,14 +38,24 @@ pub async fn client(cfg: &Config) -> Result<Cluster, StartError> {
     match &cfg.cluster.source {
         ClusterSource::Embedded(embedded) => {
             // The embedded cluster keeps its state beside the journal: its resourceVersions must never go
-            // backwards under a stored checkpoint.
+            // backwards under a stored checkpoint. Callers hold the journal directory's lock, so
+            // no second herald runs a cluster on the same state.
             let data = cfg.journal.path.join("embedded-cluster");
             let sim = Simulator::start(SimConfig::default().data_dir(data))
                 .await
                 .map_err(StartError::EmbeddedFailed)?;
             if let Some(file) = &embedded.load {
-                sim.load_file(file)
-                    .map_err(StartError::EmbeddedLoadFailed)?;
+                // `load` creates a new cluster's objects. On a restored state it would revert
+                // every change made since and emit updates for them.
+                if sim.restored() {
+                    tracing::info!(
+                        message = "Embedded cluster restored from the journal directory; its load file is applied to a new cluster only.",
+                        load = %file.display(),
+                    );
+                } else {
+                    sim.load_file(file)
+                        .map_err(StartError::EmbeddedLoadFailed)?;
+                }
             }
             let client = sim.client().map_err(StartError::EmbeddedFailed)?;
             Ok(Cluster {

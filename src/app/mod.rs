@@ -34,6 +34,15 @@ pub enum StartError {
     /// The embedded simulator could not start.
     #[error("cannot start the embedded cluster")]
     EmbeddedFailed(#[source] SimError),
+    /// The embedded cluster's state belongs to a herald running on the same journal.
+    #[error(
+        "the embedded cluster's state in {path} is in use by a herald running on that journal; \
+         stop it first, or ask the running one (`herald status`)"
+    )]
+    EmbeddedInUse {
+        /// The journal directory.
+        path: std::path::PathBuf,
+    },
     /// The embedded cluster's `load` file could not be applied.
     #[error("cannot load the embedded cluster's objects")]
     EmbeddedLoadFailed(#[source] LoadError),
@@ -95,9 +104,12 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         .map(|secret| secret.resolve())
         .transpose()
         .map_err(|e| StartError::AdminTokenFailed(e.to_string()))?;
-    let Cluster { client, sim, .. } = client(cfg).await?;
+    // The journal first: its lock keeps a second herald off the embedded cluster's state, which
+    // lives in the journal directory, and a directory that cannot be written is the journal's
+    // failure (exit 12), not the cluster's.
     let journal = Journal::open(JournalConfig::from_settings(&cfg.journal))
         .map_err(StartError::JournalFailed)?;
+    let Cluster { client, sim, .. } = client(cfg).await?;
     drop_stale_cursors(&journal, cfg)?;
 
     let base = DeliveryBase {

@@ -34,6 +34,12 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     let mut problems: Vec<String> = Vec::new();
     let mut resources = Vec::new();
     if args.connect {
+        // An embedded cluster's state lives in the journal directory: never start a second
+        // cluster on it under a running herald.
+        let _lock = match &cfg.cluster.source {
+            config::ClusterSource::Embedded(_) => Some(lock_embedded(&cfg)?),
+            _ => None,
+        };
         let app::Cluster { client, sim, url } =
             app::client(&cfg).await.map_err(CliError::StartFailed)?;
         for spec in crate::watch::WatchSpec::from_config(&cfg) {
@@ -114,6 +120,19 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     } else {
         Err(CliError::CheckFailed(problems))
     }
+}
+
+/// The journal directory's lock, held while the embedded cluster runs for the check.
+fn lock_embedded(cfg: &config::Config) -> Result<crate::journal::DirLock, CliError> {
+    let path = &cfg.journal.path;
+    crate::journal::Journal::lock_dir(path).map_err(|e| {
+        CliError::StartFailed(match e {
+            crate::journal::JournalError::AlreadyOpen { .. } => {
+                app::StartError::EmbeddedInUse { path: path.clone() }
+            }
+            other => app::StartError::JournalFailed(other),
+        })
+    })
 }
 
 async fn allowed(
