@@ -136,6 +136,13 @@ async fn out_of_file_descriptors_keeps_the_admin_endpoint_answering_and_loses_no
         },
     )
     .await;
+    let (_, metrics) = get(&admin, "/metrics").await;
+    let exhausted: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("herald_open_files_exhausted_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(exhausted > 0.0, "{metrics}");
     // It keeps answering while starved, request after request.
     for _ in 0..20 {
         assert_eq!(get(&admin, "/healthz").await.0, 200);

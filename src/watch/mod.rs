@@ -104,13 +104,20 @@ impl Health {
     }
 
     /// A request to the API server failed with `error`: remembered for `/readyz`, and a lack of
-    /// file descriptors reported as such.
-    fn note_problem(&self, error: &kube::Error) {
+    /// file descriptors reported as such. True when that report is all the log needs: every
+    /// watcher fails at once then, and [`fds::note`](crate::telemetry::fds::note) logs it once
+    /// for all of them.
+    fn note_problem(&self, error: &kube::Error) -> bool {
         let problem = ApiProblem::of(error);
-        if let Some(io) = crate::telemetry::fds::exhaustion_in(error) {
-            crate::telemetry::fds::note("connecting to the API server", io);
-        }
+        let reported = match crate::telemetry::fds::exhaustion_in(error) {
+            Some(io) => {
+                crate::telemetry::fds::note("connecting to the API server", io);
+                true
+            }
+            None => false,
+        };
         *self.lock_problem() = Some(problem);
+        reported
     }
 }
 
@@ -181,8 +188,11 @@ pub async fn run(
                     State::Resolving
                 }
                 Err(error) => {
-                    health.note_problem(&error);
-                    tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem::chain(&error));
+                    if health.note_problem(&error) {
+                        tracing::debug!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem::chain(&error));
+                    } else {
+                        tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem::chain(&error));
+                    }
                     sleep_or_stop(backoff.next_delay(), &stop).await;
                     State::Resolving
                 }
@@ -199,10 +209,14 @@ pub async fn run(
                     }
                     Err(sync::SyncError::NotServed) => State::Resolving,
                     Err(error) => {
-                        if let Some(api) = error.api_error() {
-                            health.note_problem(api);
+                        if error
+                            .api_error()
+                            .is_some_and(|api| health.note_problem(api))
+                        {
+                            tracing::debug!(message = "List failed; retrying.", resource = %r.display(), error = %problem::chain(&error));
+                        } else {
+                            tracing::warn!(message = "List failed; retrying.", resource = %r.display(), error = %problem::chain(&error));
                         }
-                        tracing::warn!(message = "List failed; retrying.", resource = %r.display(), error = %problem::chain(&error));
                         sleep_or_stop(backoff.next_delay(), &stop).await;
                         State::Listing
                     }
@@ -295,8 +309,11 @@ async fn watch(
             if is_not_found(&error) {
                 return Ended::Elsewhere(State::Resolving);
             }
-            health.note_problem(&error);
-            tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), error = %problem::chain(&error));
+            if health.note_problem(&error) {
+                tracing::debug!(message = "Watch failed to start; retrying.", resource = %r.display(), error = %problem::chain(&error));
+            } else {
+                tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), error = %problem::chain(&error));
+            }
             health.synced.store(false, Ordering::SeqCst);
             return Ended::Again(State::Watching { rv });
         }
@@ -351,7 +368,7 @@ async fn watch(
                     // A line that does not parse is a change we cannot see: record what came before it,
                     // then relist, so the diff recovers whatever the line carried instead of the next
                     // event's resourceVersion silently moving the checkpoint past it.
-                    health.note_problem(&error);
+                    let _ = health.note_problem(&error);
                     tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), error = %problem::chain(&error));
                     if let Err(error) = rec.record_watch(changes, &mut rv).await {
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));

@@ -79,11 +79,13 @@ pub enum MetricName {
     JournalSizeBytes,
     /// `herald_change_to_delivery_seconds{sink}`, a histogram.
     ChangeToDeliverySeconds,
+    /// `herald_open_files_exhausted_total`, a counter.
+    OpenFilesExhaustedTotal,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 21] = [
+    pub const ALL: [MetricName; 22] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -105,6 +107,7 @@ impl MetricName {
         Self::JournalAppendsTotal,
         Self::JournalSizeBytes,
         Self::ChangeToDeliverySeconds,
+        Self::OpenFilesExhaustedTotal,
     ];
 
     /// The exported name.
@@ -134,6 +137,7 @@ impl MetricName {
             Self::JournalAppendsTotal => "herald_journal_appends_total",
             Self::JournalSizeBytes => "herald_journal_size_bytes",
             Self::ChangeToDeliverySeconds => "herald_change_to_delivery_seconds",
+            Self::OpenFilesExhaustedTotal => "herald_open_files_exhausted_total",
         }
     }
 
@@ -152,7 +156,8 @@ impl MetricName {
             | Self::DeadLettersForwardedTotal
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
-            | Self::JournalAppendsTotal => MetricKind::Counter,
+            | Self::JournalAppendsTotal
+            | Self::OpenFilesExhaustedTotal => MetricKind::Counter,
             Self::WatchSynced
             | Self::DeadLetterQueueSize
             | Self::DeadLetterQueueFull
@@ -187,7 +192,10 @@ impl MetricName {
             | Self::JournalLagEvents
             | Self::JournalOldestUndeliveredAgeSeconds
             | Self::ChangeToDeliverySeconds => &["sink"],
-            Self::JournalBacklogEvents | Self::JournalAppendsTotal | Self::JournalSizeBytes => &[],
+            Self::JournalBacklogEvents
+            | Self::JournalAppendsTotal
+            | Self::JournalSizeBytes
+            | Self::OpenFilesExhaustedTotal => &[],
         }
     }
 
@@ -233,6 +241,9 @@ impl MetricName {
             Self::JournalSizeBytes => "The journal's size on disk.",
             Self::ChangeToDeliverySeconds => {
                 "From herald's observation of a change to the sink's acknowledgement."
+            }
+            Self::OpenFilesExhaustedTotal => {
+                "Connections, files and accepts that failed for want of a file descriptor (EMFILE, ENFILE)."
             }
         }
     }
@@ -280,6 +291,7 @@ mod tests {
                 "herald_journal_appends_total",
                 "herald_journal_size_bytes",
                 "herald_change_to_delivery_seconds",
+                "herald_open_files_exhausted_total",
             ]
         );
     }
