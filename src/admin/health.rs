@@ -64,8 +64,35 @@ fn watcher_line(label: &str, h: &watch::Health) -> Option<String> {
     }
     Some(match (resolved, h.problem()) {
         (false, Some(problem)) => format!("{label}: {problem}"),
-        (false, None) => format!("{label}: not served (CRD missing?)"),
+        (false, None) if h.unserved.load(Ordering::SeqCst) => {
+            format!("{label}: not served (CRD missing?)")
+        }
+        (false, None) => format!("{label}: waiting for the API server's answer"),
         (true, Some(problem)) => format!("{label}: not synced: {problem}"),
         (true, None) => format!("{label}: not synced"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watcher_is_reported_as_missing_its_crd_only_once_the_server_said_so() {
+        let h = watch::Health::default();
+        assert_eq!(
+            watcher_line("w", &h).unwrap(),
+            "w: waiting for the API server's answer"
+        );
+        h.unserved.store(true, Ordering::SeqCst);
+        assert_eq!(
+            watcher_line("w", &h).unwrap(),
+            "w: not served (CRD missing?)"
+        );
+        h.unserved.store(false, Ordering::SeqCst);
+        h.resolved.store(true, Ordering::SeqCst);
+        assert_eq!(watcher_line("w", &h).unwrap(), "w: not synced");
+        h.synced.store(true, Ordering::SeqCst);
+        assert_eq!(watcher_line("w", &h), None);
+    }
 }

@@ -57,11 +57,17 @@ pub async fn client(cfg: &Config) -> Result<Cluster, StartError> {
                         .map_err(StartError::EmbeddedLoadFailed)?;
                 }
             }
-            let client = sim.client().map_err(StartError::EmbeddedFailed)?;
+            // herald's own client rather than `sim.client()`: with the read timeout every other
+            // cluster gets, as the embedded one shares herald's file descriptors and may be
+            // unable to answer a request it could not accept.
+            let url = sim
+                .url()
+                .parse()
+                .map_err(|e| StartError::EmbeddedFailed(herald_sim::SimError::InvalidUrl(e)))?;
+            let cluster = connect(kube::Config::new(url))?;
             Ok(Cluster {
-                client,
-                url: sim.url(),
                 sim: Some(sim),
+                ..cluster
             })
         }
         ClusterSource::InCluster => {

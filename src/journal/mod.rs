@@ -642,10 +642,12 @@ impl Journal {
         if let Err(error) = files::restrict_tree(&self.inner.path) {
             // With its OS error: "too many open files" here means herald ran out of descriptors,
             // not that the permissions are wrong.
-            if let Some(io) = crate::telemetry::fds::exhaustion_in(&error) {
-                crate::telemetry::fds::note("restricting journal file permissions", io);
+            match crate::telemetry::fds::exhaustion_in(&error) {
+                Some(io) => crate::telemetry::fds::note("restricting journal file permissions", io),
+                None => {
+                    tracing::warn!(message = "Could not restrict journal file permissions.", error = %herald_sink_core::error_chain(&error));
+                }
             }
-            tracing::warn!(message = "Could not restrict journal file permissions.", error = %herald_sink_core::error_chain(&error));
         }
         Ok(removed)
     }

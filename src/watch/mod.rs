@@ -32,6 +32,11 @@ pub use sync::{NamespaceCache, Recorder, SyncError};
 /// one counts as a failure for it, whether a re-watch or a relist follows.
 const HEALTHY_WATCH: Duration = Duration::from_secs(5);
 
+/// Discovery that has not answered within this long is given up and retried with backoff: a
+/// request the server never took (an embedded cluster out of descriptors cannot accept it) would
+/// otherwise hold the watcher, and a descriptor, forever. Discovery documents are small.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Timings of the watch loop (defaults suit real clusters; tests shorten them).
 #[derive(Debug, Clone)]
 pub struct Tuning {
@@ -82,6 +87,9 @@ pub struct Health {
     pub emitted: AtomicU64,
     /// Changes observed but not emitted (event-type filter, status-only updates when skipped).
     pub filtered: AtomicU64,
+    /// The API server answered that it does not serve the resource (its CRD is missing): set by
+    /// that answer only, so a watcher still waiting for its first answer is not reported as one.
+    pub unserved: AtomicBool,
     /// What the last request to the API server ran into, until one succeeds (for `/readyz`).
     problem: Mutex<Option<ApiProblem>>,
 }
@@ -158,9 +166,16 @@ pub async fn run(
             return;
         }
         let next = match (&state, &resolved) {
-            (State::Resolving, _) | (_, None) => match resolve::resolve(&client, &spec).await {
-                Ok(Some(r)) => {
+            (State::Resolving, _) | (_, None) => match or_stop(
+                tokio::time::timeout(DISCOVERY_TIMEOUT, resolve::resolve(&client, &spec)),
+                &stop,
+            )
+            .await
+            {
+                None => return,
+                Some(Ok(Ok(Some(r)))) => {
                     health.clear_problem();
+                    health.unserved.store(false, Ordering::SeqCst);
                     health.resolved.store(true, Ordering::SeqCst);
                     let checkpoint = journal.checkpoint(&r.stream).ok().flatten();
                     tracing::info!(
@@ -175,8 +190,9 @@ pub async fn run(
                     resolved = Some(r);
                     next
                 }
-                Ok(None) => {
+                Some(Ok(Ok(None))) => {
                     health.clear_problem();
+                    health.unserved.store(true, Ordering::SeqCst);
                     if health.resolved.swap(false, Ordering::SeqCst) || backoff.failures() == 0 {
                         tracing::warn!(
                             message = "Waiting for the resource to be served; not ready until it is.",
@@ -187,7 +203,8 @@ pub async fn run(
                     sleep_or_stop(tuning.resolve_interval, &stop).await;
                     State::Resolving
                 }
-                Err(error) => {
+                Some(Ok(Err(error))) => {
+                    health.unserved.store(false, Ordering::SeqCst);
                     if health.note_problem(&error) {
                         tracing::debug!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem::chain(&error));
                     } else {
@@ -196,11 +213,27 @@ pub async fn run(
                     sleep_or_stop(backoff.next_delay(), &stop).await;
                     State::Resolving
                 }
+                Some(Err(_)) => {
+                    let problem = ApiProblem::Unreachable(format!(
+                        "no answer to discovery within {}s",
+                        DISCOVERY_TIMEOUT.as_secs()
+                    ));
+                    tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem);
+                    health.unserved.store(false, Ordering::SeqCst);
+                    *health.lock_problem() = Some(problem);
+                    sleep_or_stop(backoff.next_delay(), &stop).await;
+                    State::Resolving
+                }
             },
             (State::Listing, Some(r)) => {
                 health.relists.fetch_add(1, Ordering::Relaxed);
                 let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
-                match sync::relist(&recorder, tuning.page_size).await {
+                // A relist stopped half-way is safe: only its last chunk carries the checkpoint.
+                let Some(listed) = or_stop(sync::relist(&recorder, tuning.page_size), &stop).await
+                else {
+                    return;
+                };
+                match listed {
                     // Not a reset: a server that lists fine and then breaks every watch would be
                     // relisted in a hot loop. Only a watch that lasted resets the backoff.
                     Ok(rv) => {
@@ -434,6 +467,15 @@ fn to_value(o: DynamicObject) -> Value {
 
 fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 404)
+}
+
+/// `f`'s output, or `None` once `stop` fires first: a request the server never answers (an
+/// embedded cluster out of descriptors) must not hold up a stop.
+async fn or_stop<T>(f: impl Future<Output = T>, stop: &CancellationToken) -> Option<T> {
+    tokio::select! {
+        out = f => Some(out),
+        () = stop.cancelled() => None,
+    }
 }
 
 async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {
