@@ -5,6 +5,7 @@ mod support;
 
 mod cli;
 mod fault_api;
+mod fault_disk;
 mod fault_embedded;
 mod fault_fds;
 mod fault_oversize;

@@ -3,6 +3,9 @@
 //! unreachable or answering garbage, the CRD missing, file descriptors exhausted). `/readyz` also names each paused
 //! sink and why, without failing for it: herald keeps journaling, and a pod held unready by a
 //! receiver's outage would stall a rollout for something herald rides out.
+//!
+//! A journal that cannot take writes (a full disk) fails both at once, with the path and the OS's
+//! words: herald cannot make progress on its own then, and `herald run` exits 12 moments later.
 
 use std::sync::atomic::Ordering;
 
@@ -14,8 +17,15 @@ use super::AdminState;
 use crate::telemetry::fds;
 use crate::watch;
 
+/// `journal: cannot write to <path>: <cause>` once a journal write failed.
+fn journal_line(s: &AdminState) -> Option<String> {
+    s.journal.write_failure().map(|f| format!("journal: {f}"))
+}
+
 pub(super) async fn healthz(State(s): State<AdminState>) -> Response {
-    if s.alive.load(Ordering::SeqCst) {
+    if let Some(line) = journal_line(&s) {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{line}\n")).into_response()
+    } else if s.alive.load(Ordering::SeqCst) {
         (StatusCode::OK, "ok\n").into_response()
     } else {
         (
@@ -34,6 +44,9 @@ pub(super) async fn readyz(State(s): State<AdminState>) -> Response {
             .iter()
             .filter_map(|(label, h)| watcher_line(label, h)),
     );
+    if let Some(line) = journal_line(&s) {
+        waiting.insert(0, line);
+    }
     let paused: String = s
         .registry
         .sinks()

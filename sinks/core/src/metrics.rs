@@ -77,6 +77,10 @@ pub enum MetricName {
     JournalAppendsTotal,
     /// `herald_journal_size_bytes`, a gauge.
     JournalSizeBytes,
+    /// `herald_journal_write_errors_total`, a counter.
+    JournalWriteErrorsTotal,
+    /// `herald_journal_writable`, a gauge.
+    JournalWritable,
     /// `herald_change_to_delivery_seconds{sink}`, a histogram.
     ChangeToDeliverySeconds,
     /// `herald_open_files_exhausted_total`, a counter.
@@ -85,7 +89,7 @@ pub enum MetricName {
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 22] = [
+    pub const ALL: [MetricName; 24] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -106,6 +110,8 @@ impl MetricName {
         Self::JournalBacklogEvents,
         Self::JournalAppendsTotal,
         Self::JournalSizeBytes,
+        Self::JournalWriteErrorsTotal,
+        Self::JournalWritable,
         Self::ChangeToDeliverySeconds,
         Self::OpenFilesExhaustedTotal,
     ];
@@ -136,6 +142,8 @@ impl MetricName {
             Self::JournalBacklogEvents => "herald_journal_backlog_events",
             Self::JournalAppendsTotal => "herald_journal_appends_total",
             Self::JournalSizeBytes => "herald_journal_size_bytes",
+            Self::JournalWriteErrorsTotal => "herald_journal_write_errors_total",
+            Self::JournalWritable => "herald_journal_writable",
             Self::ChangeToDeliverySeconds => "herald_change_to_delivery_seconds",
             Self::OpenFilesExhaustedTotal => "herald_open_files_exhausted_total",
         }
@@ -157,6 +165,7 @@ impl MetricName {
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
             | Self::JournalAppendsTotal
+            | Self::JournalWriteErrorsTotal
             | Self::OpenFilesExhaustedTotal => MetricKind::Counter,
             Self::WatchSynced
             | Self::DeadLetterQueueSize
@@ -165,7 +174,8 @@ impl MetricName {
             | Self::JournalLagEvents
             | Self::JournalOldestUndeliveredAgeSeconds
             | Self::JournalBacklogEvents
-            | Self::JournalSizeBytes => MetricKind::Gauge,
+            | Self::JournalSizeBytes
+            | Self::JournalWritable => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -195,6 +205,8 @@ impl MetricName {
             Self::JournalBacklogEvents
             | Self::JournalAppendsTotal
             | Self::JournalSizeBytes
+            | Self::JournalWriteErrorsTotal
+            | Self::JournalWritable
             | Self::OpenFilesExhaustedTotal => &[],
         }
     }
@@ -239,6 +251,12 @@ impl MetricName {
                 "Journal appends that carried events (events journaled per append shows how well watch batches fill)."
             }
             Self::JournalSizeBytes => "The journal's size on disk.",
+            Self::JournalWriteErrorsTotal => {
+                "Journal writes that failed (full disk, I/O error) or were refused after such a failure."
+            }
+            Self::JournalWritable => {
+                "1 while the journal takes writes; 0 once a write failed (herald run then exits 12)."
+            }
             Self::ChangeToDeliverySeconds => {
                 "From herald's observation of a change to the sink's acknowledgement."
             }
@@ -290,6 +308,8 @@ mod tests {
                 "herald_journal_backlog_events",
                 "herald_journal_appends_total",
                 "herald_journal_size_bytes",
+                "herald_journal_write_errors_total",
+                "herald_journal_writable",
                 "herald_change_to_delivery_seconds",
                 "herald_open_files_exhausted_total",
             ]
