@@ -4,7 +4,11 @@
 mod support;
 
 mod cli;
+mod fault_api;
 mod fault_disk;
+mod fault_embedded;
+mod fault_fds;
+mod fault_oversize;
 mod fault_names;
 mod fault_start;
 mod fault_watch;

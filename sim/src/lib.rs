@@ -317,6 +317,13 @@ impl Simulator {
         })
     }
 
+    /// Whether its state came from its data directory, written by an earlier start (`false`
+    /// without a data directory, or when the directory was new): start-up objects (`--load`) are
+    /// for a new cluster, and applying them again would revert what changed since.
+    pub fn restored(&self) -> bool {
+        self.shared.store.restored()
+    }
+
     /// The address the simulator listens on.
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr

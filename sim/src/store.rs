@@ -243,6 +243,8 @@ impl State {
 pub(crate) struct Store {
     state: Mutex<State>,
     revision: watch::Sender<u64>,
+    /// The data directory held a state written by an earlier start.
+    restored: bool,
 }
 
 impl Store {
@@ -250,7 +252,13 @@ impl Store {
         Self {
             state: Mutex::new(State::new(history_limit)),
             revision: watch::Sender::new(0),
+            restored: false,
         }
+    }
+
+    /// Whether the data directory held a state written by an earlier start.
+    pub(crate) fn restored(&self) -> bool {
+        self.restored
     }
 
     /// A store whose state lives in `dir` (loaded now, appended on every write).
@@ -262,6 +270,9 @@ impl Store {
         Ok(Self {
             state: Mutex::new(state),
             revision: watch::Sender::new(rv),
+            // Every start writes (the seeded namespaces), so a state that has been used has a
+            // revision; a new directory, or one whose first start wrote nothing yet, has none.
+            restored: rv > 0,
         })
     }
 

@@ -96,6 +96,7 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
         MetricName::JournalSizeBytes => one(s.journal.size_on_disk().unwrap_or(0)),
         MetricName::JournalWriteErrorsTotal => one(s.journal.write_errors()),
         MetricName::JournalWritable => one(u64::from(s.journal.write_failure().is_none())),
+        MetricName::OpenFilesExhaustedTotal => one(crate::telemetry::fds::exhausted_total()),
         MetricName::ChangeToDeliverySeconds => Samples::Histograms(
             s.registry
                 .sinks()
@@ -425,6 +426,9 @@ herald_change_to_delivery_seconds_bucket{sink="hook\"x",le="10"} 0
 herald_change_to_delivery_seconds_bucket{sink="hook\"x",le="+Inf"} 0
 herald_change_to_delivery_seconds_sum{sink="hook\"x"} 0
 herald_change_to_delivery_seconds_count{sink="hook\"x"} 0
+# HELP herald_open_files_exhausted_total Connections, files and accepts that failed for want of a file descriptor (EMFILE, ENFILE).
+# TYPE herald_open_files_exhausted_total counter
+herald_open_files_exhausted_total N
 "#;
 
     #[tokio::test]
@@ -435,6 +439,9 @@ herald_change_to_delivery_seconds_count{sink="hook\"x"} 0
             .map(|line| {
                 if line.starts_with("herald_journal_size_bytes ") {
                     "herald_journal_size_bytes SIZE\n"
+                } else if line.starts_with("herald_open_files_exhausted_total ") {
+                    // Process-wide: other tests in this binary may have counted some.
+                    "herald_open_files_exhausted_total N\n"
                 } else {
                     line
                 }

@@ -2,7 +2,8 @@
 //! [`serve`].
 //!
 //! - `health`: `/healthz` (herald's own loops only, so an API-server outage never becomes a restart
-//!   loop) and `/readyz` (watches synced, CRDs present);
+//!   loop) and `/readyz` (watches synced, CRDs present, the API server reachable, descriptors left);
+//! - `listener`: accepts that survive running out of file descriptors;
 //! - `metrics`: `/metrics`, Prometheus text rendered from
 //!   [`MetricName`](herald_sink_core::MetricName);
 //! - `status`: `/status` (JSON);
@@ -10,6 +11,7 @@
 
 mod dlq;
 mod health;
+mod listener;
 mod metrics;
 mod status;
 
@@ -23,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::journal::Journal;
 
+pub use listener::Headroom;
 pub use metrics::render;
 pub use status::status_json;
 
@@ -50,8 +53,9 @@ impl std::fmt::Debug for AdminState {
     }
 }
 
-/// Serves the endpoint on `listener` until `stop` fires.
-pub async fn serve(listener: tokio::net::TcpListener, state: AdminState, stop: CancellationToken) {
+/// Serves the endpoint on `listener` until `stop` fires. Accept errors never end it (see
+/// [`Headroom`]).
+pub async fn serve(listener: Headroom, state: AdminState, stop: CancellationToken) {
     let app = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -70,9 +74,10 @@ pub async fn serve(listener: tokio::net::TcpListener, state: AdminState, stop: C
     }
 }
 
-/// Binds the admin address.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await
+/// Binds the admin address and takes the endpoint's reserve of file descriptors, before the
+/// watchers start and can take them all.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<Headroom> {
+    tokio::net::TcpListener::bind(addr).await.map(Headroom::new)
 }
 
 /// Seconds since herald observed the oldest event `sink` has not finished.

@@ -12,39 +12,75 @@ use crate::config::{ClusterSource, Config};
 /// watcher's list or get forever); longer than the watch timeout plus bookmarks need.
 const API_READ_TIMEOUT: Duration = Duration::from_secs(360);
 
+/// A client for the configured cluster.
+pub struct Cluster {
+    /// The client.
+    pub client: kube::Client,
+    /// The embedded simulator, when that is the cluster.
+    pub sim: Option<Simulator>,
+    /// The API server's URL, for messages that must say which server failed.
+    pub url: String,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("url", &self.url)
+            .field("embedded", &self.sim.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A client for the configured cluster (and the embedded simulator when that is the cluster).
-pub async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), StartError> {
+/// Nothing is asked of the API server yet: an unreachable server is found by the first request.
+pub async fn client(cfg: &Config) -> Result<Cluster, StartError> {
     let unreachable = StartError::ClusterUnreachable;
     match &cfg.cluster.source {
         ClusterSource::Embedded(embedded) => {
             // The embedded cluster keeps its state beside the journal: its resourceVersions must never go
-            // backwards under a stored checkpoint.
+            // backwards under a stored checkpoint. Callers hold the journal directory's lock, so
+            // no second herald runs a cluster on the same state.
             let data = cfg.journal.path.join("embedded-cluster");
             let sim = Simulator::start(SimConfig::default().data_dir(data))
                 .await
                 .map_err(StartError::EmbeddedFailed)?;
             if let Some(file) = &embedded.load {
-                sim.load_file(file)
-                    .map_err(StartError::EmbeddedLoadFailed)?;
+                // `load` creates a new cluster's objects. On a restored state it would revert
+                // every change made since and emit updates for them.
+                if sim.restored() {
+                    tracing::info!(
+                        message = "Embedded cluster restored from the journal directory; its load file is applied to a new cluster only.",
+                        load = %file.display(),
+                    );
+                } else {
+                    sim.load_file(file)
+                        .map_err(StartError::EmbeddedLoadFailed)?;
+                }
             }
-            let c = sim.client().map_err(StartError::EmbeddedFailed)?;
-            Ok((c, Some(sim)))
+            // herald's own client rather than `sim.client()`: with the read timeout every other
+            // cluster gets, as the embedded one shares herald's file descriptors and may be
+            // unable to answer a request it could not accept.
+            let url = sim
+                .url()
+                .parse()
+                .map_err(|e| StartError::EmbeddedFailed(herald_sim::SimError::InvalidUrl(e)))?;
+            let cluster = connect(kube::Config::new(url))?;
+            Ok(Cluster {
+                sim: Some(sim),
+                ..cluster
+            })
         }
         ClusterSource::InCluster => {
-            let mut kc = kube::Config::incluster()
+            let kc = kube::Config::incluster()
                 .map_err(|e| unreachable(format!("in-cluster configuration: {e}")))?;
-            kc.read_timeout = Some(API_READ_TIMEOUT);
-            Ok((
-                kube::Client::try_from(kc).map_err(|e| unreachable(e.to_string()))?,
-                None,
-            ))
+            connect(kc)
         }
         ClusterSource::Kubeconfig(source) => {
             let options = kube::config::KubeConfigOptions {
                 context: source.context.clone(),
                 ..Default::default()
             };
-            let mut kc = match &source.path {
+            let kc = match &source.path {
                 Some(path) => {
                     let file = kube::config::Kubeconfig::read_from(path)
                         .map_err(|e| unreachable(format!("kubeconfig {}: {e}", path.display())))?;
@@ -53,11 +89,19 @@ pub async fn client(cfg: &Config) -> Result<(kube::Client, Option<Simulator>), S
                 None => kube::Config::from_kubeconfig(&options).await,
             }
             .map_err(|e| unreachable(format!("kubeconfig: {e}")))?;
-            kc.read_timeout = Some(API_READ_TIMEOUT);
-            Ok((
-                kube::Client::try_from(kc).map_err(|e| unreachable(e.to_string()))?,
-                None,
-            ))
+            connect(kc)
         }
     }
+}
+
+/// The client for `kc`, with herald's read timeout.
+fn connect(mut kc: kube::Config) -> Result<Cluster, StartError> {
+    kc.read_timeout = Some(API_READ_TIMEOUT);
+    let url = kc.cluster_url.to_string();
+    Ok(Cluster {
+        client: kube::Client::try_from(kc)
+            .map_err(|e| StartError::ClusterUnreachable(e.to_string()))?,
+        sim: None,
+        url: url.trim_end_matches('/').to_owned(),
+    })
 }

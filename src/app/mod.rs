@@ -21,7 +21,7 @@ mod deferred;
 mod sinks;
 mod supervisor;
 
-pub use cluster::client;
+pub use cluster::{Cluster, client};
 pub use sinks::check_sink;
 pub use supervisor::{DeliveryBase, Registry, Supervisor, SupervisorError};
 
@@ -34,6 +34,15 @@ pub enum StartError {
     /// The embedded simulator could not start.
     #[error("cannot start the embedded cluster")]
     EmbeddedFailed(#[source] SimError),
+    /// The embedded cluster's state belongs to a herald running on the same journal.
+    #[error(
+        "the embedded cluster's state in {path} is in use by a herald running on that journal; \
+         stop it first, or ask the running one (`herald status`)"
+    )]
+    EmbeddedInUse {
+        /// The journal directory.
+        path: std::path::PathBuf,
+    },
     /// The embedded cluster's `load` file could not be applied.
     #[error("cannot load the embedded cluster's objects")]
     EmbeddedLoadFailed(#[source] LoadError),
@@ -83,7 +92,7 @@ impl From<SupervisorError> for StartError {
 pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Running, StartError> {
     let admin = crate::admin::bind(cfg.admin.listen)
         .await
-        .and_then(|listener| Ok((listener.local_addr()?, listener)))
+        .and_then(|listener| Ok((axum::serve::Listener::local_addr(&listener)?, listener)))
         .map_err(|source| StartError::AdminBindFailed {
             addr: cfg.admin.listen,
             source,
@@ -95,7 +104,9 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         .map(|secret| secret.resolve())
         .transpose()
         .map_err(|e| StartError::AdminTokenFailed(e.to_string()))?;
-    let (client, sim) = client(cfg).await?;
+    // The journal first: its lock keeps a second herald off the embedded cluster's state, which
+    // lives in the journal directory, and a directory that cannot be written is the journal's
+    // failure (exit 12), not the cluster's.
     let journal = Journal::open(JournalConfig::from_settings(&cfg.journal)).map_err(|e| {
         // A full disk at start says what it says at run time: the path, the OS's words, what to do.
         StartError::JournalFailed(
@@ -105,6 +116,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
             },
         )
     })?;
+    let Cluster { client, sim, .. } = client(cfg).await?;
     drop_stale_cursors(&journal, cfg)?;
 
     let base = DeliveryBase {

@@ -34,7 +34,14 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     let mut problems: Vec<String> = Vec::new();
     let mut resources = Vec::new();
     if args.connect {
-        let (client, sim) = app::client(&cfg).await.map_err(CliError::StartFailed)?;
+        // An embedded cluster's state lives in the journal directory: never start a second
+        // cluster on it under a running herald.
+        let _lock = match &cfg.cluster.source {
+            config::ClusterSource::Embedded(_) => Some(lock_embedded(&cfg)?),
+            _ => None,
+        };
+        let app::Cluster { client, sim, url } =
+            app::client(&cfg).await.map_err(CliError::StartFailed)?;
         for spec in crate::watch::WatchSpec::from_config(&cfg) {
             match watch::resolve(&client, &spec).await {
                 Ok(Some(r)) => {
@@ -61,8 +68,9 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
                     resources.push(json!({"index": spec.index, "served": false}));
                 }
                 Err(e) => {
+                    // The server named, and what it did: refused, timed out, answered garbage.
                     return Err(CliError::StartFailed(app::StartError::ClusterUnreachable(
-                        e.to_string(),
+                        format!("{url}: {}", watch::ApiProblem::of(&e)),
                     )));
                 }
             }
@@ -112,6 +120,19 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     } else {
         Err(CliError::CheckFailed(problems))
     }
+}
+
+/// The journal directory's lock, held while the embedded cluster runs for the check.
+fn lock_embedded(cfg: &config::Config) -> Result<crate::journal::DirLock, CliError> {
+    let path = &cfg.journal.path;
+    crate::journal::Journal::lock_dir(path).map_err(|e| {
+        CliError::StartFailed(match e {
+            crate::journal::JournalError::AlreadyOpen { .. } => {
+                app::StartError::EmbeddedInUse { path: path.clone() }
+            }
+            other => app::StartError::JournalFailed(other),
+        })
+    })
 }
 
 async fn allowed(

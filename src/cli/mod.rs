@@ -95,7 +95,12 @@ impl CliError {
             CliError::SimLoadFailed(_) | CliError::ConfigInvalid(_) => exit_code::CONFIG_INVALID,
             CliError::StartFailed(e) => match e {
                 crate::app::StartError::ClusterUnreachable(_) => exit_code::CLUSTER_UNREACHABLE,
-                crate::app::StartError::JournalFailed(_) => exit_code::JOURNAL_ERROR,
+                crate::app::StartError::JournalFailed(_)
+                | crate::app::StartError::EmbeddedInUse { .. }
+                // The embedded cluster's state lives in the journal directory.
+                | crate::app::StartError::EmbeddedFailed(herald_sim::SimError::DataDirFailed {
+                    ..
+                }) => exit_code::JOURNAL_ERROR,
                 crate::app::StartError::SinkFailed { .. } => exit_code::HEALTHCHECK_FAILED,
                 crate::app::StartError::AdminBindFailed { .. } => exit_code::BIND_FAILED,
                 crate::app::StartError::AdminTokenFailed(_) => exit_code::CONFIG_INVALID,
@@ -117,6 +122,7 @@ impl CliError {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
+    telemetry::fds::raise_limit();
     install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

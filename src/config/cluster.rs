@@ -61,8 +61,10 @@ pub struct KubeconfigSource {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EmbeddedSource {
-    /// A multi-document YAML file of CRDs and objects to create at start (as `herald sim --load`);
-    /// `${VAR}` is expanded. Default: none, the simulator starts empty. Example: `demo/objects.yaml`.
+    /// A multi-document YAML file of CRDs and objects to create when the embedded cluster is new
+    /// (as `herald sim --load`); a restart restores the cluster's state from the journal directory
+    /// and does not apply it again. `${VAR}` is expanded. Default: none, the simulator starts
+    /// empty. Example: `demo/objects.yaml`.
     #[serde(default)]
     pub load: Option<PathBuf>,
 }

@@ -217,9 +217,26 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The journal directory's lock, held without the journal open ([`Journal::lock_dir`]).
+#[derive(Debug)]
+pub struct DirLock {
+    /// Locked; closing it releases the lock.
+    _file: File,
+}
+
 impl Journal {
     /// Opens or creates the journal.
     ///
+    /// Takes the lock of the journal at `path` without opening it (creating the directory 0700
+    /// if needed), for what must not run beside a herald using this journal: `herald check
+    /// --connect` starting the embedded cluster whose state lives in the journal directory.
+    /// Held until the returned value is dropped; [`JournalError::AlreadyOpen`] when a herald
+    /// holds it.
+    pub fn lock_dir(path: &Path) -> Result<DirLock> {
+        files::private_dir(path)?;
+        files::lock(path).map(|file| DirLock { _file: file })
+    }
+
     /// Exclusive: a second open of the same path, in this or another process, fails with
     /// [`JournalError::AlreadyOpen`] (after retrying for up to a second, so that a reopen right
     /// after a close succeeds). Creates the directory 0700 and restricts sled's files to
@@ -670,7 +687,14 @@ impl Journal {
         }
         // sled keeps creating snapshot and blob files with the umask.
         if let Err(error) = files::restrict_tree(&self.inner.path) {
-            tracing::warn!(message = "Could not restrict journal file permissions.", %error);
+            // With its OS error: "too many open files" here means herald ran out of descriptors,
+            // not that the permissions are wrong.
+            match crate::telemetry::fds::exhaustion_in(&error) {
+                Some(io) => crate::telemetry::fds::note("restricting journal file permissions", io),
+                None => {
+                    tracing::warn!(message = "Could not restrict journal file permissions.", error = %herald_sink_core::error_chain(&error));
+                }
+            }
         }
         Ok(removed)
     }

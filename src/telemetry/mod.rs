@@ -1,5 +1,7 @@
 //! Telemetry: logging set-up (human or JSON, always to stderr so stdout stays for data). The admin
-//! endpoint, with `/metrics`, is [`crate::admin`].
+//! endpoint, with `/metrics`, is [`crate::admin`]; running out of file descriptors is [`fds`].
+
+pub mod fds;
 
 use tracing_subscriber::EnvFilter;
 

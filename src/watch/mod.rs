@@ -5,12 +5,13 @@
 //! Every batch of changes is appended to the journal atomically with the object index and the new
 //! checkpoint, so the checkpoint never passes an event that is not in the journal.
 
+pub mod problem;
 pub mod resolve;
 mod spec;
 mod sync;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -22,6 +23,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::backoff::{self, Backoff};
 use crate::journal::Journal;
 
+pub use problem::ApiProblem;
 pub use resolve::{Resolved, resolve};
 pub use spec::WatchSpec;
 pub use sync::{NamespaceCache, Recorder, Seen, SyncError};
@@ -29,6 +31,11 @@ pub use sync::{NamespaceCache, Recorder, Seen, SyncError};
 /// A watch that lasted this long ended normally and resets the backoff (nothing else does); a shorter
 /// one counts as a failure for it, whether a re-watch or a relist follows.
 const HEALTHY_WATCH: Duration = Duration::from_secs(5);
+
+/// Discovery that has not answered within this long is given up and retried with backoff: a
+/// request the server never took (an embedded cluster out of descriptors cannot accept it) would
+/// otherwise hold the watcher, and a descriptor, forever. Discovery documents are small.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Timings of the watch loop (defaults suit real clusters; tests shorten them).
 #[derive(Debug, Clone)]
@@ -80,6 +87,46 @@ pub struct Health {
     pub emitted: AtomicU64,
     /// Changes observed but not emitted (event-type filter, status-only updates when skipped).
     pub filtered: AtomicU64,
+    /// The API server answered that it does not serve the resource (its CRD is missing): set by
+    /// that answer only, so a watcher still waiting for its first answer is not reported as one.
+    pub unserved: AtomicBool,
+    /// What the last request to the API server ran into, until one succeeds (for `/readyz`).
+    problem: Mutex<Option<ApiProblem>>,
+}
+
+impl Health {
+    /// What the last failed request to the API server ran into; `None` once one succeeded.
+    pub fn problem(&self) -> Option<ApiProblem> {
+        self.lock_problem().clone()
+    }
+
+    fn lock_problem(&self) -> std::sync::MutexGuard<'_, Option<ApiProblem>> {
+        self.problem
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A request to the API server succeeded.
+    fn clear_problem(&self) {
+        *self.lock_problem() = None;
+    }
+
+    /// A request to the API server failed with `error`: remembered for `/readyz`, and a lack of
+    /// file descriptors reported as such. True when that report is all the log needs: every
+    /// watcher fails at once then, and [`fds::note`](crate::telemetry::fds::note) logs it once
+    /// for all of them.
+    fn note_problem(&self, error: &kube::Error) -> bool {
+        let problem = ApiProblem::of(error);
+        let reported = match crate::telemetry::fds::exhaustion_in(error) {
+            Some(io) => {
+                crate::telemetry::fds::note("connecting to the API server", io);
+                true
+            }
+            None => false,
+        };
+        *self.lock_problem() = Some(problem);
+        reported
+    }
 }
 
 /// The watcher's state; each variant's doc says what the next step does.
@@ -119,8 +166,16 @@ pub async fn run(
             return;
         }
         let next = match (&state, &resolved) {
-            (State::Resolving, _) | (_, None) => match resolve::resolve(&client, &spec).await {
-                Ok(Some(r)) => {
+            (State::Resolving, _) | (_, None) => match or_stop(
+                tokio::time::timeout(DISCOVERY_TIMEOUT, resolve::resolve(&client, &spec)),
+                &stop,
+            )
+            .await
+            {
+                None => return,
+                Some(Ok(Ok(Some(r)))) => {
+                    health.clear_problem();
+                    health.unserved.store(false, Ordering::SeqCst);
                     health.resolved.store(true, Ordering::SeqCst);
                     let checkpoint = journal.checkpoint(&r.stream).ok().flatten();
                     tracing::info!(
@@ -135,7 +190,9 @@ pub async fn run(
                     resolved = Some(r);
                     next
                 }
-                Ok(None) => {
+                Some(Ok(Ok(None))) => {
+                    health.clear_problem();
+                    health.unserved.store(true, Ordering::SeqCst);
                     if health.resolved.swap(false, Ordering::SeqCst) || backoff.failures() == 0 {
                         tracing::warn!(
                             message = "Waiting for the resource to be served; not ready until it is.",
@@ -146,8 +203,24 @@ pub async fn run(
                     sleep_or_stop(tuning.resolve_interval, &stop).await;
                     State::Resolving
                 }
-                Err(error) => {
-                    tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), %error);
+                Some(Ok(Err(error))) => {
+                    health.unserved.store(false, Ordering::SeqCst);
+                    if health.note_problem(&error) {
+                        tracing::debug!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem::chain(&error));
+                    } else {
+                        tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem::chain(&error));
+                    }
+                    sleep_or_stop(backoff.next_delay(), &stop).await;
+                    State::Resolving
+                }
+                Some(Err(_)) => {
+                    let problem = ApiProblem::Unreachable(format!(
+                        "no answer to discovery within {}s",
+                        DISCOVERY_TIMEOUT.as_secs()
+                    ));
+                    tracing::warn!(message = "Discovery failed; retrying.", resource = %format!("resources[{}]", spec.index), error = %problem);
+                    health.unserved.store(false, Ordering::SeqCst);
+                    *health.lock_problem() = Some(problem);
                     sleep_or_stop(backoff.next_delay(), &stop).await;
                     State::Resolving
                 }
@@ -155,13 +228,28 @@ pub async fn run(
             (State::Listing, Some(r)) => {
                 health.relists.fetch_add(1, Ordering::Relaxed);
                 let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
-                match sync::relist(&recorder, tuning.page_size).await {
+                // A relist stopped half-way is safe: only its last chunk carries the checkpoint.
+                let Some(listed) = or_stop(sync::relist(&recorder, tuning.page_size), &stop).await
+                else {
+                    return;
+                };
+                match listed {
                     // Not a reset: a server that lists fine and then breaks every watch would be
                     // relisted in a hot loop. Only a watch that lasted resets the backoff.
-                    Ok(rv) => State::Watching { rv },
+                    Ok(rv) => {
+                        health.clear_problem();
+                        State::Watching { rv }
+                    }
                     Err(sync::SyncError::NotServed) => State::Resolving,
                     Err(error) => {
-                        tracing::warn!(message = "List failed; retrying.", resource = %r.display(), %error);
+                        if error
+                            .api_error()
+                            .is_some_and(|api| health.note_problem(api))
+                        {
+                            tracing::debug!(message = "List failed; retrying.", resource = %r.display(), error = %problem::chain(&error));
+                        } else {
+                            tracing::warn!(message = "List failed; retrying.", resource = %r.display(), error = %problem::chain(&error));
+                        }
                         sleep_or_stop(backoff.next_delay(), &stop).await;
                         State::Listing
                     }
@@ -254,11 +342,16 @@ async fn watch(
             if is_not_found(&error) {
                 return Ended::Elsewhere(State::Resolving);
             }
-            tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), %error);
+            if health.note_problem(&error) {
+                tracing::debug!(message = "Watch failed to start; retrying.", resource = %r.display(), error = %problem::chain(&error));
+            } else {
+                tracing::warn!(message = "Watch failed to start; retrying.", resource = %r.display(), error = %problem::chain(&error));
+            }
             health.synced.store(false, Ordering::SeqCst);
             return Ended::Again(State::Watching { rv });
         }
     };
+    health.clear_problem();
     health.synced.store(true, Ordering::SeqCst);
     // Decoding runs in its own task so it overlaps with recording: while one batch is normalized
     // and appended, the next lines are decoded, and under load batches grow by themselves (one
@@ -299,7 +392,7 @@ async fn watch(
                 Line::Expired => {
                     // Flush what came before the gap, then relist.
                     if let Err(error) = rec.record_watch(changes, &mut rv).await {
-                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
+                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
                     tracing::info!(message = "Resume point expired (410); relisting.", resource = %r.display(), rv = %rv);
                     return Ended::Expired;
@@ -308,9 +401,10 @@ async fn watch(
                     // A line that does not parse is a change we cannot see: record what came before it,
                     // then relist, so the diff recovers whatever the line carried instead of the next
                     // event's resourceVersion silently moving the checkpoint past it.
-                    tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), %error);
+                    let _ = health.note_problem(&error);
+                    tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), error = %problem::chain(&error));
                     if let Err(error) = rec.record_watch(changes, &mut rv).await {
-                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), %error);
+                        tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
                     health.synced.store(false, Ordering::SeqCst);
                     return Ended::Again(State::Listing);
@@ -318,7 +412,7 @@ async fn watch(
             }
         }
         if let Err(error) = rec.record_watch(changes, &mut rv).await {
-            tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), %error);
+            tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), error = %problem::chain(&error));
             sleep_or_stop(Duration::from_millis(500), stop).await;
             return Ended::Again(match rec.journal.checkpoint(&r.stream).ok().flatten() {
                 Some(cp) => State::Watching { rv: cp },
@@ -392,6 +486,15 @@ fn to_value(o: DynamicObject) -> Value {
 
 fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 404)
+}
+
+/// `f`'s output, or `None` once `stop` fires first: a request the server never answers (an
+/// embedded cluster out of descriptors) must not hold up a stop.
+async fn or_stop<T>(f: impl Future<Output = T>, stop: &CancellationToken) -> Option<T> {
+    tokio::select! {
+        out = f => Some(out),
+        () = stop.cancelled() => None,
+    }
 }
 
 async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {

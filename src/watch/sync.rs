@@ -52,6 +52,16 @@ pub enum SyncError {
     JournalFailed(#[source] JournalError),
 }
 
+impl SyncError {
+    /// The API server's error, when a request to it is what failed.
+    pub fn api_error(&self) -> Option<&kube::Error> {
+        match self {
+            Self::ListFailed(e) | Self::GetFailed(e) | Self::NamespacesFailed(e) => Some(e),
+            Self::NotServed | Self::JournalFailed(_) => None,
+        }
+    }
+}
+
 /// Cached answer to "which namespaces match the namespace selector".
 #[derive(Debug, Default)]
 pub struct NamespaceCache(Mutex<Option<(Instant, HashSet<String>)>>);

@@ -83,11 +83,13 @@ pub enum MetricName {
     JournalWritable,
     /// `herald_change_to_delivery_seconds{sink}`, a histogram.
     ChangeToDeliverySeconds,
+    /// `herald_open_files_exhausted_total`, a counter.
+    OpenFilesExhaustedTotal,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 23] = [
+    pub const ALL: [MetricName; 24] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -111,6 +113,7 @@ impl MetricName {
         Self::JournalWriteErrorsTotal,
         Self::JournalWritable,
         Self::ChangeToDeliverySeconds,
+        Self::OpenFilesExhaustedTotal,
     ];
 
     /// The exported name.
@@ -142,6 +145,7 @@ impl MetricName {
             Self::JournalWriteErrorsTotal => "herald_journal_write_errors_total",
             Self::JournalWritable => "herald_journal_writable",
             Self::ChangeToDeliverySeconds => "herald_change_to_delivery_seconds",
+            Self::OpenFilesExhaustedTotal => "herald_open_files_exhausted_total",
         }
     }
 
@@ -161,7 +165,8 @@ impl MetricName {
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
             | Self::JournalAppendsTotal
-            | Self::JournalWriteErrorsTotal => MetricKind::Counter,
+            | Self::JournalWriteErrorsTotal
+            | Self::OpenFilesExhaustedTotal => MetricKind::Counter,
             Self::WatchSynced
             | Self::DeadLetterQueueSize
             | Self::DeadLetterQueueFull
@@ -201,7 +206,8 @@ impl MetricName {
             | Self::JournalAppendsTotal
             | Self::JournalSizeBytes
             | Self::JournalWriteErrorsTotal
-            | Self::JournalWritable => &[],
+            | Self::JournalWritable
+            | Self::OpenFilesExhaustedTotal => &[],
         }
     }
 
@@ -254,6 +260,9 @@ impl MetricName {
             Self::ChangeToDeliverySeconds => {
                 "From herald's observation of a change to the sink's acknowledgement."
             }
+            Self::OpenFilesExhaustedTotal => {
+                "Connections, files and accepts that failed for want of a file descriptor (EMFILE, ENFILE)."
+            }
         }
     }
 }
@@ -302,6 +311,7 @@ mod tests {
                 "herald_journal_write_errors_total",
                 "herald_journal_writable",
                 "herald_change_to_delivery_seconds",
+                "herald_open_files_exhausted_total",
             ]
         );
     }

@@ -8,6 +8,7 @@
 //! | 5xx except 501 | `Retry`, `Retry-After` as `after` | `http_5xx` |
 //! | 501 Not Implemented | `Reject` | `http_501` |
 //! | 3xx (redirects are not followed) | `Reject` | `http_3xx` |
+//! | 413 Content Too Large | `Reject` | `oversize`: herald's driver follows the resource's `onOversize` (the reference-only event by default) |
 //! | other 4xx | `Reject` | `http_4xx` |
 //! | anything else (1xx as a final answer, 600–999) | `Reject` | `http_other` |
 //! | connection failed (refused, DNS, TLS handshake) | `Retry` | `connect` |
@@ -22,7 +23,7 @@ use std::error::Error as _;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use herald_sink_core::sink::{Outcome, Reason, SinkError};
+use herald_sink_core::sink::{Outcome, Reason, SinkError, codes};
 
 /// Most characters of the response body kept in a reason's detail.
 pub const EXCERPT_CHARS: usize = 200;
@@ -50,6 +51,9 @@ pub fn classify_at(
         200..=299 => return Outcome::Ok,
         408 => "http_408",
         429 => "http_429",
+        // The receiver's size limit: the same code as Kafka's and NATS's, so the driver applies
+        // `onOversize` rather than dead-lettering the event as any other refusal.
+        413 => codes::OVERSIZE,
         501 => "http_501",
         500..=599 => "http_5xx",
         300..=399 => "http_3xx",
@@ -259,7 +263,7 @@ mod tests {
             (408, Retry("http_408")),
             (409, Reject("http_4xx")),
             (410, Reject("http_4xx")),
-            (413, Reject("http_4xx")),
+            (413, Reject("oversize")),
             (415, Reject("http_4xx")),
             (422, Reject("http_4xx")),
             (428, Reject("http_4xx")),
