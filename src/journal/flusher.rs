@@ -42,6 +42,8 @@ pub(super) struct Shared {
     pub(super) flushed: watch::Sender<Flushed>,
     interval: Duration,
     entries: usize,
+    /// The head record, advanced after each good flush (`head.rs`).
+    record: Mutex<super::head::Record>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -50,7 +52,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(super) fn new(head: u64, interval: Duration, entries: usize) -> Self {
+    pub(super) fn new(
+        head: u64,
+        interval: Duration,
+        entries: usize,
+        record: super::head::Record,
+    ) -> Self {
         Self {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
@@ -63,6 +70,7 @@ impl Shared {
             }),
             interval,
             entries: entries.max(1),
+            record: Mutex::new(record),
         }
     }
 
@@ -127,12 +135,20 @@ pub(super) fn flush_once(db: &sled::Db, shared: &Shared) -> Result<u64, sled::Er
     // and sled's flush makes every write that happened before the call durable.
     let target = shared.head.load(Ordering::Acquire);
     db.flush()?;
+    lock(&shared.record).advance(target, false);
     shared.durable.fetch_max(target, Ordering::AcqRel);
     shared.flushed.send_modify(|f| {
         f.seq = f.seq.max(target);
         f.error = None;
     });
     Ok(target)
+}
+
+/// Syncs the head record whatever its last sync (at close).
+pub(super) fn sync_record(shared: &Shared) {
+    let mut record = lock(&shared.record);
+    let durable = shared.durable.load(Ordering::Acquire);
+    record.advance(durable, true);
 }
 
 /// The flusher thread's body.
