@@ -203,8 +203,25 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
         }
         Ended::OpenFailed(e) => return Err(e),
     };
+    let foreign = record == Stored::Missing && checker.unknown_keys() > 0;
     let report = checker.finish(broken, &record);
     let events_lost = report.events_lost;
+    let newer = report
+        .schema_version
+        .as_deref()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|v| *v > SCHEMA_VERSION);
+    if newer.is_some() || (foreign && report.schema_version.is_none()) {
+        // Not ours to rebuild: a newer herald's layout, or something herald did not write.
+        drop(staged);
+        drop(new);
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(JournalError::UnsupportedSchema {
+            path: dir.to_owned(),
+            found: report.schema_version,
+            supported: SCHEMA_VERSION,
+        });
+    }
     if report.intact() && !force {
         drop(staged);
         drop(new);
