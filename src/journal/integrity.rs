@@ -101,6 +101,34 @@ enum Msg {
     Failed(String),
 }
 
+/// The name of the thread that reads the store; its panics are reported as damage, not printed.
+const READER_THREAD: &str = "journal-open";
+
+thread_local! {
+    /// Where the reader thread's last panic happened (set by the hook, read after the unwind).
+    static PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Keeps sled's panics on the reader thread out of stderr (they become a damage report that names
+/// the path and the way out; the location is kept in it); every other panic goes to the hook
+/// that was installed before.
+fn quiet_reader_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(READER_THREAD) {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                PANIC_AT.with(|p| *p.borrow_mut() = at);
+                return;
+            }
+            previous(info);
+        }));
+    });
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
@@ -121,8 +149,9 @@ pub(super) fn read_store(
 ) -> Ended {
     let (tx, rx) = mpsc::sync_channel::<Msg>(CHANNEL);
     let dir = path.to_owned();
+    quiet_reader_panics();
     let spawned = std::thread::Builder::new()
-        .name("journal-open".to_owned())
+        .name(READER_THREAD.to_owned())
         .spawn(move || {
             let read = catch_unwind(AssertUnwindSafe(|| {
                 let db = match super::open_sled(&dir, cache_capacity) {
@@ -148,8 +177,12 @@ pub(super) fn read_store(
                 let _ = tx.send(Msg::Done(db));
             }));
             if let Err(payload) = read {
+                let at = PANIC_AT
+                    .with(|p| p.borrow_mut().take())
+                    .map(|at| format!(" (at {at})"))
+                    .unwrap_or_default();
                 let _ = tx.send(Msg::Failed(format!(
-                    "sled panicked reading the store: {}",
+                    "sled panicked reading the store: {}{at}",
                     panic_message(payload.as_ref())
                 )));
             }
