@@ -331,6 +331,52 @@ async fn a_journal_truncated_by_a_few_bytes_opens_intact_or_is_refused() {
     truncated(|len| len - 5).await;
 }
 
+#[tokio::test]
+async fn a_journal_that_makes_sled_panic_is_refused_with_exit_12_and_salvaged() {
+    let sim = sim().await;
+    Raw::new(&sim).install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/journal-sled-panics/journal.tar.gz");
+    let unpacked = std::process::Command::new("tar")
+        .arg("xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(unpacked.success());
+    let damaged = dir.path().join("damaged");
+    std::fs::rename(dir.path().join("journal"), &damaged).unwrap();
+    let config = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
+    let config_path = dir.path().join("herald.yaml");
+    std::fs::write(&config_path, &config).unwrap();
+    let config_arg = config_path.to_str().unwrap();
+    let journal = dir.path().join("journal");
+
+    for args in [
+        vec!["status", "-c", config_arg],
+        vec!["dlq", "-c", config_arg, "list", "--sink", "out"],
+        vec!["run", "-c", config_arg],
+        vec!["journal", "verify", "-c", config_arg],
+    ] {
+        copy_dir(&damaged, &journal);
+        let (code, stdout, stderr) = herald(&args).await;
+        assert_eq!(code, 12, "herald {args:?}: {stderr}");
+        // Named as damage (verify prints its report on stdout), not a panic's backtrace.
+        assert!(
+            format!("{stdout}{stderr}").contains("sled panicked")
+                && !stderr.contains("stack backtrace"),
+            "{stdout}\n{stderr}"
+        );
+    }
+    copy_dir(&damaged, &journal);
+    let (code, stdout, stderr) = herald(&["journal", "salvage", "-c", config_arg]).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let (code, stdout, stderr) = herald(&["journal", "verify", "-c", config_arg]).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+}
+
 /// Copies the schema-1 fixture into `dir/journal` (never open the fixture in place).
 fn v1_fixture(dir: &Path) -> (PathBuf, Vec<String>) {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-v1");

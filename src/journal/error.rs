@@ -129,6 +129,13 @@ pub enum JournalError {
         #[source]
         source: io::Error,
     },
+    /// The thread that opens and checks the store could not be started.
+    #[error("failed to start the journal reader thread")]
+    ReaderStartFailed {
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
     /// A stream or sink name is empty or contains a NUL byte (the key separator).
     #[error("invalid {what} name {name:?}: it must be non-empty and contain no NUL byte")]
     InvalidName {

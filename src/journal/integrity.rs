@@ -188,7 +188,7 @@ pub(super) fn read_store(
             }
         });
     if let Err(e) = spawned {
-        return Ended::OpenFailed(JournalError::FlusherStartFailed { source: e });
+        return Ended::OpenFailed(JournalError::ReaderStartFailed { source: e });
     }
     let mut opened = false;
     let mut last: Option<sled::IVec> = None;

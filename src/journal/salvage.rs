@@ -102,8 +102,59 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
             format!("{} already exists", moved_to.display()),
         ));
     }
-    files::private_dir(&staging)?;
-    let new = super::open_sled(&staging, 64 * 1024 * 1024)?;
+    let mut out = match rebuild(dir, &staging, timeout, force, &record) {
+        Ok(out) => out,
+        Err(e) => {
+            // Nothing was moved yet: the damaged journal is untouched.
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    if out.report.intact() && !force {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Ok(out);
+    }
+    let next = out.head;
+    if let Err(e) = std::fs::rename(dir, &moved_to) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(failed(
+            dir,
+            format!("moving it to {} failed: {e}", moved_to.display()),
+        ));
+    }
+    drop(lock);
+    std::fs::rename(&staging, dir).map_err(|e| {
+        failed(
+            dir,
+            format!(
+                "moving the new journal {} into place failed: {e} (the damaged one is at {})",
+                staging.display(),
+                moved_to.display()
+            ),
+        )
+    })?;
+    tracing::info!(
+        message = "Journal salvaged.",
+        path = %dir.display(),
+        moved_to = %moved_to.display(),
+        head = next,
+        events_kept = out.events_kept,
+        checkpoints_dropped = out.checkpoints_dropped.len()
+    );
+    out.moved_to = Some(moved_to);
+    Ok(out)
+}
+
+/// Reads the journal in `dir` and writes the new one into `staging`; moves nothing.
+fn rebuild(
+    dir: &Path,
+    staging: &Path,
+    timeout: Duration,
+    force: bool,
+    record: &Stored,
+) -> Result<Salvaged> {
+    files::private_dir(staging)?;
+    let new = super::open_sled(staging, 64 * 1024 * 1024)?;
     let staged = new.open_tree(STAGING_TREE).map_err(sled_failed(dir))?;
 
     let mut out = Salvaged {
@@ -203,8 +254,8 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
         }
         Ended::OpenFailed(e) => return Err(e),
     };
-    let foreign = record == Stored::Missing && checker.unknown_keys() > 0;
-    let report = checker.finish(broken, &record);
+    let foreign = *record == Stored::Missing && checker.unknown_keys() > 0;
+    let report = checker.finish(broken, record);
     let events_lost = report.events_lost;
     let newer = report
         .schema_version
@@ -213,9 +264,6 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
         .filter(|v| *v > SCHEMA_VERSION);
     if newer.is_some() || (foreign && report.schema_version.is_none()) {
         // Not ours to rebuild: a newer herald's layout, or something herald did not write.
-        drop(staged);
-        drop(new);
-        let _ = std::fs::remove_dir_all(&staging);
         return Err(JournalError::UnsupportedSchema {
             path: dir.to_owned(),
             found: report.schema_version,
@@ -223,17 +271,14 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
         });
     }
     if report.intact() && !force {
-        drop(staged);
-        drop(new);
-        let _ = std::fs::remove_dir_all(&staging);
+        out.head = report.head;
         out.report = report;
-        out.head = out.report.head;
         return Ok(out);
     }
 
     // New numbers start above anything the old journal may have handed out.
     let recorded = match record {
-        Stored::Head(h) => h,
+        Stored::Head(h) => *h,
         _ => 0,
     };
     let base = report
@@ -278,8 +323,8 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
     }
     new.insert(keys::HEAD_KEY, &next.to_be_bytes()[..])
         .map_err(sled_failed(dir))?;
-    head::create(&staging, next).map_err(|source| JournalError::HeadRecordFailed {
-        path: head::path(&staging),
+    head::create(staging, next).map_err(|source| JournalError::HeadRecordFailed {
+        path: head::path(staging),
         source,
     })?;
     new.insert(
@@ -289,34 +334,7 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
     .map_err(sled_failed(dir))?;
     new.flush().map_err(sled_failed(dir))?;
     drop(new);
-    files::restrict_tree(&staging)?;
-
-    std::fs::rename(dir, &moved_to).map_err(|e| {
-        failed(
-            dir,
-            format!("moving it to {} failed: {e}", moved_to.display()),
-        )
-    })?;
-    drop(lock);
-    std::fs::rename(&staging, dir).map_err(|e| {
-        failed(
-            dir,
-            format!(
-                "moving the new journal {} into place failed: {e} (the damaged one is at {})",
-                staging.display(),
-                moved_to.display()
-            ),
-        )
-    })?;
-    tracing::info!(
-        message = "Journal salvaged.",
-        path = %dir.display(),
-        moved_to = %moved_to.display(),
-        head = next,
-        events_kept = out.events_kept,
-        checkpoints_dropped = out.checkpoints_dropped.len()
-    );
-    out.moved_to = Some(moved_to);
+    files::restrict_tree(staging)?;
     out.report = report;
     Ok(out)
 }

@@ -287,6 +287,26 @@ async fn a_store_behind_its_head_record_is_damaged_and_salvage_rebuilds_it() {
 }
 
 #[tokio::test]
+async fn a_store_that_makes_no_progress_within_the_bound_is_reported_damaged() {
+    let tmp = tempfile::tempdir().unwrap();
+    Journal::open(cfg(tmp.path()))
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    // sled cannot even recover within a nanosecond: the open gives up instead of waiting on it.
+    let err = Journal::open(JournalConfig {
+        open_timeout: Duration::from_nanos(1),
+        ..cfg(tmp.path())
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, JournalError::Damaged { problems, .. } if problems.contains("no progress")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn append_assigns_consecutive_seqs_and_writes_index_and_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let j = Journal::open(cfg(tmp.path())).unwrap();
