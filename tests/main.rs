@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod fault_disk;
 mod fault_journal;
 mod fault_start;
 mod fault_watch;

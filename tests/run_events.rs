@@ -358,7 +358,9 @@ async fn first_start_emits_or_skips_the_existing_state() {
         skip_dir.path(),
         &herald_config(&sim, skip_dir.path(), &skipping),
     );
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The patch must come after herald's first list, or it lands in the skipped initial state: a
+    // fixed 500 ms sleep lost that race on a loaded machine.
+    herald.wait_for_log("Listed and reconciled.").await;
     let x2 = raw
         .patch(&format!("{WIDGETS}/x"), MERGE, &json!({"spec": {"n": 2}}))
         .await

@@ -2,6 +2,9 @@
 //! loop) and `/readyz` (every resource served and its watch open). `/readyz` also names each paused
 //! sink and why, without failing for it: herald keeps journaling, and a pod held unready by a
 //! receiver's outage would stall a rollout for something herald rides out.
+//!
+//! A journal that cannot take writes (a full disk) fails both at once, with the path and the OS's
+//! words: herald cannot make progress on its own then, and `herald run` exits 12 moments later.
 
 use std::sync::atomic::Ordering;
 
@@ -11,8 +14,15 @@ use axum::response::{IntoResponse, Response};
 
 use super::AdminState;
 
+/// `journal: cannot write to <path>: <cause>` once a journal write failed.
+fn journal_line(s: &AdminState) -> Option<String> {
+    s.journal.write_failure().map(|f| format!("journal: {f}"))
+}
+
 pub(super) async fn healthz(State(s): State<AdminState>) -> Response {
-    if s.alive.load(Ordering::SeqCst) {
+    if let Some(line) = journal_line(&s) {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{line}\n")).into_response()
+    } else if s.alive.load(Ordering::SeqCst) {
         (StatusCode::OK, "ok\n").into_response()
     } else {
         (
@@ -24,7 +34,7 @@ pub(super) async fn healthz(State(s): State<AdminState>) -> Response {
 }
 
 pub(super) async fn readyz(State(s): State<AdminState>) -> Response {
-    let waiting: Vec<String> = s
+    let mut waiting: Vec<String> = s
         .registry
         .watchers()
         .iter()
@@ -37,6 +47,9 @@ pub(super) async fn readyz(State(s): State<AdminState>) -> Response {
             }
         })
         .collect();
+    if let Some(line) = journal_line(&s) {
+        waiting.insert(0, line);
+    }
     let paused: String = s
         .registry
         .sinks()

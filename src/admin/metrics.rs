@@ -94,6 +94,8 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
         MetricName::JournalBacklogEvents => one(s.journal.backlog()),
         MetricName::JournalAppendsTotal => one(s.journal.appends()),
         MetricName::JournalSizeBytes => one(s.journal.size_on_disk().unwrap_or(0)),
+        MetricName::JournalWriteErrorsTotal => one(s.journal.write_errors()),
+        MetricName::JournalWritable => one(u64::from(s.journal.write_failure().is_none())),
         MetricName::ChangeToDeliverySeconds => Samples::Histograms(
             s.registry
                 .sinks()
@@ -385,6 +387,12 @@ herald_journal_appends_total 0
 # HELP herald_journal_size_bytes The journal's size on disk.
 # TYPE herald_journal_size_bytes gauge
 herald_journal_size_bytes SIZE
+# HELP herald_journal_write_errors_total Journal writes that failed (full disk, I/O error) or were refused after such a failure.
+# TYPE herald_journal_write_errors_total counter
+herald_journal_write_errors_total 0
+# HELP herald_journal_writable 1 while the journal takes writes; 0 once a write failed (herald run then exits 12).
+# TYPE herald_journal_writable gauge
+herald_journal_writable 1
 # HELP herald_change_to_delivery_seconds From herald's observation of a change to the sink's acknowledgement.
 # TYPE herald_change_to_delivery_seconds histogram
 herald_change_to_delivery_seconds_bucket{sink="out",le="0.001"} 0

@@ -54,7 +54,12 @@ pub fn status_json(s: &AdminState) -> Value {
     json!({
         "resources": resources,
         "sinks": sinks,
-        "journal": {"head": head, "backlog": s.journal.backlog(), "sizeBytes": s.journal.size_on_disk().unwrap_or(0)},
+        "journal": {
+            "head": head,
+            "backlog": s.journal.backlog(),
+            "sizeBytes": s.journal.size_on_disk().unwrap_or(0),
+            "writeError": s.journal.write_failure().map(|f| f.to_string()),
+        },
     })
 }
 

@@ -96,8 +96,15 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         .transpose()
         .map_err(|e| StartError::AdminTokenFailed(e.to_string()))?;
     let (client, sim) = client(cfg).await?;
-    let journal = Journal::open(JournalConfig::from_settings(&cfg.journal))
-        .map_err(StartError::JournalFailed)?;
+    let journal = Journal::open(JournalConfig::from_settings(&cfg.journal)).map_err(|e| {
+        // A full disk at start says what it says at run time: the path, the OS's words, what to do.
+        StartError::JournalFailed(
+            match journal::WriteFailure::out_of_space(&cfg.journal.path, &e) {
+                Some(failure) => JournalError::Unwritable(Arc::new(failure)),
+                None => e,
+            },
+        )
+    })?;
     drop_stale_cursors(&journal, cfg)?;
 
     let base = DeliveryBase {
@@ -242,17 +249,43 @@ impl Running {
     /// Stops in order: watchers first (nothing new is journaled), then delivery drains what was
     /// journaled (at most `drain_timeout`), sinks close, the journal flushes and closes.
     pub async fn stop(self, drain_timeout: Duration) -> Result<(), JournalError> {
+        self.shutdown(drain_timeout, async {}).await
+    }
+
+    /// Resolves when a journal write fails (a full disk, an I/O error): from then on nothing more
+    /// can be journaled or acknowledged in this process (see [`journal::WriteFailure`]).
+    pub async fn journal_failed(&self) -> Arc<journal::WriteFailure> {
+        self.journal.write_failed().await
+    }
+
+    /// Stops after the journal failed: watchers and deliveries at once (without a drain: no cursor
+    /// can move any more, so whatever they did would be redone after the restart anyway), sinks
+    /// close; the admin endpoint keeps answering (`/healthz` 503 with the cause) until `hold`
+    /// resolves, so that a probe or a scrape in flight sees why herald goes away.
+    pub async fn stop_after_journal_failure(self, hold: impl std::future::Future<Output = ()>) {
+        if let Err(error) = self.shutdown(Duration::ZERO, hold).await {
+            // Expected: the journal refuses the final flush it cannot make.
+            tracing::debug!(message = "Journal not closed cleanly.", %error);
+        }
+    }
+
+    async fn shutdown(
+        self,
+        drain_timeout: Duration,
+        hold: impl std::future::Future<Output = ()>,
+    ) -> Result<(), JournalError> {
         self.supervisor.stop(drain_timeout).await;
         let (stop, task) = self.retention;
         stop.cancel();
         let _ = task.await;
-        self.journal.close().await?;
+        hold.await;
+        let closed = self.journal.close().await;
         let (stop, task) = self.admin;
         stop.cancel();
         let _ = task.await;
         if let Some(sim) = self.sim {
             sim.shutdown().await;
         }
-        Ok(())
+        closed
     }
 }

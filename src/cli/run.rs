@@ -1,6 +1,9 @@
 //! `herald run -c FILE`: watches, normalizes, journals and delivers until SIGTERM or SIGINT; then stops
 //! the watches, drains what was journaled into the sinks, flushes and exits 0. A second signal exits at
 //! once (the journal is crash-safe by design, so nothing is damaged).
+//!
+//! A journal write that fails (a full disk) ends it too, with exit 12: sled cannot write again in
+//! this process, a restart reopens the store and resumes from its last durable checkpoint (ADR 0005).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +27,11 @@ pub struct RunArgs {
 
 /// The exit code of a second signal during shutdown (128 + SIGINT, as shells report an interrupt).
 pub const INTERRUPTED: i32 = 130;
+
+/// How long herald stays up after its journal failed, watches and deliveries stopped, answering
+/// `/healthz` (503), `/readyz` and `/metrics` with the cause before it exits 12: long enough for a
+/// probe or a scrape in flight, short enough that the restart comes within seconds.
+const FAILED_HOLD: Duration = Duration::from_secs(2);
 
 /// SIGTERM and SIGINT, listened for from the moment this is made. Made before start-up, so a signal
 /// that arrives while herald is still starting becomes a stop once it has started instead of the
@@ -59,7 +67,30 @@ pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
     let running = app::start(&cfg, None)
         .await
         .map_err(CliError::StartFailed)?;
-    signals.next().await;
+    let failed = tokio::select! {
+        () = signals.next() => None,
+        failure = running.journal_failed() => Some(failure),
+    };
+    if let Some(failure) = failed {
+        tracing::error!(
+            message = "Stopping: the journal cannot take writes; exiting 12 so that a restart resumes from the last durable checkpoint.",
+            path = %failure.path().display(),
+            cause = failure.cause(),
+            advice = failure.advice(),
+        );
+        // A signal during the hold cuts it short: the exit is the same.
+        running
+            .stop_after_journal_failure(async {
+                tokio::select! {
+                    () = tokio::time::sleep(FAILED_HOLD) => {}
+                    () = signals.next() => {}
+                }
+            })
+            .await;
+        return Err(CliError::JournalFailed(
+            crate::journal::JournalError::Unwritable(failure),
+        ));
+    }
     tracing::info!(message = "Stopping: watches first, then draining the journal into the sinks.");
     // A second signal means "now": the journal survives any stop, so exiting at once is safe.
     tokio::spawn(async move {

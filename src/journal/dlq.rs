@@ -44,7 +44,7 @@ impl Journal {
         self.inner
             .db
             .insert(key(DEAD_PREFIX, sink, seq), record)
-            .map_err(Self::dlq_err(sink))?;
+            .map_err(|e| self.note_write_error("dead-letter", &e))?;
         self.inner.flush.note_write(0);
         Ok(())
     }
@@ -88,7 +88,7 @@ impl Journal {
                 .inner
                 .db
                 .remove(k)
-                .map_err(Self::dlq_err(sink))?
+                .map_err(|e| self.note_write_error("dead-letter", &e))?
                 .is_some()
             {
                 removed += 1;
@@ -121,7 +121,7 @@ impl Journal {
         self.inner
             .db
             .apply_batch(batch)
-            .map_err(Self::dlq_err(sink))?;
+            .map_err(|e| self.note_write_error("dead-letter", &e))?;
         self.inner.flush.note_write(0);
         Ok(moved)
     }
@@ -132,7 +132,7 @@ impl Journal {
         self.inner
             .db
             .insert(key(REPLAY_PREFIX, sink, seq), event)
-            .map_err(Self::dlq_err(sink))?;
+            .map_err(|e| self.note_write_error("dead-letter", &e))?;
         self.inner.flush.note_write(0);
         Ok(())
     }
@@ -147,7 +147,7 @@ impl Journal {
         self.inner
             .db
             .remove(key(REPLAY_PREFIX, sink, seq))
-            .map_err(Self::dlq_err(sink))?;
+            .map_err(|e| self.note_write_error("dead-letter", &e))?;
         self.inner.flush.note_write(0);
         Ok(())
     }

@@ -2,6 +2,9 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::WriteFailure;
 
 /// `Result` with [`JournalError`] as the default error.
 pub type Result<T, E = JournalError> = std::result::Result<T, E>;
@@ -147,17 +150,8 @@ pub enum JournalError {
     /// The journal was closed; nothing more can be written.
     #[error("the journal is closed")]
     Closed,
-    /// The atomic batch (events, index updates, checkpoint) was not written.
-    #[error("failed to append to the journal (stream {stream})")]
-    AppendFailed {
-        /// The watch stream of the batch.
-        stream: String,
-        /// What sled said.
-        #[source]
-        source: sled::Error,
-    },
-    /// Flushing to disk failed; the events appended since the last good flush are not durable yet
-    /// (the flusher keeps retrying).
+    /// The final flush of [`close`](super::Journal::close) failed; the events appended since the
+    /// last good flush are not durable.
     #[error("failed to flush the journal to disk")]
     FlushFailed {
         /// What sled said.
@@ -209,15 +203,6 @@ pub enum JournalError {
         #[source]
         source: sled::Error,
     },
-    /// Storing a sink's cursor failed.
-    #[error("failed to store the cursor of sink {sink}")]
-    AckFailed {
-        /// The sink.
-        sink: String,
-        /// What sled said.
-        #[source]
-        source: sled::Error,
-    },
     /// A sink acknowledged an event it cannot have read: a bug in the delivery driver.
     #[error(
         "sink {sink} acknowledged up to {upto} but only events up to {durable} are durable and readable"
@@ -244,6 +229,14 @@ pub enum JournalError {
         #[source]
         source: io::Error,
     },
+    /// A write failed (a full disk, an I/O error) and sled refuses every write after it until the
+    /// store is reopened: nothing more is journaled or acknowledged in this process. What was
+    /// durable is kept; a restart resumes from it.
+    #[error(
+        "{0}; {advice}; herald resumes from its last durable checkpoint on restart",
+        advice = .0.advice()
+    )]
+    Unwritable(Arc<WriteFailure>),
     /// A stored entry does not have the shape this schema version writes.
     #[error("corrupt journal entry {key}: {reason}")]
     CorruptEntry {

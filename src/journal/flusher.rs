@@ -2,20 +2,28 @@
 //!
 //! A thread, not a tokio task, because `sled::Db::flush` blocks in `fsync` for as long as the disk
 //! wants, and the journal opens before (and closes after) any runtime the caller may have.
+//!
+//! A failed flush is final: sled keeps the error and fails every later write with it, even once
+//! the disk has room again, and retrying an `fsync` that failed may report success for pages the
+//! kernel already dropped. So the first failure is recorded ([`Shared::fail`], logged once) and the
+//! flusher stops flushing; `herald run` sees it and exits 12 (ADR 0005).
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+
+use super::WriteFailure;
 
 /// What waiters on [`super::Journal::durable`] observe.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Flushed {
     /// Every event up to this sequence number is on disk.
     pub(super) seq: u64,
-    /// The last flush failed (cleared by the next good one).
-    pub(super) error: Option<sled::Error>,
+    /// A write failed: nothing appended after `seq` will become durable in this process.
+    pub(super) failed: Option<Arc<WriteFailure>>,
     /// The flusher has stopped: nothing appended later will become durable.
     pub(super) stopped: bool,
 }
@@ -44,6 +52,12 @@ pub(super) struct Shared {
     entries: usize,
     /// The head record, advanced after each good flush (`head.rs`).
     record: Mutex<super::head::Record>,
+    /// The journal directory, for the failure's message.
+    path: PathBuf,
+    /// The first failed write; set once, never cleared (see the module doc).
+    failure: OnceLock<Arc<WriteFailure>>,
+    /// Writes that failed, the first one and every refused one after it.
+    write_errors: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -53,6 +67,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     pub(super) fn new(
+        path: &Path,
         head: u64,
         interval: Duration,
         entries: usize,
@@ -65,13 +80,62 @@ impl Shared {
             durable: AtomicU64::new(head),
             flushed: watch::Sender::new(Flushed {
                 seq: head,
-                error: None,
+                failed: None,
                 stopped: false,
             }),
             interval,
             entries: entries.max(1),
             record: Mutex::new(record),
+            path: path.to_owned(),
+            failure: OnceLock::new(),
+            write_errors: AtomicU64::new(0),
         }
+    }
+
+    /// Records a failed write (`op`). The first one becomes the journal's failure: logged once,
+    /// with the path, the OS's words and what to do, and published to every waiter; later ones
+    /// only count.
+    pub(super) fn fail(&self, op: &'static str, error: &sled::Error) -> Arc<WriteFailure> {
+        self.write_errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = false;
+        let failure = self
+            .failure
+            .get_or_init(|| {
+                first = true;
+                Arc::new(WriteFailure::new(&self.path, op, error))
+            })
+            .clone();
+        if first {
+            tracing::error!(
+                message = "The journal cannot take writes; nothing more is journaled until herald restarts.",
+                path = %failure.path().display(),
+                op,
+                cause = failure.cause(),
+                advice = failure.advice(),
+            );
+            self.flushed
+                .send_modify(|f| f.failed = Some(Arc::clone(&failure)));
+        }
+        failure
+    }
+
+    /// A write that is refused because an earlier one failed: counted, not logged again.
+    pub(super) fn refuse(&self) -> Option<Arc<WriteFailure>> {
+        let failure = self.failure.get().cloned();
+        if failure.is_some() {
+            self.write_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        failure
+    }
+
+    /// The first failed write, if any.
+    pub(super) fn failure(&self) -> Option<Arc<WriteFailure>> {
+        self.failure.get().cloned()
+    }
+
+    /// Failed and refused writes so far.
+    pub(super) fn write_errors(&self) -> u64 {
+        self.write_errors.load(Ordering::Relaxed)
     }
 
     /// Records `entries` unflushed writes (0 for a cursor move, which must reach disk too but
@@ -121,12 +185,6 @@ impl Shared {
         p.since = None;
         p.shutdown
     }
-
-    /// Puts back a failed flush so it is retried after `interval`.
-    fn retry_later(&self) {
-        let mut p = lock(&self.pending);
-        p.since.get_or_insert_with(Instant::now);
-    }
 }
 
 /// Flushes one group; `Ok(seq)` = everything up to `seq` is durable.
@@ -137,10 +195,7 @@ pub(super) fn flush_once(db: &sled::Db, shared: &Shared) -> Result<u64, sled::Er
     db.flush()?;
     lock(&shared.record).advance(target, false);
     shared.durable.fetch_max(target, Ordering::AcqRel);
-    shared.flushed.send_modify(|f| {
-        f.seq = f.seq.max(target);
-        f.error = None;
-    });
+    shared.flushed.send_modify(|f| f.seq = f.seq.max(target));
     Ok(target)
 }
 
@@ -151,20 +206,15 @@ pub(super) fn sync_record(shared: &Shared) {
     record.advance(durable, true);
 }
 
-/// The flusher thread's body.
+/// The flusher thread's body. After a failed flush it flushes no more (nothing could succeed, see
+/// the module doc) and only waits for the shutdown.
 pub(super) fn run(db: sled::Db, shared: Arc<Shared>) {
     loop {
         let stop = shared.wait_due();
-        if let Err(error) = flush_once(&db, &shared) {
-            tracing::warn!(message = "Journal flush failed; retrying.", %error);
-            shared
-                .flushed
-                .send_modify(|f| f.error = Some(error.clone()));
-            if !stop {
-                shared.retry_later();
-                // Without a pause a persistent disk error would spin here.
-                std::thread::sleep(shared.interval);
-            }
+        if shared.failure().is_none()
+            && let Err(error) = flush_once(&db, &shared)
+        {
+            shared.fail("flush", &error);
         }
         if stop {
             break;

@@ -65,9 +65,15 @@
 //!   0700 and the files are set to 0600 at open and at every retention pass.
 //! - Cursor moves ([`Journal::ack`]) reach disk with the next group commit; a crash may move a
 //!   cursor back (redelivery with the same ids), never forward.
+//! - A failed write (a full disk, an I/O error) is final for the open store: sled keeps the error
+//!   and refuses every later write with it, even once there is room again; only a reopen clears
+//!   it. The journal then refuses writes itself ([`JournalError::Unwritable`]),
+//!   [`Journal::write_failed`] resolves, and `herald run` exits 12 so that a restart reopens the
+//!   store and resumes from what was durable (ADR 0005, `docs/adr/0005-full-disk.md`).
 
 mod dlq;
 mod error;
+mod failure;
 mod files;
 mod flusher;
 mod head;
@@ -88,6 +94,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use error::{JournalError, Result};
+pub use failure::WriteFailure;
 pub use integrity::Report;
 pub use salvage::{Salvaged, salvage};
 
@@ -253,6 +260,7 @@ impl Journal {
             })?;
 
         let flush = Arc::new(flusher::Shared::new(
+            &path,
             head,
             cfg.flush_interval,
             cfg.flush_entries,
@@ -289,11 +297,50 @@ impl Journal {
         &self.inner.path
     }
 
+    /// Whether writes are taken: not after `close`, nor after a write failed (sled would refuse it
+    /// with the same error; a refusal here is counted without touching the store).
     fn check_open(&self) -> Result<()> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(JournalError::Closed);
         }
+        if let Some(failure) = self.inner.flush.refuse() {
+            return Err(JournalError::Unwritable(failure));
+        }
         Ok(())
+    }
+
+    /// Records that a write to the store failed (from now on the journal refuses writes) and
+    /// returns the error every caller gets for it.
+    fn note_write_error(&self, op: &'static str, error: &sled::Error) -> JournalError {
+        JournalError::Unwritable(self.inner.flush.fail(op, error))
+    }
+
+    /// Why the journal stopped taking writes, once a write failed (a full disk, an I/O error); it
+    /// never takes writes again in this process (see [`WriteFailure`]).
+    pub fn write_failure(&self) -> Option<Arc<WriteFailure>> {
+        self.inner.flush.failure()
+    }
+
+    /// Resolves when a write fails (at once if one already did): what `herald run` waits for to
+    /// exit 12.
+    pub async fn write_failed(&self) -> Arc<WriteFailure> {
+        let mut rx = self.inner.flush.flushed.subscribe();
+        let failed = rx
+            .wait_for(|f| f.failed.is_some())
+            .await
+            .ok()
+            .and_then(|state| state.failed.clone());
+        match failed {
+            Some(failure) => failure,
+            // The sender lives as long as `self`: unreachable, but never a false alarm.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Writes that failed or were refused since the journal was opened
+    /// (`herald_journal_write_errors_total`).
+    pub fn write_errors(&self) -> u64 {
+        self.inner.flush.write_errors()
     }
 
     /// Appends atomically: the events get consecutive sequence numbers (returned), and the index
@@ -336,10 +383,9 @@ impl Journal {
             // Kept beside the events so numbering survives retention deleting all of them.
             b.insert(keys::HEAD_KEY, &new_head.to_be_bytes()[..]);
         }
-        self.inner
-            .db
-            .apply_batch(b)
-            .map_err(|source| JournalError::AppendFailed { stream, source })?;
+        if let Err(source) = self.inner.db.apply_batch(b) {
+            return Err(self.note_write_error("append", &source));
+        }
         self.inner.flush.head.store(new_head, Ordering::Release);
         *last_ms = at;
         drop(last_ms);
@@ -354,19 +400,19 @@ impl Journal {
     /// Waits until every event up to `seq` (clamped to the head: `u64::MAX` means "everything
     /// appended so far") is flushed to disk. Waiters share the next group commit.
     ///
-    /// Fails with [`JournalError::FlushFailed`] while flushing fails (the flusher keeps
-    /// retrying), and with [`JournalError::Closed`] once the flusher stopped short of `seq`.
+    /// Fails with [`JournalError::Unwritable`] once a write failed (nothing more becomes durable),
+    /// and with [`JournalError::Closed`] once the flusher stopped short of `seq`.
     pub async fn durable(&self, seq: u64) -> Result<()> {
         let target = seq.min(self.head());
         let mut rx = self.inner.flush.flushed.subscribe();
         let state = rx
-            .wait_for(|f| f.seq >= target || f.error.is_some() || f.stopped)
+            .wait_for(|f| f.seq >= target || f.failed.is_some() || f.stopped)
             .await
             .map_err(|_| JournalError::Closed)?;
         if state.seq >= target {
             Ok(())
-        } else if let Some(source) = state.error.clone() {
-            Err(JournalError::FlushFailed { source })
+        } else if let Some(failure) = &state.failed {
+            Err(JournalError::Unwritable(Arc::clone(failure)))
         } else {
             Err(JournalError::Closed)
         }
@@ -465,10 +511,13 @@ impl Journal {
         } else {
             head
         };
-        self.inner
+        if let Err(source) = self
+            .inner
             .db
             .insert(keys::cursor(sink), &cursor.to_be_bytes()[..])
-            .map_err(failed)?;
+        {
+            return Err(self.note_write_error("register", &source));
+        }
         cursors.insert(sink.to_owned(), cursor);
         drop(cursors);
         self.inner.flush.note_write(0);
@@ -487,12 +536,9 @@ impl Journal {
         self.check_open()?;
         keys::check_name("sink", sink)?;
         let mut cursors = lock(&self.inner.cursors);
-        self.inner.db.remove(keys::cursor(sink)).map_err(|source| {
-            JournalError::SinkRegisterFailed {
-                sink: sink.to_owned(),
-                source,
-            }
-        })?;
+        if let Err(source) = self.inner.db.remove(keys::cursor(sink)) {
+            return Err(self.note_write_error("register", &source));
+        }
         cursors.remove(sink);
         drop(cursors);
         self.inner.flush.note_write(0);
@@ -553,13 +599,13 @@ impl Journal {
                 durable,
             });
         }
-        self.inner
+        if let Err(source) = self
+            .inner
             .db
             .insert(keys::cursor(sink), &upto.to_be_bytes()[..])
-            .map_err(|source| JournalError::AckFailed {
-                sink: sink.to_owned(),
-                source,
-            })?;
+        {
+            return Err(self.note_write_error("ack", &source));
+        }
         *cursor = upto;
         drop(cursors);
         self.inner.flush.note_write(0);
@@ -606,6 +652,7 @@ impl Journal {
         let retain_ms = u64::try_from(self.inner.retain.as_millis()).unwrap_or(u64::MAX);
         let cutoff = now_ms().saturating_sub(retain_ms);
         let failed = |source| JournalError::RetentionFailed { source };
+        let write_failed = |source: sled::Error| self.note_write_error("retention", &source);
 
         let mut removed = 0u64;
         let mut chunk = sled::Batch::default();
@@ -623,13 +670,13 @@ impl Journal {
                 self.inner
                     .db
                     .apply_batch(std::mem::take(&mut chunk))
-                    .map_err(failed)?;
+                    .map_err(write_failed)?;
                 removed += in_chunk as u64;
                 in_chunk = 0;
             }
         }
         if in_chunk > 0 {
-            self.inner.db.apply_batch(chunk).map_err(failed)?;
+            self.inner.db.apply_batch(chunk).map_err(write_failed)?;
             removed += in_chunk as u64;
         }
         if removed > 0 {
@@ -665,6 +712,9 @@ impl Journal {
                 .await
                 .map_err(|_| JournalError::FlusherPanicked)?;
             joined.map_err(|_| JournalError::FlusherPanicked)?;
+        }
+        if let Some(failure) = self.write_failure() {
+            return Err(JournalError::Unwritable(failure));
         }
         // The flusher's last flush may have failed; this one reports it.
         let db = self.inner.db.clone();

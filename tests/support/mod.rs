@@ -158,6 +158,23 @@ impl Herald {
             let _ = tokio::task::spawn_blocking(move || child.wait()).await;
         }
     }
+
+    /// Waits until herald's stderr holds `needle`: a point in its start-up (say, its first list
+    /// is done) that a test must not race with a fixed sleep. Panics after 20 s.
+    pub async fn wait_for_log(&self, needle: &str) {
+        let started = std::time::Instant::now();
+        while !std::fs::read_to_string(&self.stderr)
+            .unwrap_or_default()
+            .contains(needle)
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "herald never logged {needle:?}\n--- herald stderr ---\n{}",
+                std::fs::read_to_string(&self.stderr).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for Herald {

@@ -77,13 +77,17 @@ pub enum MetricName {
     JournalAppendsTotal,
     /// `herald_journal_size_bytes`, a gauge.
     JournalSizeBytes,
+    /// `herald_journal_write_errors_total`, a counter.
+    JournalWriteErrorsTotal,
+    /// `herald_journal_writable`, a gauge.
+    JournalWritable,
     /// `herald_change_to_delivery_seconds{sink}`, a histogram.
     ChangeToDeliverySeconds,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 21] = [
+    pub const ALL: [MetricName; 23] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -104,6 +108,8 @@ impl MetricName {
         Self::JournalBacklogEvents,
         Self::JournalAppendsTotal,
         Self::JournalSizeBytes,
+        Self::JournalWriteErrorsTotal,
+        Self::JournalWritable,
         Self::ChangeToDeliverySeconds,
     ];
 
@@ -133,6 +139,8 @@ impl MetricName {
             Self::JournalBacklogEvents => "herald_journal_backlog_events",
             Self::JournalAppendsTotal => "herald_journal_appends_total",
             Self::JournalSizeBytes => "herald_journal_size_bytes",
+            Self::JournalWriteErrorsTotal => "herald_journal_write_errors_total",
+            Self::JournalWritable => "herald_journal_writable",
             Self::ChangeToDeliverySeconds => "herald_change_to_delivery_seconds",
         }
     }
@@ -152,7 +160,8 @@ impl MetricName {
             | Self::DeadLettersForwardedTotal
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
-            | Self::JournalAppendsTotal => MetricKind::Counter,
+            | Self::JournalAppendsTotal
+            | Self::JournalWriteErrorsTotal => MetricKind::Counter,
             Self::WatchSynced
             | Self::DeadLetterQueueSize
             | Self::DeadLetterQueueFull
@@ -160,7 +169,8 @@ impl MetricName {
             | Self::JournalLagEvents
             | Self::JournalOldestUndeliveredAgeSeconds
             | Self::JournalBacklogEvents
-            | Self::JournalSizeBytes => MetricKind::Gauge,
+            | Self::JournalSizeBytes
+            | Self::JournalWritable => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -187,7 +197,11 @@ impl MetricName {
             | Self::JournalLagEvents
             | Self::JournalOldestUndeliveredAgeSeconds
             | Self::ChangeToDeliverySeconds => &["sink"],
-            Self::JournalBacklogEvents | Self::JournalAppendsTotal | Self::JournalSizeBytes => &[],
+            Self::JournalBacklogEvents
+            | Self::JournalAppendsTotal
+            | Self::JournalSizeBytes
+            | Self::JournalWriteErrorsTotal
+            | Self::JournalWritable => &[],
         }
     }
 
@@ -231,6 +245,12 @@ impl MetricName {
                 "Journal appends that carried events (events journaled per append shows how well watch batches fill)."
             }
             Self::JournalSizeBytes => "The journal's size on disk.",
+            Self::JournalWriteErrorsTotal => {
+                "Journal writes that failed (full disk, I/O error) or were refused after such a failure."
+            }
+            Self::JournalWritable => {
+                "1 while the journal takes writes; 0 once a write failed (herald run then exits 12)."
+            }
             Self::ChangeToDeliverySeconds => {
                 "From herald's observation of a change to the sink's acknowledgement."
             }
@@ -279,6 +299,8 @@ mod tests {
                 "herald_journal_backlog_events",
                 "herald_journal_appends_total",
                 "herald_journal_size_bytes",
+                "herald_journal_write_errors_total",
+                "herald_journal_writable",
                 "herald_change_to_delivery_seconds",
             ]
         );
