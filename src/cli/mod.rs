@@ -4,6 +4,7 @@ mod admin_client;
 mod check;
 mod demo;
 mod dlq;
+mod journal;
 mod run;
 mod sim;
 mod status;
@@ -47,6 +48,8 @@ pub enum Command {
     Dlq(dlq::DlqArgs),
     /// Queue journaled events for redelivery to a sink (from a sequence number or a time).
     Replay(dlq::ReplayArgs),
+    /// The journal of a stopped herald: verify it, or salvage a damaged one.
+    Journal(journal::JournalArgs),
     /// Show where herald stands (from its admin endpoint, or its journal when it is stopped).
     Status(status::StatusArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
@@ -83,6 +86,9 @@ pub enum CliError {
     /// A running herald's admin endpoint refused or failed a request.
     #[error("{0}")]
     AdminFailed(String),
+    /// `herald journal verify` found the journal damaged.
+    #[error("{0}")]
+    JournalDamaged(String),
 }
 
 impl CliError {
@@ -108,7 +114,7 @@ impl CliError {
                 | crate::app::StartError::Invalid(_) => exit_code::CONFIG_INVALID,
                 crate::app::StartError::EmbeddedFailed(_) => exit_code::UNEXPECTED,
             },
-            CliError::JournalFailed(_) => exit_code::JOURNAL_ERROR,
+            CliError::JournalFailed(_) | CliError::JournalDamaged(_) => exit_code::JOURNAL_ERROR,
             CliError::CheckFailed(_) => exit_code::HEALTHCHECK_FAILED,
             CliError::Usage(_) => exit_code::USAGE,
             CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) | CliError::AdminFailed(_) => {
@@ -156,6 +162,7 @@ async fn run(command: Command) -> Result<(), CliError> {
         Command::Status(args) => status::run(args).await,
         Command::Dlq(args) => dlq::dlq(args).await,
         Command::Replay(args) => dlq::replay(args).await,
+        Command::Journal(args) => journal::run(args).await,
     }
 }
 

@@ -8,8 +8,7 @@ use herald_sink_core::DeadLetter;
 use super::error::{JournalError, Result};
 use super::{Journal, keys};
 
-const DEAD_PREFIX: &[u8] = b"d/";
-const REPLAY_PREFIX: &[u8] = b"r/";
+use keys::{DEAD_PREFIX, REPLAY_PREFIX};
 
 fn prefix(kind: &[u8], sink: &str) -> Vec<u8> {
     let mut k = kind.to_vec();

@@ -61,9 +61,9 @@ pub enum JournalError {
         #[source]
         source: sled::Error,
     },
-    /// The store was written by a herald with another journal layout.
+    /// The store was written by a herald with another journal layout (a newer one, or not herald).
     #[error(
-        "the journal at {path} has schema version {found:?}; this herald reads version {supported} only"
+        "the journal at {path} has schema version {found:?}; this herald reads versions 1 to {supported} (older ones are upgraded when opened): run the herald that wrote it, or give this one another journal directory"
     )]
     UnsupportedSchema {
         /// The journal directory.
@@ -72,6 +72,40 @@ pub enum JournalError {
         found: Option<String>,
         /// The version this build understands.
         supported: u32,
+    },
+    /// The integrity check at open found the store damaged: sled panicked or stalled reading it,
+    /// entries do not decode, or committed entries are gone (the head record is ahead of the store).
+    #[error(
+        "the journal at {path} is damaged: {problems}. `herald journal verify --journal {path}` reports what is readable; `herald journal salvage --journal {path}` moves it aside and rebuilds it from what can be read"
+    )]
+    Damaged {
+        /// The journal directory.
+        path: PathBuf,
+        /// What is wrong (the first problems of the report).
+        problems: String,
+    },
+    /// There is no journal directory at the path.
+    #[error("there is no journal at {path}")]
+    NotFound {
+        /// The journal directory.
+        path: PathBuf,
+    },
+    /// Writing the head record (`herald.head`) failed.
+    #[error("failed to write the journal head record {path}")]
+    HeadRecordFailed {
+        /// The record file.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: io::Error,
+    },
+    /// Moving a damaged journal aside or building its replacement failed.
+    #[error("failed to salvage the journal at {path}: {reason}")]
+    SalvageFailed {
+        /// The journal directory.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
     },
     /// Reading or writing the journal's own metadata (schema version, head, cursors) at open failed.
     #[error("failed to read or write the journal metadata at {path}")]
@@ -94,6 +128,13 @@ pub enum JournalError {
     /// The background flusher thread could not be started.
     #[error("failed to start the journal flusher")]
     FlusherStartFailed {
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+    /// The thread that opens and checks the store could not be started.
+    #[error("failed to start the journal reader thread")]
+    ReaderStartFailed {
         /// What the OS said.
         #[source]
         source: io::Error,

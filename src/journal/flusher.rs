@@ -50,6 +50,8 @@ pub(super) struct Shared {
     pub(super) flushed: watch::Sender<Flushed>,
     interval: Duration,
     entries: usize,
+    /// The head record, advanced after each good flush (`head.rs`).
+    record: Mutex<super::head::Record>,
     /// The journal directory, for the failure's message.
     path: PathBuf,
     /// The first failed write; set once, never cleared (see the module doc).
@@ -64,7 +66,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(super) fn new(path: &Path, head: u64, interval: Duration, entries: usize) -> Self {
+    pub(super) fn new(
+        path: &Path,
+        head: u64,
+        interval: Duration,
+        entries: usize,
+        record: super::head::Record,
+    ) -> Self {
         Self {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
@@ -77,6 +85,7 @@ impl Shared {
             }),
             interval,
             entries: entries.max(1),
+            record: Mutex::new(record),
             path: path.to_owned(),
             failure: OnceLock::new(),
             write_errors: AtomicU64::new(0),
@@ -184,9 +193,17 @@ pub(super) fn flush_once(db: &sled::Db, shared: &Shared) -> Result<u64, sled::Er
     // and sled's flush makes every write that happened before the call durable.
     let target = shared.head.load(Ordering::Acquire);
     db.flush()?;
+    lock(&shared.record).advance(target, false);
     shared.durable.fetch_max(target, Ordering::AcqRel);
     shared.flushed.send_modify(|f| f.seq = f.seq.max(target));
     Ok(target)
+}
+
+/// Syncs the head record whatever its last sync (at close).
+pub(super) fn sync_record(shared: &Shared) {
+    let mut record = lock(&shared.record);
+    let durable = shared.durable.load(Ordering::Acquire);
+    record.advance(durable, true);
 }
 
 /// The flusher thread's body. After a failed flush it flushes no more (nothing could succeed, see

@@ -1,13 +1,18 @@
-//! The key layout of the journal's single sled tree (schema version 1).
+//! The key layout of the journal's single sled tree (schema version 2; version 1 had the same keys
+//! and no head record file).
 //!
 //! | prefix | key | value |
 //! |---|---|---|
-//! | `meta/schema_version` | | ASCII decimal, `1` |
+//! | `meta/schema_version` | | ASCII decimal, `2` |
 //! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
 //! | `e/` | u64 BE sequence number | u64 BE append time (ms since the epoch) + rendered CloudEvent |
 //! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen |
 //! | `c/` | stream | resourceVersion (UTF-8) |
 //! | `s/` | sink | u64 BE cursor: the last acknowledged sequence number |
+//! | `d/` | sink, NUL, u64 BE sequence number | a dead letter (`dlq.rs`) |
+//! | `r/` | sink, NUL, u64 BE sequence number | an event queued for replay (`dlq.rs`) |
+//!
+//! Beside the tree, `herald.head` (`head.rs`) holds the last durable sequence number.
 //!
 //! Big-endian sequence numbers make key order sequence order, so reads and retention are range scans.
 //! The NUL after the stream keeps `i/a\0…` from matching a prefix scan of stream `a` for stream `ab`.
@@ -20,6 +25,8 @@ pub(super) const EVENT_PREFIX: &[u8] = b"e/";
 pub(super) const INDEX_PREFIX: &[u8] = b"i/";
 pub(super) const CHECKPOINT_PREFIX: &[u8] = b"c/";
 pub(super) const CURSOR_PREFIX: &[u8] = b"s/";
+pub(super) const DEAD_PREFIX: &[u8] = b"d/";
+pub(super) const REPLAY_PREFIX: &[u8] = b"r/";
 
 /// Bytes of the append time in front of each stored event.
 const TIME_LEN: usize = 8;
@@ -87,6 +94,12 @@ pub(super) fn event_value(append_ms: u64, payload: &[u8]) -> Vec<u8> {
     v.extend_from_slice(&append_ms.to_be_bytes());
     v.extend_from_slice(payload);
     v
+}
+
+/// Whether a `d/` or `r/` key has its shape: a non-empty sink name, NUL, an 8-byte sequence number.
+pub(super) fn queue_key_is_valid(key: &[u8]) -> bool {
+    let rest = key.get(2..).unwrap_or_default();
+    rest.len() > 9 && rest.get(rest.len() - 9) == Some(&0) && !rest[..rest.len() - 9].contains(&0)
 }
 
 /// Splits a stored event into its append time and the rendered CloudEvent.

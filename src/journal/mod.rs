@@ -76,8 +76,11 @@ mod error;
 mod failure;
 mod files;
 mod flusher;
+mod head;
+mod integrity;
 mod keys;
 pub mod retention;
+mod salvage;
 #[cfg(test)]
 mod tests;
 
@@ -92,9 +95,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use error::{JournalError, Result};
 pub use failure::WriteFailure;
+pub use integrity::Report;
+pub use salvage::{Salvaged, salvage};
 
-/// The journal layout this build reads and writes (`meta/schema_version`).
-pub const SCHEMA_VERSION: u32 = 1;
+/// The journal layout this build writes (`meta/schema_version`). Version 2 added the head record
+/// (`herald.head`); a version-1 journal is upgraded when opened. See ADR 0002.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// How long sled may go without progress while the store is opened and checked (recovery, then
+/// between two entries of the scan) before herald calls the store damaged.
+pub const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Removals per sled batch during retention, so one pass never builds an unbounded batch.
 const RETENTION_CHUNK: usize = 1_024;
@@ -115,6 +125,8 @@ pub struct JournalConfig {
     pub max_backlog: u64,
     /// Bytes of sled's in-memory page cache.
     pub cache_capacity: u64,
+    /// How long the integrity check at open may go without progress, see [`OPEN_TIMEOUT`].
+    pub open_timeout: Duration,
 }
 
 impl JournalConfig {
@@ -128,6 +140,7 @@ impl JournalConfig {
             retain: Duration::ZERO,
             max_backlog: 1_000_000,
             cache_capacity: 64 * 1024 * 1024,
+            open_timeout: OPEN_TIMEOUT,
         }
     }
 
@@ -246,23 +259,29 @@ impl Journal {
         let path = cfg.path;
         files::private_dir(&path)?;
         let dir_lock = files::lock(&path)?;
-        let db = open_sled(&path, cfg.cache_capacity)?;
+        let (db, report) = open_checked(&path, cfg.cache_capacity, cfg.open_timeout)?;
         let meta_failed = |source| JournalError::MetaFailed {
             path: path.clone(),
             source,
         };
-        check_schema(&db, &path)?;
-        let head = load_head(&db).map_err(|e| e.or_meta(&path))?;
-        let cursors = load_cursors(&db).map_err(|e| e.or_meta(&path))?;
+        let head = report.head;
+        let cursors = report.cursors;
+        prepare_schema(&db, &path, report.schema_version.as_deref(), head)?;
         // Whatever recovery found may still sit in the OS cache only; make it the durable base.
         db.flush().map_err(meta_failed)?;
         files::restrict_tree(&path)?;
+        let record =
+            head::Record::open(&path, head).map_err(|source| JournalError::HeadRecordFailed {
+                path: head::path(&path),
+                source,
+            })?;
 
         let flush = Arc::new(flusher::Shared::new(
             &path,
             head,
             cfg.flush_interval,
             cfg.flush_entries,
+            record,
         ));
         let thread = std::thread::Builder::new()
             .name("journal-flush".to_owned())
@@ -724,10 +743,14 @@ impl Journal {
         // The flusher's last flush may have failed; this one reports it.
         let db = self.inner.db.clone();
         let flush = Arc::clone(&self.inner.flush);
-        tokio::task::spawn_blocking(move || flusher::flush_once(&db, &flush))
-            .await
-            .map_err(|_| JournalError::FlusherPanicked)?
-            .map_err(|source| JournalError::FlushFailed { source })?;
+        tokio::task::spawn_blocking(move || {
+            let flushed = flusher::flush_once(&db, &flush);
+            flusher::sync_record(&flush);
+            flushed
+        })
+        .await
+        .map_err(|_| JournalError::FlusherPanicked)?
+        .map_err(|source| JournalError::FlushFailed { source })?;
         tracing::debug!(message = "Journal closed.", path = %self.inner.path.display(), head = self.head());
         Ok(())
     }
@@ -757,6 +780,7 @@ impl Drop for Inner {
         {
             tracing::warn!(message = "Journal flusher panicked.");
         }
+        flusher::sync_record(&self.flush);
     }
 }
 
@@ -793,88 +817,123 @@ fn open_sled(path: &Path, cache_capacity: u64) -> Result<sled::Db> {
     }
 }
 
-fn check_schema(db: &sled::Db, path: &Path) -> Result<()> {
+/// Checks the journal in `dir` and reports what it holds and what is wrong, without upgrading or
+/// repairing it (`herald journal verify`). Takes the journal's lock like [`Journal::open`], so it
+/// fails with [`JournalError::AlreadyOpen`] while a herald runs on it. sled's own recovery may
+/// still rewrite the tail of its log, as at any open.
+pub fn verify(dir: &Path, timeout: Duration) -> Result<Report> {
+    if !dir.is_dir() {
+        return Err(JournalError::NotFound {
+            path: dir.to_owned(),
+        });
+    }
+    let _lock = files::lock(dir)?;
+    let (_db, report, foreign) = scan(dir, JournalConfig::new(dir).cache_capacity, timeout)?;
+    if foreign {
+        return Err(JournalError::UnsupportedSchema {
+            path: dir.to_owned(),
+            found: None,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(report)
+}
+
+/// Reads and checks the whole store on a guarded thread (`integrity.rs`): a store written by
+/// something else or a newer herald is refused, a damaged one is reported with what is wrong.
+fn open_checked(
+    path: &Path,
+    cache_capacity: u64,
+    timeout: Duration,
+) -> Result<(sled::Db, integrity::Report)> {
+    let (db, report, foreign) = scan(path, cache_capacity, timeout)?;
+    let foreign_store = || JournalError::UnsupportedSchema {
+        path: path.to_owned(),
+        found: None,
+        supported: SCHEMA_VERSION,
+    };
+    match report.schema_version.as_deref() {
+        None if foreign => return Err(foreign_store()),
+        Some(v) if v.parse::<u32>().is_ok_and(|n| n > SCHEMA_VERSION) => {
+            return Err(JournalError::UnsupportedSchema {
+                path: path.to_owned(),
+                found: Some(v.to_owned()),
+                supported: SCHEMA_VERSION,
+            });
+        }
+        _ => {}
+    }
+    match db {
+        Some(db) if report.intact() => Ok((db, report)),
+        _ => Err(JournalError::Damaged {
+            path: path.to_owned(),
+            problems: report.summary(),
+        }),
+    }
+}
+
+/// Reads the whole store and the head record; the store is returned only when it could be read to
+/// the end. Also tells whether the store looks like something herald did not write (keys of no
+/// herald layout or trees of its own, and no head record).
+fn scan(
+    path: &Path,
+    cache_capacity: u64,
+    timeout: Duration,
+) -> Result<(Option<sled::Db>, integrity::Report, bool)> {
+    let record = head::read(path).map_err(|source| JournalError::HeadRecordFailed {
+        path: head::path(path),
+        source,
+    })?;
+    let mut checker = integrity::Checker::new(path);
+    let ended = integrity::read_store(path, cache_capacity, timeout, |k, v| checker.entry(k, v));
+    let (db, broken) = match ended {
+        integrity::Ended::Done(db) => (Some(db), None),
+        integrity::Ended::Broken(why) => (None, Some(why)),
+        integrity::Ended::OpenFailed(JournalError::OpenFailed {
+            source: source @ sled::Error::Corruption { .. },
+            ..
+        }) => (
+            None,
+            Some(format!(
+                "sled found corrupted data recovering the store: {source}"
+            )),
+        ),
+        integrity::Ended::OpenFailed(e) => return Err(e),
+    };
+    let trees = db.as_ref().map_or(1, |db| db.tree_names().len());
+    let foreign = record == head::Stored::Missing && (trees > 1 || checker.unknown_keys() > 0);
+    Ok((db, checker.finish(broken, &record), foreign))
+}
+
+/// Makes the store's layout the current one: a new store gets the schema version and its head
+/// record; a version-1 store (no head record) is upgraded by writing one.
+fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) -> Result<()> {
     let meta_failed = |source| JournalError::MetaFailed {
         path: path.to_owned(),
         source,
     };
-    match db.get(keys::SCHEMA_VERSION_KEY).map_err(meta_failed)? {
-        Some(v) if v.as_ref() == SCHEMA_VERSION.to_string().as_bytes() => Ok(()),
-        Some(v) => Err(JournalError::UnsupportedSchema {
-            path: path.to_owned(),
-            found: Some(String::from_utf8_lossy(&v).into_owned()),
-            supported: SCHEMA_VERSION,
-        }),
-        None if db.is_empty() && db.tree_names().len() <= 1 => {
-            db.insert(
-                keys::SCHEMA_VERSION_KEY,
-                SCHEMA_VERSION.to_string().as_bytes(),
-            )
-            .map_err(meta_failed)?;
-            Ok(())
-        }
-        None => Err(JournalError::UnsupportedSchema {
-            path: path.to_owned(),
-            found: None,
-            supported: SCHEMA_VERSION,
-        }),
+    let current = SCHEMA_VERSION.to_string();
+    if found == Some(current.as_str()) {
+        return Ok(());
     }
-}
-
-/// A load failure at open: sled errors become `MetaFailed` once the path is known.
-enum LoadError {
-    Sled(sled::Error),
-    Journal(JournalError),
-}
-
-impl From<sled::Error> for LoadError {
-    fn from(e: sled::Error) -> Self {
-        LoadError::Sled(e)
+    // The record first: a crash before the version is written leaves a store that opens as
+    // before (a version-1 store with a valid record, or an empty one), never a version-2 store
+    // without a record.
+    head::create(path, head).map_err(|source| JournalError::HeadRecordFailed {
+        path: head::path(path),
+        source,
+    })?;
+    db.insert(keys::SCHEMA_VERSION_KEY, current.as_bytes())
+        .map_err(meta_failed)?;
+    db.flush().map_err(meta_failed)?;
+    if let Some(old) = found {
+        tracing::info!(
+            message = "Journal upgraded: it now keeps a head record.",
+            path = %path.display(),
+            from = old,
+            to = SCHEMA_VERSION,
+            head
+        );
     }
-}
-
-impl From<JournalError> for LoadError {
-    fn from(e: JournalError) -> Self {
-        LoadError::Journal(e)
-    }
-}
-
-impl LoadError {
-    fn or_meta(self, path: &Path) -> JournalError {
-        match self {
-            LoadError::Sled(source) => JournalError::MetaFailed {
-                path: path.to_owned(),
-                source,
-            },
-            LoadError::Journal(e) => e,
-        }
-    }
-}
-
-fn load_head(db: &sled::Db) -> Result<u64, LoadError> {
-    let stored = match db.get(keys::HEAD_KEY)? {
-        Some(v) => keys::decode_u64(keys::HEAD_KEY, &v)?,
-        None => 0,
-    };
-    let last = match db.scan_prefix(keys::EVENT_PREFIX).next_back() {
-        Some(entry) => keys::event_seq(&entry?.0)?,
-        None => 0,
-    };
-    Ok(stored.max(last))
-}
-
-fn load_cursors(db: &sled::Db) -> Result<BTreeMap<String, u64>, LoadError> {
-    let mut cursors = BTreeMap::new();
-    for entry in db.scan_prefix(keys::CURSOR_PREFIX) {
-        let (k, v) = entry?;
-        let sink = k
-            .get(keys::CURSOR_PREFIX.len()..)
-            .and_then(|rest| std::str::from_utf8(rest).ok())
-            .ok_or_else(|| JournalError::CorruptEntry {
-                key: keys::printable(&k),
-                reason: "sink name is not UTF-8",
-            })?;
-        cursors.insert(sink.to_owned(), keys::decode_u64(&k, &v)?);
-    }
-    Ok(cursors)
+    Ok(())
 }

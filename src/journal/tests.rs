@@ -197,15 +197,17 @@ async fn writes_and_checks_the_schema_version() {
         .unwrap();
     {
         let raw = sled::Config::new().path(&dir).open().unwrap();
-        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"1");
-        raw.insert(b"meta/schema_version", b"2").unwrap();
+        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"2");
+        raw.insert(b"meta/schema_version", b"3").unwrap();
         raw.flush().unwrap();
     }
+    // A newer herald's journal is refused, naming its version.
     let err = Journal::open(cfg(tmp.path())).unwrap_err();
     assert!(
-        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 1, .. } if v == "2"),
+        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 2, .. } if v == "3"),
         "{err:?}"
     );
+    assert!(err.to_string().contains("\"3\""), "{err}");
 
     // A store with data but no version was not written by herald.
     let other = tmp.path().join("other");
@@ -217,6 +219,89 @@ async fn writes_and_checks_the_schema_version() {
     let err = Journal::open(JournalConfig::new(other)).unwrap_err();
     assert!(
         matches!(err, JournalError::UnsupportedSchema { found: None, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_version_1_store_is_upgraded_with_a_head_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.append(batch("pods", 10, &["ns/a", "ns/b"])).unwrap();
+    j.close().await.unwrap();
+    // What a version-1 herald left: the same keys, no head record.
+    std::fs::remove_file(dir.join(head::FILE)).unwrap();
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        raw.insert(b"meta/schema_version", b"1").unwrap();
+        raw.flush().unwrap();
+    }
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 2);
+    assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
+    j.close().await.unwrap();
+    let raw = sled::Config::new().path(&dir).open().unwrap();
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"2");
+}
+
+#[tokio::test]
+async fn a_store_behind_its_head_record_is_damaged_and_salvage_rebuilds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", false).unwrap();
+    j.append(batch("pods", 10, &["ns/a", "ns/b"])).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.close().await.unwrap();
+    assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
+    // The store rolled back by one committed event (as sled's recovery does after a truncation).
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        raw.remove(keys::event(2)).unwrap();
+        raw.insert(keys::HEAD_KEY, &1u64.to_be_bytes()[..]).unwrap();
+        raw.flush().unwrap();
+    }
+    let err = Journal::open(cfg(tmp.path())).unwrap_err();
+    assert!(
+        matches!(&err, JournalError::Damaged { problems, .. } if problems.contains("committed entries are lost")),
+        "{err:?}"
+    );
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(!report.intact());
+    assert_eq!((report.head, report.head_record), (1, Some(2)));
+
+    let out = salvage(&dir, OPEN_TIMEOUT, false).unwrap();
+    assert!(out.moved_to.as_ref().is_some_and(|p| p.is_dir()));
+    // The surviving event is kept, renumbered after the old head; the checkpoint is dropped.
+    assert_eq!((out.events_kept, out.head), (1, 3));
+    assert_eq!(out.cursors.get("out"), Some(&2));
+    assert_eq!(out.checkpoints_dropped, ["pods"]);
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.checkpoint("pods").unwrap(), None);
+    assert_eq!(j.index_scan("pods").unwrap().len(), 2);
+    let read = j.read("out", j.cursor("out").unwrap(), 10).unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(rv_of(&read[0].1), 10);
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_store_that_makes_no_progress_within_the_bound_is_reported_damaged() {
+    let tmp = tempfile::tempdir().unwrap();
+    Journal::open(cfg(tmp.path()))
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    // sled cannot even recover within a nanosecond: the open gives up instead of waiting on it.
+    let err = Journal::open(JournalConfig {
+        open_timeout: Duration::from_nanos(1),
+        ..cfg(tmp.path())
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, JournalError::Damaged { problems, .. } if problems.contains("no progress")),
         "{err:?}"
     );
 }

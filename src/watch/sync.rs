@@ -412,6 +412,10 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         .into_iter()
         .filter_map(|(k, b)| serde_json::from_slice(&b).ok().map(|v| (k, v)))
         .collect();
+    // No checkpoint but an index: a salvaged journal (`herald journal salvage` drops checkpoints
+    // it cannot trust), not a first start, so the differences are emitted whatever
+    // `initialState` says.
+    let first_start = first_start && index.is_empty();
     let emit = !first_start || rec.spec.initial_emit;
     let mut p = Pending::default();
     let flush = |p: &mut Pending| -> Result<(), SyncError> {

@@ -1,0 +1,466 @@
+//! Opening a possibly damaged store without trusting it: sled runs on a thread of its own (a panic
+//! in its recovery or its iterators is contained there, and a spin cannot hold herald), every key
+//! is walked and checked against the layout of `keys.rs`, and the result is a [`Report`].
+//!
+//! sled 0.34 reacts to a truncated or damaged data file in three ways, all seen here: it panics
+//! (`segment.rs`/`serialization.rs` index out of bounds), its iterator loops for ever, or its
+//! recovery silently rolls back to an earlier consistent state. The thread answers the first two;
+//! the head record (`head.rs`) answers the third.
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::error::JournalError;
+use super::head::Stored;
+use super::{SCHEMA_VERSION, keys};
+
+/// Problems listed one by one in a report; the rest are counted.
+const MAX_LISTED: usize = 20;
+
+/// Entries in flight between the sled thread and the checker.
+const CHANNEL: usize = 1_024;
+
+/// What the integrity scan found in a journal.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The journal directory.
+    pub path: PathBuf,
+    /// `meta/schema_version` as stored (`None`: absent).
+    pub schema_version: Option<String>,
+    /// The last assigned sequence number the store knows (its `meta/head` or its last event).
+    pub head: u64,
+    /// What `herald.head` says was durable (`None`: no readable record).
+    pub head_record: Option<u64>,
+    /// Events stored (delivered ones kept by `retain` included).
+    pub events: u64,
+    /// The first stored event's sequence number.
+    pub first_event: Option<u64>,
+    /// The last stored event's sequence number.
+    pub last_event: Option<u64>,
+    /// Sink cursors: the last sequence number each sink has passed.
+    pub cursors: BTreeMap<String, u64>,
+    /// Watch checkpoints (resourceVersions) per stream.
+    pub checkpoints: BTreeMap<String, String>,
+    /// Entries of the object index (all streams).
+    pub index_entries: u64,
+    /// Dead letters (all sinks).
+    pub dead_letters: u64,
+    /// Queued replays (all sinks).
+    pub replays: u64,
+    /// Whether every key of the store could be read.
+    pub complete: bool,
+    /// What is wrong; empty when the journal is intact.
+    pub problems: Vec<String>,
+    /// Whether events a sink still needed are gone or unreadable (salvage then drops checkpoints).
+    #[serde(skip)]
+    pub(super) events_lost: bool,
+}
+
+impl Report {
+    /// No problem found.
+    pub fn intact(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    pub(super) fn problem(&mut self, what: String) {
+        self.problems.push(what);
+    }
+
+    /// The first problems and how many more, for one error line.
+    pub(super) fn summary(&self) -> String {
+        let shown: Vec<&str> = self.problems.iter().take(3).map(String::as_str).collect();
+        let mut s = shown.join("; ");
+        if self.problems.len() > 3 {
+            s.push_str(&format!(" (and {} more)", self.problems.len() - 3));
+        }
+        s
+    }
+}
+
+/// How reading the store ended.
+pub(super) enum Ended {
+    /// Every key was read; the store is open.
+    Done(sled::Db),
+    /// sled could not open the store (not damage: a lock, a permission…).
+    OpenFailed(JournalError),
+    /// Reading stopped: the reason (a panic, an error, a stall, keys out of order).
+    Broken(String),
+}
+
+enum Msg {
+    Opened,
+    Entry(sled::IVec, sled::IVec),
+    Done(sled::Db),
+    OpenFailed(JournalError),
+    Failed(String),
+}
+
+/// The name of the thread that reads the store; its panics are reported as damage, not printed.
+const READER_THREAD: &str = "journal-open";
+
+thread_local! {
+    /// Where the reader thread's last panic happened (set by the hook, read after the unwind).
+    static PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Keeps sled's panics on the reader thread out of stderr (they become a damage report that names
+/// the path and the way out; the location is kept in it); every other panic goes to the hook
+/// that was installed before.
+fn quiet_reader_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(READER_THREAD) {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                PANIC_AT.with(|p| *p.borrow_mut() = at);
+                return;
+            }
+            previous(info);
+        }));
+    });
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Opens the store on a thread of its own and hands every entry, in key order, to `entry` (which
+/// returns `false` to stop). The thread gets `timeout` of silence at most, for sled's recovery and
+/// then between two entries: past that herald stops waiting (the thread may spin on; it holds
+/// nothing herald needs, and it dies with the process).
+pub(super) fn read_store(
+    path: &Path,
+    cache_capacity: u64,
+    timeout: Duration,
+    mut entry: impl FnMut(&[u8], &[u8]) -> bool,
+) -> Ended {
+    let (tx, rx) = mpsc::sync_channel::<Msg>(CHANNEL);
+    let dir = path.to_owned();
+    quiet_reader_panics();
+    let spawned = std::thread::Builder::new()
+        .name(READER_THREAD.to_owned())
+        .spawn(move || {
+            let read = catch_unwind(AssertUnwindSafe(|| {
+                let db = match super::open_sled(&dir, cache_capacity) {
+                    Ok(db) => db,
+                    Err(e) => {
+                        let _ = tx.send(Msg::OpenFailed(e));
+                        return;
+                    }
+                };
+                if tx.send(Msg::Opened).is_err() {
+                    return;
+                }
+                for item in db.iter() {
+                    let msg = match item {
+                        Ok((k, v)) => Msg::Entry(k, v),
+                        Err(e) => Msg::Failed(format!("sled failed to read the store: {e}")),
+                    };
+                    let stop = matches!(msg, Msg::Failed(_));
+                    if tx.send(msg).is_err() || stop {
+                        return;
+                    }
+                }
+                let _ = tx.send(Msg::Done(db));
+            }));
+            if let Err(payload) = read {
+                let at = PANIC_AT
+                    .with(|p| p.borrow_mut().take())
+                    .map(|at| format!(" (at {at})"))
+                    .unwrap_or_default();
+                let _ = tx.send(Msg::Failed(format!(
+                    "sled panicked reading the store: {}{at}",
+                    panic_message(payload.as_ref())
+                )));
+            }
+        });
+    if let Err(e) = spawned {
+        return Ended::OpenFailed(JournalError::ReaderStartFailed { source: e });
+    }
+    let mut opened = false;
+    let mut last: Option<sled::IVec> = None;
+    loop {
+        match rx.recv_timeout(timeout) {
+            Ok(Msg::Opened) => opened = true,
+            Ok(Msg::Entry(k, v)) => {
+                if last.as_ref().is_some_and(|l| *l >= k) {
+                    return Ended::Broken(format!(
+                        "sled returned key {} after {}: the tree is damaged",
+                        keys::printable(&k),
+                        last.as_deref().map(keys::printable).unwrap_or_default()
+                    ));
+                }
+                if !entry(&k, &v) {
+                    return Ended::Broken("reading stopped".to_owned());
+                }
+                last = Some(k);
+            }
+            Ok(Msg::Done(db)) => return Ended::Done(db),
+            Ok(Msg::OpenFailed(e)) => return Ended::OpenFailed(e),
+            Ok(Msg::Failed(why)) => return Ended::Broken(why),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Ended::Broken(format!(
+                    "sled made no progress {} for {} (it loops over a damaged tree)",
+                    if opened {
+                        "reading the store"
+                    } else {
+                        "recovering the store"
+                    },
+                    humantime::format_duration(timeout)
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Ended::Broken("the store reader ended without an answer".to_owned());
+            }
+        }
+    }
+}
+
+/// Checks each entry against the layout and sums up the store; [`finish`](Checker::finish) adds the
+/// checks that need the whole picture.
+pub(super) struct Checker {
+    pub(super) report: Report,
+    meta_head: Option<u64>,
+    expected_next: Option<u64>,
+    gaps: Vec<(u64, u64)>,
+    store_empty: bool,
+    unknown_keys: u64,
+}
+
+pub(super) fn is_json_object(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<BTreeMap<String, serde::de::IgnoredAny>>(bytes).is_ok()
+}
+
+pub(super) fn is_json(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+}
+
+impl Checker {
+    pub(super) fn new(path: &Path) -> Self {
+        Self {
+            report: Report {
+                path: path.to_owned(),
+                ..Report::default()
+            },
+            meta_head: None,
+            expected_next: None,
+            gaps: Vec::new(),
+            store_empty: true,
+            unknown_keys: 0,
+        }
+    }
+
+    fn problem(&mut self, what: String) {
+        self.report.problem(what);
+    }
+
+    /// Checks one entry; always continues (every problem is collected).
+    pub(super) fn entry(&mut self, k: &[u8], v: &[u8]) -> bool {
+        self.store_empty = false;
+        if let Some(seq_bytes) = k.strip_prefix(keys::EVENT_PREFIX) {
+            let Ok(seq) = keys::decode_u64(k, seq_bytes) else {
+                self.problem(format!("event key {} is malformed", keys::printable(k)));
+                return true;
+            };
+            match keys::split_event(k, v) {
+                Ok((_, payload)) if is_json_object(payload) => {}
+                _ => {
+                    self.report.events_lost = true;
+                    self.problem(format!(
+                        "event {seq} is unreadable (not a stored CloudEvent)"
+                    ));
+                }
+            }
+            if let Some(next) = self.expected_next
+                && seq != next
+            {
+                self.gaps.push((next, seq - 1));
+            }
+            self.expected_next = Some(seq.saturating_add(1));
+            self.report.events += 1;
+            self.report.first_event.get_or_insert(seq);
+            self.report.last_event = Some(seq);
+        } else if let Some(rest) = k.strip_prefix(keys::INDEX_PREFIX) {
+            if !rest.contains(&0) || std::str::from_utf8(rest).is_err() {
+                self.problem(format!("index key {} is malformed", keys::printable(k)));
+            } else if !is_json(v) {
+                self.problem(format!("index entry {} is unreadable", keys::printable(k)));
+            }
+            self.report.index_entries += 1;
+        } else if let Some(stream) = k.strip_prefix(keys::CHECKPOINT_PREFIX) {
+            match (std::str::from_utf8(stream), std::str::from_utf8(v)) {
+                (Ok(stream), Ok(rv)) => {
+                    self.report
+                        .checkpoints
+                        .insert(stream.to_owned(), rv.to_owned());
+                }
+                _ => self.problem(format!("checkpoint {} is unreadable", keys::printable(k))),
+            }
+        } else if let Some(sink) = k.strip_prefix(keys::CURSOR_PREFIX) {
+            match (std::str::from_utf8(sink), keys::decode_u64(k, v)) {
+                (Ok(sink), Ok(cursor)) => {
+                    self.report.cursors.insert(sink.to_owned(), cursor);
+                }
+                _ => self.problem(format!("cursor {} is unreadable", keys::printable(k))),
+            }
+        } else if k.starts_with(keys::DEAD_PREFIX) || k.starts_with(keys::REPLAY_PREFIX) {
+            if keys::queue_key_is_valid(k) {
+                if k.starts_with(keys::DEAD_PREFIX) {
+                    self.report.dead_letters += 1;
+                } else {
+                    self.report.replays += 1;
+                }
+            } else {
+                self.problem(format!(
+                    "dead-letter or replay key {} is malformed",
+                    keys::printable(k)
+                ));
+            }
+        } else if k == keys::SCHEMA_VERSION_KEY {
+            self.report.schema_version = Some(String::from_utf8_lossy(v).into_owned());
+        } else if k == keys::HEAD_KEY {
+            match keys::decode_u64(k, v) {
+                Ok(h) => self.meta_head = Some(h),
+                Err(_) => self.problem("meta/head is unreadable".to_owned()),
+            }
+        } else {
+            self.unknown_keys += 1;
+            self.problem(format!("unknown key {}", keys::printable(k)));
+        }
+        true
+    }
+
+    /// Keys of no herald layout seen so far.
+    pub(super) fn unknown_keys(&self) -> u64 {
+        self.unknown_keys
+    }
+
+    /// The checks over the whole store, given how reading it ended and the head record.
+    pub(super) fn finish(mut self, broken: Option<String>, record: &Stored) -> Report {
+        self.report.complete = broken.is_none();
+        if let Some(why) = broken {
+            self.report.events_lost = true;
+            self.problem(why);
+        }
+        let last = self.report.last_event.unwrap_or(0);
+        if let Some(meta) = self.meta_head
+            && last > meta
+        {
+            self.problem(format!(
+                "event {last} is past meta/head ({meta}): the store is inconsistent"
+            ));
+        }
+        let head = self.meta_head.unwrap_or(0).max(last);
+        self.report.head = head;
+        for (from, to) in std::mem::take(&mut self.gaps) {
+            self.report.events_lost = true;
+            self.problem(format!("events {from}..={to} are missing"));
+        }
+        let cursors: Vec<(String, u64)> = self
+            .report
+            .cursors
+            .iter()
+            .map(|(s, c)| (s.clone(), *c))
+            .collect();
+        for (sink, cursor) in cursors {
+            if cursor > head {
+                self.report.events_lost = true;
+                self.problem(format!(
+                    "the cursor of sink {sink} ({cursor}) is past the head ({head})"
+                ));
+            } else if cursor < head {
+                // Retention never removes what a sink has not passed, and appends are contiguous:
+                // every event after the slowest cursor must be there.
+                let missing = match (self.report.first_event, self.report.last_event) {
+                    (Some(first), Some(last)) if first <= cursor + 1 && last >= head => None,
+                    (Some(first), Some(_)) if first > cursor + 1 => {
+                        Some((cursor + 1, (first - 1).min(head)))
+                    }
+                    (Some(_), Some(last)) => Some(((last + 1).max(cursor + 1), head)),
+                    _ => Some((cursor + 1, head)),
+                };
+                if let Some((from, to)) = missing {
+                    self.report.events_lost = true;
+                    self.problem(format!(
+                        "events {from}..={to}, not yet delivered to sink {sink}, are missing"
+                    ));
+                }
+            }
+        }
+        self.report.head_record = match record {
+            Stored::Head(h) => Some(*h),
+            _ => None,
+        };
+        let version = self.report.schema_version.clone();
+        let current = SCHEMA_VERSION.to_string();
+        match version.as_deref() {
+            Some(v) if v == current => match record {
+                Stored::Head(h) if *h > head => {
+                    self.report.events_lost = true;
+                    self.problem(format!(
+                        "committed entries are lost: herald.head says events up to {h} were \
+                         durable, the store ends at {head}"
+                    ));
+                }
+                Stored::Head(_) => {}
+                Stored::Missing => {
+                    self.problem("the head record herald.head is missing".to_owned())
+                }
+                Stored::Unreadable(why) => {
+                    self.problem(format!("the head record herald.head is unreadable: {why}"));
+                }
+            },
+            // Written before the head record existed; opening upgrades it.
+            Some("1") => {
+                if let Stored::Head(h) = record
+                    && *h > head
+                {
+                    self.report.events_lost = true;
+                    self.problem(format!(
+                        "committed entries are lost: herald.head says events up to {h} were \
+                         durable, the store ends at {head}"
+                    ));
+                }
+            }
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if n > SCHEMA_VERSION => self.problem(format!(
+                    "written by a newer herald (journal schema version {n}; this herald reads \
+                     1 to {SCHEMA_VERSION})"
+                )),
+                _ => self.problem(format!("meta/schema_version {v:?} is not a known version")),
+            },
+            None if self.store_empty => {
+                if let Stored::Head(h) = record
+                    && *h > 0
+                {
+                    self.report.events_lost = true;
+                    self.problem(format!(
+                        "the store is empty but herald.head says events up to {h} were durable"
+                    ));
+                }
+            }
+            None => self.problem("meta/schema_version is missing".to_owned()),
+        }
+        if self.report.problems.len() > MAX_LISTED {
+            let more = self.report.problems.len() - MAX_LISTED;
+            self.report.problems.truncate(MAX_LISTED);
+            self.report
+                .problems
+                .push(format!("… and {more} more problems"));
+        }
+        self.report
+    }
+}
