@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod conformance;
 mod fault_api;
 mod fault_disk;
 mod fault_embedded;
