@@ -16,3 +16,6 @@ pub const JOURNAL_ERROR: i32 = 12;
 pub const CLUSTER_UNREACHABLE: i32 = 13;
 /// A listen address could not be bound (for example the simulator's port is taken).
 pub const BIND_FAILED: i32 = 14;
+/// Stdout's reader went away before the command finished writing (`herald dlq show … | head`): the
+/// command completes quietly and exits 128 + SIGPIPE, as a shell reports a tool killed by SIGPIPE.
+pub const BROKEN_PIPE: i32 = 141;

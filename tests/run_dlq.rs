@@ -251,3 +251,262 @@ async fn a_running_herald_forwards_dead_letters_and_the_cli_works_through_its_ad
     assert!(stderr.contains("HTTP 401"), "{stderr}");
     assert_eq!(herald.terminate().await, Some(0));
 }
+
+/// Stores dead letters of sink `out` in the journal of a stopped herald, as the delivery engine
+/// would have.
+fn store_dead_letters(journal_dir: &std::path::Path, letters: &[(u64, &str)]) {
+    let journal = Journal::open(JournalConfig::new(journal_dir.to_path_buf())).unwrap();
+    for (seq, id) in letters {
+        let event = CloudEvent::new(
+            *id,
+            "k8s://test/example.com/widgets",
+            "dev.herald.resource.updated",
+        )
+        .extension("partitionkey", format!("default/{id}"))
+        .data(json!({"op": "updated", "resync": false}));
+        journal
+            .dead_letter(&DeadLetter {
+                seq: *seq,
+                event,
+                error: ErrorContext {
+                    sink: "out".into(),
+                    attempts: 3,
+                    first_failure: "2026-01-01T00:00:00.000Z".into(),
+                    last_failure: "2026-01-01T00:01:00.000Z".into(),
+                    class: "permanent".into(),
+                    code: "http_4xx".into(),
+                    message: "400 Bad Request".into(),
+                },
+            })
+            .unwrap();
+    }
+    futures::executor::block_on(journal.close()).unwrap();
+}
+
+/// `herald` with `args`, its stdout's reader gone before it writes: the exit code and stderr.
+fn cli_into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A stopped herald (sink `out`) that journaled and delivered three events, with dead letter 101
+/// queued for `out`: its directory and configuration file.
+async fn stopped_herald() -> (tempfile::TempDir, String) {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(&sim, dir.path(), WIDGETS_RESOURCE);
+    let mut herald = Herald::start(dir.path(), &config);
+    for name in ["a", "b", "c"] {
+        raw.post(
+            "/apis/example.com/v1/namespaces/default/widgets",
+            &widget(name, json!({}), json!({})),
+        )
+        .await;
+    }
+    herald.wait_for(3).await;
+    assert_eq!(herald.terminate().await, Some(0));
+    store_dead_letters(&dir.path().join("journal"), &[(101, "u-x:7:updated")]);
+    let cfg = herald.config.to_str().unwrap().to_string();
+    (dir, cfg)
+}
+
+#[tokio::test]
+async fn against_a_stopped_herald_unknown_sinks_and_sequence_numbers_are_usage_errors() {
+    let (_dir, cfg) = stopped_herald().await;
+
+    for args in [
+        vec!["dlq", "list"],
+        vec!["dlq", "show"],
+        vec!["dlq", "replay"],
+        vec!["dlq", "purge"],
+        vec!["replay", "--from", "1"],
+    ] {
+        let mut args = args.clone();
+        args.extend(["-c", &cfg, "--sink", "nosuch"]);
+        let (code, stdout, stderr) = cli(&args);
+        assert_eq!(code, Some(herald::exit_code::USAGE), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(r#"no sink named "nosuch" (the configured sinks: out)"#),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stdout, json!(""), "{args:?}");
+    }
+
+    let (code, stdout, stderr) = cli(&[
+        "dlq", "show", "-c", &cfg, "--sink", "out", "--seq", "999999",
+    ]);
+    assert_eq!(code, Some(herald::exit_code::USAGE), "{stderr}");
+    assert!(
+        stderr.contains(r#"sink "out" has no dead letter with sequence number 999999"#),
+        "{stderr}"
+    );
+    assert_eq!(stdout, json!(""));
+    // A purge naming one missing letter changes nothing.
+    let (code, _, stderr) = cli(&[
+        "dlq", "purge", "-c", &cfg, "--sink", "out", "--seq", "101", "--seq", "999999",
+    ]);
+    assert_eq!(code, Some(herald::exit_code::USAGE), "{stderr}");
+    let (code, list, stderr) = cli(&["dlq", "list", "-c", &cfg, "--sink", "out", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        list.as_array().map(Vec::len),
+        Some(1),
+        "101 is still queued"
+    );
+}
+
+#[tokio::test]
+async fn replay_since_takes_a_duration_and_summarises_what_it_queued() {
+    let (_dir, cfg) = stopped_herald().await;
+    // `--since` takes a duration back from now; the summary is one line, the list is in --json.
+    let (code, queued, stderr) = cli(&[
+        "replay", "-c", &cfg, "--sink", "out", "--since", "1h", "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let seqs: Vec<u64> = queued["seqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 3, "{queued}");
+    assert_eq!(queued["count"], 3);
+    assert_eq!(queued["sink"], "out");
+    assert_eq!(queued["first"], json!(seqs.iter().min()));
+    assert_eq!(queued["last"], json!(seqs.iter().max()));
+    let (code, text, stderr) = cli(&["replay", "-c", &cfg, "--sink", "out", "--since", "30m"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let text = text.as_str().unwrap().to_owned();
+    assert_eq!(
+        text,
+        format!(
+            "sink out: 3 event(s) queued for redelivery (sequence numbers {} to {})\n",
+            seqs.iter().min().unwrap(),
+            seqs.iter().max().unwrap()
+        )
+    );
+    let (code, _, stderr) = cli(&[
+        "replay",
+        "-c",
+        &cfg,
+        "--sink",
+        "out",
+        "--since",
+        "an hour ago",
+    ]);
+    assert_eq!(code, Some(herald::exit_code::USAGE), "{stderr}");
+    assert!(stderr.contains("RFC 3339"), "{stderr}");
+}
+
+#[tokio::test]
+async fn commands_whose_reader_goes_away_end_quietly() {
+    let (_dir, cfg) = stopped_herald().await;
+    // A reader that goes away (`| head`) ends each command quietly: no panic, exit 141.
+    for args in [
+        vec!["dlq", "list", "-c", &cfg, "--sink", "out"],
+        vec!["dlq", "show", "-c", &cfg, "--sink", "out"],
+        vec!["dlq", "show", "-c", &cfg, "--sink", "out", "--json"],
+        vec!["status", "-c", &cfg],
+        vec!["status", "-c", &cfg, "--json"],
+        vec!["check", "-c", &cfg],
+        vec!["journal", "verify", "-c", &cfg],
+        vec!["replay", "-c", &cfg, "--sink", "out", "--from", "1"],
+    ] {
+        let (code, stderr) = cli_into_closed_pipe(&args);
+        assert_eq!(
+            code,
+            Some(herald::exit_code::BROKEN_PIPE),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // The replay queued before its report was lost: the journal was closed cleanly.
+    let (code, _, stderr) = cli(&["journal", "verify", "-c", &cfg]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn against_a_running_herald_unknown_sinks_are_usage_errors_and_dlq_reads_need_the_token() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(&sim, dir.path(), WIDGETS_RESOURCE);
+    let mut herald = Herald::start(dir.path(), &config);
+    raw.post(
+        "/apis/example.com/v1/namespaces/default/widgets",
+        &widget("a", json!({}), json!({})),
+    )
+    .await;
+    herald.wait_for(1).await;
+    let cfg = herald.config.to_str().unwrap().to_string();
+
+    // No admin.token: a DLQ read is refused, and the message says why reads need it.
+    let (code, _, stderr) = cli(&["dlq", "list", "-c", &cfg, "--sink", "out"]);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("HTTP 403"), "{stderr}");
+    assert!(
+        stderr.contains("reading dead letters needs the bearer token"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("mutating"), "{stderr}");
+    assert_eq!(herald.terminate().await, Some(0));
+
+    std::fs::write(dir.path().join("token"), "s3cret\n").unwrap();
+    std::fs::write(
+        &herald.config,
+        format!(
+            "{config}  token: {{fromFile: {}}}\n",
+            dir.path().join("token").display()
+        ),
+    )
+    .unwrap();
+    herald.restart();
+    until("the admin endpoint", || {
+        cli(&["status", "-c", &cfg, "--json"]).1["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("admin endpoint"))
+    })
+    .await;
+    let (code, list, stderr) = cli(&["dlq", "list", "-c", &cfg, "--sink", "out", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(list, json!([]));
+    for args in [
+        vec!["dlq", "list"],
+        vec!["dlq", "show"],
+        vec!["dlq", "replay"],
+        vec!["dlq", "purge"],
+        vec!["replay", "--from", "1"],
+        vec!["replay", "--since", "1h"],
+    ] {
+        let mut args = args.clone();
+        args.extend(["-c", &cfg, "--sink", "nosuch"]);
+        let (code, _, stderr) = cli(&args);
+        assert_eq!(code, Some(herald::exit_code::USAGE), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(r#"no sink named "nosuch" (the configured sinks: out)"#),
+            "{args:?}: {stderr}"
+        );
+    }
+    let (code, _, stderr) = cli(&[
+        "dlq", "show", "-c", &cfg, "--sink", "out", "--seq", "999999",
+    ]);
+    assert_eq!(code, Some(herald::exit_code::USAGE), "{stderr}");
+    assert!(
+        stderr.contains(r#"sink "out" has no dead letter with sequence number 999999"#),
+        "{stderr}"
+    );
+    assert_eq!(herald.terminate().await, Some(0));
+}

@@ -10,15 +10,30 @@ use serde_json::{Value, json};
 
 use super::AdminState;
 
-/// Checks the bearer token of a mutating call: 403 when none is configured, 401 when it is wrong.
-fn authorize(s: &AdminState, headers: &axum::http::HeaderMap) -> Result<(), Box<Response>> {
+/// What a call that needs the token does, for the 403 that says why it is disabled.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    /// `GET /dlq/<sink>`: dead letters carry whole events, payloads included.
+    Read,
+    /// Replays and purges.
+    Mutating,
+}
+
+/// Checks the bearer token of a DLQ read or a mutating call: 403 when none is configured, 401 when
+/// it is wrong.
+fn authorize(
+    s: &AdminState,
+    headers: &axum::http::HeaderMap,
+    call: Call,
+) -> Result<(), Box<Response>> {
     let Some(token) = &s.token else {
-        let r = (
-            StatusCode::FORBIDDEN,
-            "mutating calls are disabled: set admin.token\n",
-        )
-            .into_response();
-        return Err(Box::new(r));
+        let why = match call {
+            Call::Read => {
+                "reading dead letters needs the bearer token (they carry whole events, payloads included), and none is configured: set admin.token\n"
+            }
+            Call::Mutating => "mutating calls are disabled: set admin.token\n",
+        };
+        return Err(Box::new((StatusCode::FORBIDDEN, why).into_response()));
     };
     let given = headers
         .get(header::AUTHORIZATION)
@@ -60,8 +75,20 @@ fn known_sink(s: &AdminState, sink: &str) -> Result<(), Box<Response>> {
     if s.registry.has_sink(sink) || s.journal.dead_letter_count(sink) > 0 {
         Ok(())
     } else {
+        let names: Vec<String> = s.registry.sinks().into_iter().map(|(n, _)| n).collect();
         Err(Box::new(
-            (StatusCode::NOT_FOUND, format!("no sink named {sink:?}\n")).into_response(),
+            (
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no sink named {sink:?} (the sinks: {})\n",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            )
+                .into_response(),
         ))
     }
 }
@@ -72,7 +99,7 @@ pub(super) async fn dlq_list(
     axum::extract::Path(sink): axum::extract::Path<String>,
 ) -> Response {
     // Dead letters carry whole events: reading them needs the token too.
-    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
+    if let Err(r) = authorize(&s, &headers, Call::Read).and_then(|()| known_sink(&s, &sink)) {
         return *r;
     }
     match s.journal.dead_letters(&sink, usize::MAX) {
@@ -122,7 +149,7 @@ fn dlq_selection(
     sink: &str,
     q: &std::collections::HashMap<String, String>,
 ) -> Result<Option<Vec<u64>>, Box<Response>> {
-    authorize(s, headers)?;
+    authorize(s, headers, Call::Mutating)?;
     known_sink(s, sink)?;
     seqs_param(q)
 }
@@ -166,7 +193,7 @@ pub(super) async fn replay(
     axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
     let sink = q.get("sink").cloned().unwrap_or_default();
-    if let Err(r) = authorize(&s, &headers).and_then(|()| known_sink(&s, &sink)) {
+    if let Err(r) = authorize(&s, &headers, Call::Mutating).and_then(|()| known_sink(&s, &sink)) {
         return *r;
     }
     let from = match q.get("from").map(|f| f.parse::<u64>()) {

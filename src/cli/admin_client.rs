@@ -92,10 +92,25 @@ impl Admin {
         method: &str,
         path: &str,
     ) -> Result<serde_json::Value, CliError> {
+        self.json_found(method, path).await?.ok_or_else(|| {
+            CliError::AdminFailed(format!("{method} {path} on {}: HTTP 404", self.addr))
+        })
+    }
+
+    /// [`Admin::json`], with a 404 (a DLQ or replay call naming a sink the running herald does not
+    /// have) as `None`, for the caller to say which sinks there are.
+    pub(super) async fn json_found(
+        &self,
+        method: &str,
+        path: &str,
+    ) -> Result<Option<serde_json::Value>, CliError> {
         let (status, body) = self
             .request(method, path)
             .await
             .map_err(|e| CliError::AdminFailed(format!("{method} {path} on {}: {e}", self.addr)))?;
+        if status == 404 {
+            return Ok(None);
+        }
         if status != 200 {
             let hint = match (&self.token, &self.token_error) {
                 (_, Some(error)) if status == 401 => format!(" ({error})"),
@@ -110,7 +125,7 @@ impl Admin {
                 body.trim()
             )));
         }
-        serde_json::from_str(&body).map_err(|e| {
+        serde_json::from_str(&body).map(Some).map_err(|e| {
             CliError::AdminFailed(format!("{method} {path} on {}: not JSON: {e}", self.addr))
         })
     }

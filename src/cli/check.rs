@@ -101,9 +101,9 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
             "problems": problems,
             "ok": problems.is_empty(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else if problems.is_empty() {
-        println!(
+        outln!(
             "{}: OK ({} resources, {} sinks{})",
             args.config.display(),
             cfg.resources.len(),

@@ -123,7 +123,7 @@ pub(super) async fn run(args: DemoArgs) -> Result<(), CliError> {
         post(move |headers: HeaderMap, body: Bytes| {
             let count = count.clone();
             async move {
-                println!("{}", describe(&headers, &body));
+                outln!("{}", describe(&headers, &body));
                 count.fetch_add(1, Ordering::SeqCst);
                 StatusCode::NO_CONTENT
             }
@@ -167,7 +167,7 @@ admin:
         journal = dir.path().join("journal").display(),
     );
     let cfg = config::from_str(&yaml).map_err(CliError::ConfigInvalid)?;
-    println!(
+    outln!(
         "herald demo: an embedded cluster with a Database CRD; herald delivers to a file and a webhook at http://{hook}/events\n"
     );
     let running = app::start(&cfg, None)
@@ -184,7 +184,7 @@ admin:
     }
 
     let dbs = ResourceRef::namespaced("example.com", "v1", "databases", "default");
-    let step = |what: &str| println!("cluster: {what}");
+    let step = |what: &str| outln!("cluster: {what}");
     let pace = args.pace;
     let obj = json!({"apiVersion": "example.com/v1", "kind": "Database",
                      "metadata": {"name": "orders", "labels": {"team": "shop"}},
@@ -258,16 +258,16 @@ admin:
         .stop(Duration::from_secs(5))
         .await
         .map_err(CliError::JournalFailed)?;
-    println!(
+    outln!(
         "\n{} events reached the webhook and {archived} the file sink (one structured CloudEvent per line).",
         received.load(Ordering::SeqCst)
     );
-    println!(
+    outln!(
         "Point herald at a real cluster: copy docs/examples/embedded.yaml, replace `embedded:` with"
     );
-    println!(
+    outln!(
         "`kubeconfig: {{}}` (KUBECONFIG or ~/.kube/config), list your resources and sinks, then:"
     );
-    println!("  herald check -c herald.yaml --connect && herald run -c herald.yaml");
+    outln!("  herald check -c herald.yaml --connect && herald run -c herald.yaml");
     Ok(())
 }

@@ -83,12 +83,12 @@ pub(super) async fn run(args: JournalArgs) -> Result<(), CliError> {
 }
 
 fn print_report(report: &Report) {
-    println!("journal {}", report.path.display());
-    println!(
+    outln!("journal {}", report.path.display());
+    outln!(
         "  schema version: {}",
         report.schema_version.as_deref().unwrap_or("none")
     );
-    println!(
+    outln!(
         "  head: {}   head record: {}",
         report.head,
         report
@@ -99,23 +99,25 @@ fn print_report(report: &Report) {
         (Some(a), Some(b)) => format!(" ({a}..={b})"),
         _ => String::new(),
     };
-    println!("  events: {}{range}", report.events);
+    outln!("  events: {}{range}", report.events);
     for (sink, cursor) in &report.cursors {
-        println!("  cursor {sink}: {cursor}");
+        outln!("  cursor {sink}: {cursor}");
     }
     for (stream, rv) in &report.checkpoints {
-        println!("  checkpoint {stream}: {rv}");
+        outln!("  checkpoint {stream}: {rv}");
     }
-    println!(
+    outln!(
         "  index entries: {}   dead letters: {}   replays: {}",
-        report.index_entries, report.dead_letters, report.replays
+        report.index_entries,
+        report.dead_letters,
+        report.replays
     );
     if report.intact() {
-        println!("  intact");
+        outln!("  intact");
     } else {
-        println!("  problems:");
+        outln!("  problems:");
         for p in &report.problems {
-            println!("    - {p}");
+            outln!("    - {p}");
         }
     }
 }
@@ -141,7 +143,7 @@ async fn verify(target: Target) -> Result<(), CliError> {
     };
     if target.json {
         let doc = json!({"intact": report.intact(), "report": report});
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         print_report(&report);
     }
@@ -163,22 +165,22 @@ async fn salvage(args: SalvageArgs) -> Result<(), CliError> {
             .map_err(CliError::JournalFailed)?
     };
     if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(());
     }
     let Some(moved) = &out.moved_to else {
-        println!(
+        outln!(
             "the journal at {} is intact; nothing to salvage (--force rebuilds it anyway)",
             dir.display()
         );
         return Ok(());
     };
-    println!("damaged journal moved to {}", moved.display());
+    outln!("damaged journal moved to {}", moved.display());
     for p in &out.report.problems {
-        println!("  was: {p}");
+        outln!("  was: {p}");
     }
-    println!("new journal at {} (head {}):", dir.display(), out.head);
-    println!(
+    outln!("new journal at {} (head {}):", dir.display(), out.head);
+    outln!(
         "  kept: {} undelivered event(s), {} cursor(s), {} checkpoint(s), {} index entries, {} dead letter(s), {} replay(s)",
         out.events_kept,
         out.cursors.len(),
@@ -188,19 +190,20 @@ async fn salvage(args: SalvageArgs) -> Result<(), CliError> {
         out.replays_kept
     );
     for (sink, cursor) in &out.cursors {
-        println!("  cursor {sink}: {cursor}");
+        outln!("  cursor {sink}: {cursor}");
     }
-    println!(
+    outln!(
         "  dropped: {} event(s) (unreadable or already delivered everywhere), {} other unreadable entries",
-        out.events_dropped, out.other_dropped
+        out.events_dropped,
+        out.other_dropped
     );
     if !out.checkpoints_kept.is_empty() {
-        println!("  watches resume from their checkpoints");
+        outln!("  watches resume from their checkpoints");
     }
     if out.checkpoints_kept.is_empty() && out.checkpoints_dropped.is_empty() {
-        println!("  no checkpoint could be read: the next start relists every resource");
+        outln!("  no checkpoint could be read: the next start relists every resource");
     } else if !out.checkpoints_dropped.is_empty() {
-        println!(
+        outln!(
             "  checkpoints dropped ({}): the next start relists these resources and delivers the differences as resync events",
             out.checkpoints_dropped.join(", ")
         );

@@ -1,13 +1,29 @@
 //! The command line: one module per subcommand, clap derive, errors mapped to [`crate::exit_code`].
 
+/// `println!` for commands: see [`out::line`] (a closed stdout does not panic).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::out::line(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` that ignores a closed stderr: see [`out::err_line`].
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::out::err_line(format_args!($($arg)*))
+    };
+}
+
 mod admin_client;
 mod check;
 mod demo;
 mod dlq;
 mod journal;
+mod out;
 mod run;
 mod sim;
 mod status;
+mod table;
 
 use std::process::ExitCode;
 
@@ -86,6 +102,22 @@ pub enum CliError {
     /// A running herald's admin endpoint refused or failed a request.
     #[error("{0}")]
     AdminFailed(String),
+    /// A `--sink` that names no sink (not in the configuration, and no dead letters kept for it).
+    #[error("no sink named {sink:?} (the configured sinks: {})", if .known.is_empty() { "none".to_owned() } else { .known.join(", ") })]
+    UnknownSink {
+        /// The name given.
+        sink: String,
+        /// The configured sinks.
+        known: Vec<String>,
+    },
+    /// A `--seq` that names no dead letter of the sink.
+    #[error("sink {sink:?} has no dead letter with sequence number {}", .seqs.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))]
+    NoSuchDeadLetter {
+        /// The sink.
+        sink: String,
+        /// The sequence numbers not in its queue.
+        seqs: Vec<u64>,
+    },
     /// `herald journal verify` found the journal damaged.
     #[error("{0}")]
     JournalDamaged(String),
@@ -116,7 +148,10 @@ impl CliError {
             },
             CliError::JournalFailed(_) | CliError::JournalDamaged(_) => exit_code::JOURNAL_ERROR,
             CliError::CheckFailed(_) => exit_code::HEALTHCHECK_FAILED,
-            CliError::Usage(_) => exit_code::USAGE,
+            // The command line names something that is not there: like `ls nosuch`, a usage error.
+            CliError::Usage(_)
+            | CliError::UnknownSink { .. }
+            | CliError::NoSuchDeadLetter { .. } => exit_code::USAGE,
             CliError::SimStartFailed(_) | CliError::RuntimeFailed(_) | CliError::AdminFailed(_) => {
                 exit_code::UNEXPECTED
             }
@@ -136,9 +171,11 @@ pub fn main() -> ExitCode {
         .map_err(CliError::RuntimeFailed)
         .and_then(|rt| rt.block_on(run(cli.command)));
     match result {
+        // The reader of stdout went away (`herald dlq show … | head`): quietly, like a Unix tool.
+        Ok(()) if out::stdout_closed() => ExitCode::from(exit_code::BROKEN_PIPE as u8),
         Ok(()) => ExitCode::from(exit_code::OK as u8),
         Err(error) => {
-            eprintln!("error: {}", chain(&error));
+            errln!("error: {}", chain(&error));
             ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
         }
     }

@@ -123,7 +123,7 @@ pub(super) async fn run(args: SimArgs) -> Result<(), CliError> {
         url = %sim.url(),
         kubeconfig = %sim.kubeconfig_path().display(),
     );
-    eprintln!(
+    errln!(
         "try: kubectl --kubeconfig {} get namespaces",
         sim.kubeconfig_path().display()
     );

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::CliError;
 use super::admin_client::Admin;
+use super::table::{Align, Table};
 use crate::config;
 use crate::journal::{Journal, JournalConfig};
 
@@ -60,52 +61,70 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(());
     }
-    println!("from {}", doc["source"].as_str().unwrap_or("?"));
+    outln!("from {}", doc["source"].as_str().unwrap_or("?"));
+    // Numbers as JSON prints them; a field the source does not have (the journal knows no
+    // delivery counters) is `-`.
+    let field = |v: &Value, key: &str| match v.get(key) {
+        None | Some(Value::Null) => "-".to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
     if let Some(resources) = doc["resources"].as_array() {
-        println!(
-            "{:<40} {:>7} {:>7} {:>9} {:>8}",
-            "RESOURCE", "SERVED", "SYNCED", "EVENTS", "RELISTS"
-        );
+        let mut table = Table::new(&[
+            ("RESOURCE", Align::Left),
+            ("SERVED", Align::Right),
+            ("SYNCED", Align::Right),
+            ("EVENTS", Align::Right),
+            ("RELISTS", Align::Right),
+        ]);
         for r in resources {
-            println!(
-                "{:<40} {:>7} {:>7} {:>9} {:>8}",
-                r["resource"].as_str().unwrap_or(""),
-                r["served"],
-                r["synced"],
-                r["events"],
-                r["relists"]
-            );
+            table.row(vec![
+                field(r, "resource"),
+                field(r, "served"),
+                field(r, "synced"),
+                field(r, "events"),
+                field(r, "relists"),
+            ]);
+        }
+        for line in table.lines() {
+            outln!("{line}");
         }
     }
-    println!(
-        "{:<20} {:>10} {:>8} {:>7} {:>10} {:>13} {:>8}",
-        "SINK", "CURSOR", "LAG", "PAUSED", "DELIVERED", "DEAD-LETTERED", "DLQ"
-    );
-    let field = |s: &Value, key: &str| s.get(key).map_or("-".to_string(), ToString::to_string);
+    let mut table = Table::new(&[
+        ("SINK", Align::Left),
+        ("CURSOR", Align::Right),
+        ("LAG", Align::Right),
+        ("PAUSED", Align::Right),
+        ("DELIVERED", Align::Right),
+        ("DEAD-LETTERED", Align::Right),
+        ("DLQ", Align::Right),
+    ]);
     for s in doc["sinks"].as_array().into_iter().flatten() {
-        println!(
-            "{:<20} {:>10} {:>8} {:>7} {:>10} {:>13} {:>8}",
-            s["sink"].as_str().unwrap_or(""),
-            s["cursor"],
-            s["lag"],
+        table.row(vec![
+            field(s, "sink"),
+            field(s, "cursor"),
+            field(s, "lag"),
             field(s, "paused"),
             field(s, "delivered"),
             field(s, "deadLettered"),
             field(s, "deadLetterQueue"),
-        );
+        ]);
+    }
+    for line in table.lines() {
+        outln!("{line}");
     }
     for s in doc["sinks"].as_array().into_iter().flatten() {
         if let Some(why) = s["pausedReason"].as_str() {
-            println!(
+            outln!(
                 "sink {} paused, probing: {why}",
                 s["sink"].as_str().unwrap_or("")
             );
         }
     }
-    println!(
+    outln!(
         "journal: head {}, backlog {}, {:.1} MiB",
         doc["journal"]["head"],
         doc["journal"]["backlog"],
