@@ -226,7 +226,7 @@ async fn crash_duplicates_per_kill_9() {
     let hook = Hook::start(3_000).await;
     hook.max_latency_ms.store(20, Ordering::SeqCst);
     hook.slow_one_in.store(200, Ordering::SeqCst);
-    let bin = std::env::var("HERALD_BIN").ok();
+    let bin = std::env::var("HERALD_BIN").ok().filter(|b| !b.is_empty());
     let mut herald = Herald::start_with(
         dir.path(),
         &config(&sim, dir.path(), &hook.url, "2s"),
@@ -252,10 +252,11 @@ async fn crash_duplicates_per_kill_9() {
         let body = if alive.len() < OBJECTS {
             let name = format!("w{next}");
             next += 1;
-            let o = raw
-                .post(&widgets(ns), &widget(&name, json!({}), json!({"n": 0})))
-                .await
-                .body;
+            let mut body = widget(&name, json!({}), json!({"n": 0}));
+            body["metadata"]["namespace"] = json!(ns);
+            let reply = raw.post(&widgets(ns), &body).await;
+            assert_eq!(reply.status, 201, "{}", reply.body);
+            let o = reply.body;
             alive.push((ns.to_owned(), name));
             (o, "created")
         } else if writes.is_multiple_of(10) {
@@ -297,4 +298,114 @@ async fn crash_duplicates_per_kill_9() {
         duplicates / kills_at.len(),
     );
     let _ = hook.slow_ms;
+}
+
+/// A request herald gave up on (its timeout expired) must not be answered, or processed, later on
+/// a connection herald keeps using: herald closes that connection, and the retry comes on a new
+/// one.
+#[tokio::test]
+async fn a_timed_out_request_closes_its_connection_and_the_retry_uses_a_new_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    /// What the raw receiver saw: a POST on connection N, or connection N closed by herald.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Post(usize),
+        Closed(usize),
+    }
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<Seen>();
+    // Answers the health check's OPTIONS; leaves the first POST unanswered; takes later ones.
+    tokio::spawn(async move {
+        let posts = Arc::new(AtomicU64::new(0));
+        for conn_id in 0.. {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let (tx, posts) = (tx.clone(), posts.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let n = conn.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        let _ = tx.send(Seen::Closed(conn_id));
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let body: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if buf.len() < end + 4 + body {
+                            break;
+                        }
+                        buf.drain(..end + 4 + body);
+                        if head.starts_with("post") {
+                            let _ = tx.send(Seen::Post(conn_id));
+                            if posts.fetch_add(1, Ordering::SeqCst) == 0 {
+                                continue;
+                            }
+                        }
+                        let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").await;
+                    }
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let herald = Herald::start(dir.path(), &config(&sim, dir.path(), &url, "1s"));
+    herald
+        .wait_for_log("Sink registered with the journal.")
+        .await;
+    raw.post(&widgets("default"), &widget("w", json!({}), json!({})))
+        .await;
+
+    let next = async |seen: &mut tokio::sync::mpsc::UnboundedReceiver<Seen>| {
+        tokio::time::timeout(Duration::from_secs(20), seen.recv())
+            .await
+            .ok()
+            .flatten()
+    };
+    let first = loop {
+        match next(&mut seen).await {
+            Some(Seen::Post(conn)) => break conn,
+            Some(Seen::Closed(_)) => {}
+            None => panic!(
+                "no request came\n--- herald stderr ---\n{}",
+                herald.stderr_text()
+            ),
+        }
+    };
+    // Unanswered, herald's 1 s timeout expires: it must close that connection, and send the
+    // retry on another one (the two may reach the receiver in either order).
+    let mut events = Vec::new();
+    let mut retry = None;
+    let mut closed = false;
+    while !(closed && retry.is_some()) {
+        let Some(event) = next(&mut seen).await else {
+            break;
+        };
+        match event {
+            Seen::Post(conn) => retry = retry.or(Some(conn)),
+            Seen::Closed(conn) => closed |= conn == first,
+        }
+        events.push(event);
+    }
+    assert!(
+        closed,
+        "the timed-out request's connection {first} stayed open: {events:?}"
+    );
+    assert!(
+        retry.is_some_and(|conn| conn != first),
+        "the retry did not come on a new connection: {events:?}"
+    );
 }
