@@ -294,6 +294,28 @@ async fn acknowledgements_above_the_cursor_survive_a_reopen_and_are_bounded() {
     j.close().await.unwrap();
 }
 
+#[tokio::test]
+async fn salvage_renumbers_acknowledged_ranges_with_their_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", false).unwrap();
+    let keys: Vec<String> = (0..10).map(|i| format!("ns/{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    j.append(batch("pods", 10, &keys)).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.acknowledge("out", 2, &[(4, 6), (9, 9)]).unwrap();
+    j.close().await.unwrap();
+
+    let out = salvage(&dir, OPEN_TIMEOUT, true).unwrap();
+    // Events 3..=10 become 11..=18; the cursor stays before them.
+    assert_eq!((out.events_kept, out.head), (8, 18));
+    assert_eq!(out.cursors.get("out"), Some(&10));
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.acked("out").unwrap(), [(12, 14), (17, 17)]);
+    j.close().await.unwrap();
+}
+
 /// Events acknowledged above the cursor of sink `out`, as `herald journal verify` counts them
 /// (its checker fed from the open store).
 fn verify_open(j: &Journal) -> u64 {
