@@ -3,8 +3,9 @@
 //! and `herald run` must then exit 12 (never panic with 101, never hang) or open it intact with
 //! nothing lost, never silently rolled back; `herald journal verify` says so, and
 //! `herald journal salvage` followed by `herald run` delivers every change. Also: a journal written
-//! by the previous layout (schema 1, `tests/fixtures/journal-v1`) opens, is upgraded and delivers
-//! its events; a journal of a newer layout is refused with exit 12.
+//! by an earlier layout (schema 1, `tests/fixtures/journal-v1`; schema 2,
+//! `tests/fixtures/journal-v2`) opens, is upgraded and delivers its events; a journal of a newer
+//! layout is refused with exit 12.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -379,7 +380,14 @@ async fn a_journal_that_makes_sled_panic_is_refused_with_exit_12_and_salvaged() 
 
 /// Copies the schema-1 fixture into `dir/journal` (never open the fixture in place).
 fn v1_fixture(dir: &Path) -> (PathBuf, Vec<String>) {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-v1");
+    fixture("journal-v1", dir)
+}
+
+/// Copies `tests/fixtures/<name>` into `dir/journal` and reads its `ids.txt`.
+fn fixture(name: &str, dir: &Path) -> (PathBuf, Vec<String>) {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let journal = dir.join("journal");
     copy_dir(&fixture.join("journal"), &journal);
     let ids = std::fs::read_to_string(fixture.join("ids.txt"))
@@ -421,9 +429,51 @@ async fn a_journal_written_by_schema_1_is_upgraded_and_delivers_its_events() {
     .await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(report["report"]["schemaVersion"], "2", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "3", "{report}");
 
     // And `run` delivers them (sink `out` kept its cursor at 0).
+    let run = Herald::start(dir.path(), &config);
+    let delivered: BTreeSet<String> = run
+        .wait_for(6)
+        .await
+        .iter()
+        .filter_map(|e| e["id"].as_str().map(str::to_owned))
+        .collect();
+    for id in &ids {
+        assert!(delivered.contains(id), "{id} not delivered: {delivered:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_journal_written_by_schema_2_is_upgraded_and_delivers_its_events() {
+    let sim = sim().await;
+    Raw::new(&sim).install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ids) = fixture("journal-v2", dir.path());
+    assert_eq!(ids.len(), 6);
+    let config = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
+    let config_path = dir.path().join("herald.yaml");
+    std::fs::write(&config_path, &config).unwrap();
+
+    let (code, stdout, stderr) =
+        herald(&["status", "-c", config_path.to_str().unwrap(), "--json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["journal"]["head"], 6, "{doc}");
+    assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
+    let (code, stdout, stderr) = herald(&[
+        "journal",
+        "verify",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+    ])
+    .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["report"]["schemaVersion"], "3", "{report}");
+    assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
+
     let run = Herald::start(dir.path(), &config);
     let delivered: BTreeSet<String> = run
         .wait_for(6)
@@ -442,7 +492,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
     let (journal, _) = v1_fixture(dir.path());
     {
         let db = sled::Config::new().path(&journal).open().unwrap();
-        db.insert(b"meta/schema_version", b"3").unwrap();
+        db.insert(b"meta/schema_version", b"4").unwrap();
         db.flush().unwrap();
     }
     for args in [
@@ -452,7 +502,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
         let (code, stdout, stderr) = herald(&args).await;
         assert_eq!(code, 12, "{args:?}: {stdout}\n{stderr}");
         assert!(
-            stdout.contains("schema version 3") || stderr.contains("\"3\""),
+            stdout.contains("schema version 4") || stderr.contains("\"4\""),
             "{stdout}\n{stderr}"
         );
     }
@@ -463,7 +513,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
     let (code, _, stderr) = herald(&["status", "-c", config_path.to_str().unwrap()]).await;
     assert_eq!(code, 12, "{stderr}");
     assert!(
-        stderr.contains("schema version Some(\"3\")") || stderr.contains("\"3\""),
+        stderr.contains("schema version Some(\"4\")") || stderr.contains("\"4\""),
         "{stderr}"
     );
 }

@@ -15,7 +15,10 @@
 //!   A budget runs out only for an event that kept failing while the sink was taking other events: an
 //!   outage delays events, it never dead-letters them.
 //! - The cursor advances over the contiguous prefix of finished events only, so a crash redelivers
-//!   (at least once) and never skips.
+//!   (at least once) and never skips. The events finished above it (while one event is stuck in a
+//!   retry, the others go on) are recorded beside it as ranges ([`Journal::acknowledge`]) and
+//!   skipped after a restart, so a crash re-sends what was in flight, not everything after the
+//!   stuck event.
 //! - An entry that does not read back as a valid event ([`CloudEvent::validate`], the one
 //!   definition the normalizer also checks) is dead-lettered with its sequence number, its decode
 //!   error and its bytes ([`unreadable::unreadable_entry`]); nothing is skipped silently.
@@ -358,7 +361,16 @@ pub async fn run<S: Sink>(
             return;
         }
     };
-    let mut window = Window::new(cursor);
+    let done = match journal.acked(&name) {
+        Ok(done) => done,
+        Err(error) => {
+            // Without them the sink re-sends more after a restart; it never skips.
+            tracing::warn!(message = "Cannot read the sink's acknowledgements above its cursor; they are sent again.", sink = %name, %error);
+            Vec::new()
+        }
+    };
+    let mut window = Window::resume(cursor, done);
+    let mut written_changes = window.changes();
     // Reading and decoding the journal runs in its own task, ahead of the window, so it overlaps
     // with encoding and settling (it was over a third of this loop's CPU).
     let (reads_tx, mut reads) = tokio::sync::mpsc::channel(settings.window.clamp(1, READ_PAGE));
@@ -440,10 +452,14 @@ pub async fn run<S: Sink>(
                 }
             }
         }
-        let ack = window.ack_point();
-        if ack > window.acked_upto {
-            match journal.ack(&name, ack) {
-                Ok(()) => window.acked_upto = ack,
+        if window.changes() != written_changes {
+            let ack = window.ack_point();
+            let above = window.done_above(crate::journal::MAX_ACKED_RANGES);
+            match journal.acknowledge(&name, ack, &above) {
+                Ok(()) => {
+                    window.acked_upto = ack;
+                    written_changes = window.changes();
+                }
                 Err(error) => {
                     tracing::error!(message = "Cannot advance the sink's cursor.", sink = %name, %error)
                 }
@@ -745,6 +761,12 @@ fn take_read(
     read: Read,
 ) {
     match read {
+        // Delivered (or dead-lettered) in an earlier run, above where its cursor stood.
+        Read::Event(Envelope { seq, .. }) | Read::Unreadable(Envelope { seq, .. }, _)
+            if window.was_done(seq) =>
+        {
+            window.read_through(seq);
+        }
         Read::Event(envelope) => window.push(envelope, Instant::now()),
         Read::Skipped(seq) => {
             stats.skipped.fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,12 @@
 //! The delivery window of one sink: which journaled events are pending, which may be sent now (at most
-//! one in flight per partition key, in sequence order per key), and how far the cursor may advance.
-//! Pure bookkeeping, no I/O, so ordering rules are tested directly.
+//! one in flight per partition key, in sequence order per key), how far the cursor may advance and
+//! which events above it are done too. Pure bookkeeping, no I/O, so ordering rules are tested
+//! directly.
+//!
+//! Done above the cursor means read and no longer pending: every event of a key leaves the window
+//! (delivered, dead-lettered) before the next one of that key is sent, so a done event never has
+//! an earlier event of its key still pending, and skipping it after a restart keeps each key's
+//! order.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -37,6 +43,11 @@ pub struct Window {
     pub read_upto: u64,
     /// Everything up to here is done (delivered, skipped or dead-lettered) and acknowledged.
     pub acked_upto: u64,
+    /// Ranges done in an earlier run (from the journal), not read again yet: they are skipped
+    /// when read ([`Window::was_done`]) and kept in [`Window::done_above`] until then.
+    inherited: Vec<(u64, u64)>,
+    /// Bumped whenever the done set changes, so the driver writes it only then.
+    changes: u64,
 }
 
 impl Window {
@@ -46,7 +57,66 @@ impl Window {
             pending: BTreeMap::new(),
             read_upto: cursor,
             acked_upto: cursor,
+            inherited: Vec::new(),
+            changes: 0,
         }
+    }
+
+    /// A window whose cursor stands at `cursor`, with the events in `done` (ascending inclusive
+    /// ranges above the cursor, as the journal recorded them) already done.
+    pub fn resume(cursor: u64, done: Vec<(u64, u64)>) -> Self {
+        Self {
+            inherited: done,
+            ..Self::new(cursor)
+        }
+    }
+
+    /// Whether `seq` was done in an earlier run (it is then not sent again).
+    pub fn was_done(&self, seq: u64) -> bool {
+        let i = self.inherited.partition_point(|&(_, last)| last < seq);
+        self.inherited
+            .get(i)
+            .is_some_and(|&(first, _)| first <= seq)
+    }
+
+    /// A counter that moves whenever an event becomes done; compare it to decide whether the done
+    /// set needs writing.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// The events done after the [`ack_point`](Window::ack_point), as ascending, disjoint,
+    /// non-adjacent inclusive ranges, at most `max` of them (those nearest the cursor): everything
+    /// read and no longer pending, plus what an earlier run had done beyond what was read.
+    pub fn done_above(&self, max: usize) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let push = |range: (u64, u64), out: &mut Vec<(u64, u64)>| match out.last_mut() {
+            Some(prev) if prev.1.saturating_add(1) >= range.0 => prev.1 = prev.1.max(range.1),
+            _ => out.push(range),
+        };
+        let mut next = self.ack_point().saturating_add(1);
+        for &seq in self.pending.keys() {
+            if out.len() > max {
+                break;
+            }
+            if seq > next {
+                push((next, seq - 1), &mut out);
+            }
+            next = next.max(seq.saturating_add(1));
+        }
+        if next <= self.read_upto {
+            push((next, self.read_upto), &mut out);
+        }
+        for &(first, last) in &self.inherited {
+            if out.len() > max {
+                break;
+            }
+            if last > self.read_upto {
+                push((first.max(self.read_upto + 1), last), &mut out);
+            }
+        }
+        out.truncate(max);
+        out
     }
 
     /// Pending events (in flight or waiting).
@@ -86,6 +156,7 @@ impl Window {
     /// Notes that everything up to `seq` was read even if nothing was pushed (skipped events).
     pub fn read_through(&mut self, seq: u64) {
         self.read_upto = self.read_upto.max(seq);
+        self.changes += 1;
     }
 
     /// Up to `max` events that may be sent now: for each key only its oldest pending event, and only if
@@ -150,7 +221,11 @@ impl Window {
 
     /// The event `seq` was taken: it leaves the window.
     pub fn done(&mut self, seq: u64) -> Option<Pending> {
-        self.pending.remove(&seq)
+        let removed = self.pending.remove(&seq);
+        if removed.is_some() {
+            self.changes += 1;
+        }
+        removed
     }
 
     /// The event `seq` must be tried again after `delay`; `counts` is false for probes of a paused sink.
@@ -265,6 +340,46 @@ mod tests {
         w.done(13);
         w.read_through(20);
         assert_eq!(w.ack_point(), 20, "skipped events count as done");
+    }
+
+    #[test]
+    fn events_done_above_a_stuck_one_are_ranges_and_skipped_after_a_restart() {
+        let now = Instant::now();
+        let mut w = Window::new(10);
+        for (seq, key) in [
+            (11, "a"),
+            (12, "b"),
+            (13, "c"),
+            (14, "a"),
+            (15, "d"),
+            (16, "e"),
+        ] {
+            w.push(env(seq, key), now);
+        }
+        w.take_ready(now, 10);
+        for seq in [12, 13, 15] {
+            w.done(seq);
+        }
+        w.read_through(18);
+        assert_eq!(w.ack_point(), 10, "11 is stuck");
+        assert_eq!(w.done_above(100), [(12, 13), (15, 15), (17, 18)]);
+        assert_eq!(
+            w.done_above(2),
+            [(12, 13), (15, 15)],
+            "nearest the cursor kept"
+        );
+
+        let mut again = Window::resume(10, vec![(12, 13), (15, 15), (17, 30)]);
+        assert!(!again.was_done(11) && !again.was_done(14) && !again.was_done(16));
+        assert!(again.was_done(12) && again.was_done(15) && again.was_done(30));
+        assert!(!again.was_done(31));
+        again.push(env(11, "a"), now);
+        again.read_through(13);
+        assert_eq!(
+            again.done_above(100),
+            [(12, 13), (15, 15), (17, 30)],
+            "what was not read again yet is kept"
+        );
     }
 
     #[test]

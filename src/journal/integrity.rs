@@ -45,6 +45,9 @@ pub struct Report {
     pub last_event: Option<u64>,
     /// Sink cursors: the last sequence number each sink has passed.
     pub cursors: BTreeMap<String, u64>,
+    /// Events acknowledged above each sink's cursor (schema 3: delivered while an earlier one was
+    /// still pending); a restart does not send them again.
+    pub acked_above_cursor: BTreeMap<String, u64>,
     /// Watch checkpoints (resourceVersions) per stream.
     pub checkpoints: BTreeMap<String, String>,
     /// Entries of the object index (all streams).
@@ -238,6 +241,8 @@ pub(super) struct Checker {
     gaps: Vec<(u64, u64)>,
     store_empty: bool,
     unknown_keys: u64,
+    /// The last acknowledged sequence number above each sink's cursor.
+    acked_last: BTreeMap<String, u64>,
 }
 
 pub(super) fn is_json_object(bytes: &[u8]) -> bool {
@@ -260,6 +265,7 @@ impl Checker {
             gaps: Vec::new(),
             store_empty: true,
             unknown_keys: 0,
+            acked_last: BTreeMap::new(),
         }
     }
 
@@ -315,6 +321,22 @@ impl Checker {
                     self.report.cursors.insert(sink.to_owned(), cursor);
                 }
                 _ => self.problem(format!("cursor {} is unreadable", keys::printable(k))),
+            }
+        } else if let Some(sink) = k.strip_prefix(keys::ACKED_PREFIX) {
+            match (std::str::from_utf8(sink), keys::decode_ranges(k, v)) {
+                (Ok(sink), Ok(ranges)) if !sink.is_empty() => {
+                    let events = ranges.iter().map(|(a, b)| b - a + 1).sum();
+                    if let Some(&(_, last)) = ranges.last() {
+                        self.acked_last.insert(sink.to_owned(), last);
+                    }
+                    self.report
+                        .acked_above_cursor
+                        .insert(sink.to_owned(), events);
+                }
+                _ => self.problem(format!(
+                    "acknowledged ranges {} are unreadable",
+                    keys::printable(k)
+                )),
             }
         } else if k.starts_with(keys::DEAD_PREFIX) || k.starts_with(keys::REPLAY_PREFIX) {
             if keys::queue_key_is_valid(k) {
@@ -375,6 +397,14 @@ impl Checker {
             .iter()
             .map(|(s, c)| (s.clone(), *c))
             .collect();
+        for (sink, last) in std::mem::take(&mut self.acked_last) {
+            if last > head {
+                self.report.events_lost = true;
+                self.problem(format!(
+                    "sink {sink} acknowledged event {last}, past the head ({head})"
+                ));
+            }
+        }
         for (sink, cursor) in cursors {
             if cursor > head {
                 self.report.events_lost = true;
@@ -407,7 +437,8 @@ impl Checker {
         let version = self.report.schema_version.clone();
         let current = SCHEMA_VERSION.to_string();
         match version.as_deref() {
-            Some(v) if v == current => match record {
+            // Version 2 differs only by having no `a/` keys; opening upgrades it.
+            Some(v) if v == current || v == "2" => match record {
                 Stored::Head(h) if *h > head => {
                     self.report.events_lost = true;
                     self.problem(format!(

@@ -1,14 +1,15 @@
-//! The key layout of the journal's single sled tree (schema version 2; version 1 had the same keys
-//! and no head record file).
+//! The key layout of the journal's single sled tree (schema version 3; version 2 had no `a/` keys,
+//! version 1 neither those nor the head record file).
 //!
 //! | prefix | key | value |
 //! |---|---|---|
-//! | `meta/schema_version` | | ASCII decimal, `2` |
+//! | `meta/schema_version` | | ASCII decimal, `3` |
 //! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
 //! | `e/` | u64 BE sequence number | u64 BE append time (ms since the epoch) + rendered CloudEvent |
 //! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen |
 //! | `c/` | stream | resourceVersion (UTF-8) |
 //! | `s/` | sink | u64 BE cursor: the last acknowledged sequence number |
+//! | `a/` | sink | acknowledged ranges above the cursor: pairs of u64 BE (first, last), ascending, disjoint |
 //! | `d/` | sink, NUL, u64 BE sequence number | a dead letter (`dlq.rs`) |
 //! | `r/` | sink, NUL, u64 BE sequence number | an event queued for replay (`dlq.rs`) |
 //!
@@ -25,6 +26,7 @@ pub(super) const EVENT_PREFIX: &[u8] = b"e/";
 pub(super) const INDEX_PREFIX: &[u8] = b"i/";
 pub(super) const CHECKPOINT_PREFIX: &[u8] = b"c/";
 pub(super) const CURSOR_PREFIX: &[u8] = b"s/";
+pub(super) const ACKED_PREFIX: &[u8] = b"a/";
 pub(super) const DEAD_PREFIX: &[u8] = b"d/";
 pub(super) const REPLAY_PREFIX: &[u8] = b"r/";
 
@@ -70,6 +72,50 @@ pub(super) fn checkpoint(stream: &str) -> Vec<u8> {
 
 pub(super) fn cursor(sink: &str) -> Vec<u8> {
     prefixed(CURSOR_PREFIX, sink.as_bytes())
+}
+
+pub(super) fn acked(sink: &str) -> Vec<u8> {
+    prefixed(ACKED_PREFIX, sink.as_bytes())
+}
+
+/// Encodes acknowledged ranges (inclusive `(first, last)` pairs) as an `a/` value.
+pub(super) fn encode_ranges(ranges: &[(u64, u64)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(ranges.len() * 16);
+    for (first, last) in ranges {
+        v.extend_from_slice(&first.to_be_bytes());
+        v.extend_from_slice(&last.to_be_bytes());
+    }
+    v
+}
+
+/// Decodes an `a/` value: whole pairs, each `first <= last`, ascending and not touching (what
+/// [`encode_ranges`] is given).
+pub(super) fn decode_ranges(key: &[u8], bytes: &[u8]) -> Result<Vec<(u64, u64)>> {
+    let corrupt = |reason| JournalError::CorruptEntry {
+        key: printable(key),
+        reason,
+    };
+    if !bytes.len().is_multiple_of(16) {
+        return Err(corrupt(
+            "acknowledged ranges are not whole pairs of 8-byte integers",
+        ));
+    }
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(bytes.len() / 16);
+    for pair in bytes.chunks_exact(16) {
+        let (a, b) = pair.split_at(8);
+        let (first, last) = (decode_u64(key, a)?, decode_u64(key, b)?);
+        if first > last
+            || out
+                .last()
+                .is_some_and(|&(_, prev)| prev.saturating_add(1) >= first)
+        {
+            return Err(corrupt(
+                "acknowledged ranges are not ascending and disjoint",
+            ));
+        }
+        out.push((first, last));
+    }
+    Ok(out)
 }
 
 pub(super) fn printable(key: &[u8]) -> String {
@@ -141,6 +187,19 @@ mod tests {
         assert!(check_name("stream", "a\0b").is_err());
         assert!(check_name("sink", "").is_err());
         assert!(check_name("sink", "kafka-main").is_ok());
+    }
+
+    #[test]
+    fn acknowledged_ranges_round_trip_and_bad_ones_are_corrupt() {
+        let ranges = [(3, 5), (7, 7), (u64::from(u32::MAX), u64::MAX)];
+        assert_eq!(
+            decode_ranges(b"a/x", &encode_ranges(&ranges)).unwrap(),
+            ranges
+        );
+        assert!(decode_ranges(b"a/x", &[0; 15]).is_err());
+        assert!(decode_ranges(b"a/x", &encode_ranges(&[(5, 3)])).is_err());
+        assert!(decode_ranges(b"a/x", &encode_ranges(&[(3, 5), (6, 8)])).is_err());
+        assert!(decode_ranges(b"a/x", &encode_ranges(&[(3, 5), (1, 2)])).is_err());
     }
 
     #[test]

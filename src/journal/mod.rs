@@ -9,7 +9,7 @@
 //!
 //! # Layout (ADR 0002, `docs/adr/0002-journal-layout.md`)
 //! One sled tree, keys by prefix (`meta/`, `e/` events, `i/` object index, `c/` checkpoints,
-//! `s/` sink cursors; see `keys.rs`), one `apply_batch` per append. DECISIONS.md asked to measure
+//! `s/` sink cursors, `a/` acknowledged ranges above them; see `keys.rs`), one `apply_batch` per append. DECISIONS.md asked to measure
 //! it against one tree per concern written by a multi-tree `transaction`
 //! (`benches/journal_layout.rs` of the scratch crate; 1 KB event + 2 KB index object per event,
 //! 2-core VM on ext4/virtio, median of 3 alternating 4 s runs):
@@ -63,8 +63,11 @@
 //!   after that second.
 //! - sled creates its files with the umask, later ones (snapshots, blobs) too: the directory is
 //!   0700 and the files are set to 0600 at open and at every retention pass.
-//! - Cursor moves ([`Journal::ack`]) reach disk with the next group commit; a crash may move a
-//!   cursor back (redelivery with the same ids), never forward.
+//! - Cursor moves ([`Journal::ack`], [`Journal::acknowledge`]) reach disk with the next group
+//!   commit; a crash may move a cursor back (redelivery with the same ids), never forward. Events
+//!   acknowledged above the cursor (one event stuck in a retry holds the cursor back while later
+//!   ones are delivered) are kept as ranges beside it (`a/` keys, [`MAX_ACKED_RANGES`]), so a
+//!   restart re-sends what was in flight, not everything after the stuck event.
 //! - A failed write (a full disk, an I/O error) is final for the open store: sled keeps the error
 //!   and refuses every later write with it, even once there is room again; only a reopen clears
 //!   it. The journal then refuses writes itself ([`JournalError::Unwritable`]),
@@ -99,8 +102,14 @@ pub use integrity::Report;
 pub use salvage::{Salvaged, salvage};
 
 /// The journal layout this build writes (`meta/schema_version`). Version 2 added the head record
-/// (`herald.head`); a version-1 journal is upgraded when opened. See ADR 0002.
-pub const SCHEMA_VERSION: u32 = 2;
+/// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys); a
+/// version-1 or version-2 journal is upgraded when opened. See ADR 0002.
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// Acknowledged ranges kept above a sink's cursor at most (16 bytes each, rewritten with every
+/// acknowledgement). Past the bound the ranges furthest from the cursor are forgotten: a crash then
+/// re-sends those events (at least once, same ids), it never skips one.
+pub const MAX_ACKED_RANGES: usize = 512;
 
 /// How long sled may go without progress while the store is opened and checked (recovery, then
 /// between two entries of the scan) before herald calls the store damaged.
@@ -553,7 +562,10 @@ impl Journal {
         self.check_open()?;
         keys::check_name("sink", sink)?;
         let mut cursors = lock(&self.inner.cursors);
-        if let Err(source) = self.inner.db.remove(keys::cursor(sink)) {
+        let mut forget = sled::Batch::default();
+        forget.remove(keys::cursor(sink));
+        forget.remove(keys::acked(sink));
+        if let Err(source) = self.inner.db.apply_batch(forget) {
             return Err(self.note_write_error("register", &source));
         }
         cursors.remove(sink);
@@ -627,6 +639,79 @@ impl Journal {
         drop(cursors);
         self.inner.flush.note_write(0);
         Ok(())
+    }
+
+    /// Moves the sink's cursor to `upto` (as [`ack`](Journal::ack)) and records `above`, the events
+    /// after it that are done too (delivered, dead-lettered or not routed to the sink), as ascending,
+    /// disjoint, non-adjacent inclusive ranges; both in one sled batch, durable with the next group
+    /// commit. `above` replaces what was recorded before and is cut to [`MAX_ACKED_RANGES`] ranges,
+    /// keeping those nearest the cursor. A cursor behind the stored one is kept where it is, and
+    /// ranges at or behind the cursor are dropped; ranges past
+    /// [`durable_seq`](Journal::durable_seq) are a bug and fail.
+    pub fn acknowledge(&self, sink: &str, upto: u64, above: &[(u64, u64)]) -> Result<()> {
+        self.check_open()?;
+        let mut cursors = lock(&self.inner.cursors);
+        let Some(cursor) = cursors.get_mut(sink) else {
+            return Err(JournalError::UnknownSink {
+                sink: sink.to_owned(),
+            });
+        };
+        let upto = upto.max(*cursor);
+        let durable = self.durable_seq();
+        let last = above.last().map_or(upto, |&(_, last)| last.max(upto));
+        if last > durable {
+            return Err(JournalError::AckBeyondDurable {
+                sink: sink.to_owned(),
+                upto: last,
+                durable,
+            });
+        }
+        let kept: Vec<(u64, u64)> = above
+            .iter()
+            .filter(|&&(_, last)| last > upto)
+            .map(|&(first, last)| (first.max(upto + 1), last))
+            .take(MAX_ACKED_RANGES)
+            .collect();
+        let mut b = sled::Batch::default();
+        if upto > *cursor {
+            b.insert(keys::cursor(sink), &upto.to_be_bytes()[..]);
+        }
+        if kept.is_empty() {
+            b.remove(keys::acked(sink));
+        } else {
+            b.insert(keys::acked(sink), keys::encode_ranges(&kept));
+        }
+        if let Err(source) = self.inner.db.apply_batch(b) {
+            return Err(self.note_write_error("ack", &source));
+        }
+        *cursor = upto;
+        drop(cursors);
+        self.inner.flush.note_write(0);
+        Ok(())
+    }
+
+    /// The ranges of events recorded as done above the sink's cursor (see
+    /// [`acknowledge`](Journal::acknowledge)); empty for a sink that has none or is unknown.
+    pub fn acked(&self, sink: &str) -> Result<Vec<(u64, u64)>> {
+        keys::check_name("sink", sink)?;
+        let key = keys::acked(sink);
+        let value = self
+            .inner
+            .db
+            .get(&key)
+            .map_err(|source| JournalError::ReadFailed {
+                sink: sink.to_owned(),
+                source,
+            })?;
+        let cursor = self.cursor(sink).unwrap_or(0);
+        match value {
+            Some(v) => Ok(keys::decode_ranges(&key, &v)?
+                .into_iter()
+                .filter(|&(_, last)| last > cursor)
+                .map(|(first, last)| (first.max(cursor + 1), last))
+                .collect()),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The sink's cursor: the last sequence number it has passed.
@@ -906,7 +991,8 @@ fn scan(
 }
 
 /// Makes the store's layout the current one: a new store gets the schema version and its head
-/// record; a version-1 store (no head record) is upgraded by writing one.
+/// record; a version-1 store (no head record) is upgraded by writing one; a version-2 store needs
+/// nothing but the new version (its sinks have no acknowledged ranges yet).
 fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) -> Result<()> {
     let meta_failed = |source| JournalError::MetaFailed {
         path: path.to_owned(),
@@ -916,19 +1002,22 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     if found == Some(current.as_str()) {
         return Ok(());
     }
-    // The record first: a crash before the version is written leaves a store that opens as
-    // before (a version-1 store with a valid record, or an empty one), never a version-2 store
-    // without a record.
-    head::create(path, head).map_err(|source| JournalError::HeadRecordFailed {
-        path: head::path(path),
-        source,
-    })?;
+    // Version 2 → 3 only adds keys (`a/`) a version-2 store does not have: setting the version is
+    // the whole upgrade. Before version 2 there was no head record: the record first, so a crash
+    // before the version is written leaves a store that opens as before (a version-1 store with a
+    // valid record, or an empty one), never a current store without a record.
+    if found != Some("2") {
+        head::create(path, head).map_err(|source| JournalError::HeadRecordFailed {
+            path: head::path(path),
+            source,
+        })?;
+    }
     db.insert(keys::SCHEMA_VERSION_KEY, current.as_bytes())
         .map_err(meta_failed)?;
     db.flush().map_err(meta_failed)?;
     if let Some(old) = found {
         tracing::info!(
-            message = "Journal upgraded: it now keeps a head record.",
+            message = "Journal upgraded: it now keeps a head record and acknowledgements above the cursors.",
             path = %path.display(),
             from = old,
             to = SCHEMA_VERSION,

@@ -6,7 +6,8 @@
 //!   numbers above every number the old journal may have used (its head, its head record, its
 //!   cursors), in their old order, so nothing ever reuses a number a dead letter or a replay still
 //!   carries, and the new journal has no hole; each cursor moves to the same place among them.
-//! - **Cursors**, so each sink resumes where it was (at worst it gets an event again).
+//! - **Cursors**, so each sink resumes where it was (at worst it gets an event again), and the
+//!   readable **acknowledged ranges** above them (`a/`), renumbered with the events they cover.
 //! - **Checkpoints**, only when nothing a sink still needed was lost (the store read to its end,
 //!   no event missing or unreadable, the head record not ahead of the store): then watchers
 //!   resume and nothing is relisted. Otherwise every checkpoint is dropped: the next start
@@ -174,6 +175,7 @@ fn rebuild(
     };
     let mut checkpoints: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut cursors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut acked: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut write_error: Option<sled::Error> = None;
     let mut checker = Checker::new(dir);
     let ended = integrity::read_store(dir, 64 * 1024 * 1024, timeout, |k, v| {
@@ -210,6 +212,14 @@ fn rebuild(
             match (std::str::from_utf8(sink), keys::decode_u64(k, v)) {
                 (Ok(sink), Ok(c)) if !sink.is_empty() => {
                     cursors.insert(sink.to_owned(), c);
+                }
+                _ => out.other_dropped += 1,
+            }
+            Ok(true)
+        } else if let Some(sink) = k.strip_prefix(keys::ACKED_PREFIX) {
+            match (std::str::from_utf8(sink), keys::decode_ranges(k, v)) {
+                (Ok(sink), Ok(ranges)) if !sink.is_empty() => {
+                    acked.insert(sink.to_owned(), ranges);
                 }
                 _ => out.other_dropped += 1,
             }
@@ -309,6 +319,25 @@ fn rebuild(
         let cursor = base + passed;
         new.insert(keys::cursor(&sink), &cursor.to_be_bytes()[..])
             .map_err(sled_failed(dir))?;
+        // The kept events are numbered base + 1, base + 2… in their old order, so an old range
+        // maps onto a contiguous run of new numbers (possibly empty).
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for (first, last) in acked.remove(&sink).unwrap_or_default() {
+            let from = renumbered.partition_point(|s| *s < first) as u64;
+            let to = renumbered.partition_point(|s| *s <= last) as u64;
+            if to <= from || base + to <= cursor {
+                continue;
+            }
+            let range = ((base + from + 1).max(cursor + 1), base + to);
+            match ranges.last_mut() {
+                Some(prev) if prev.1 + 1 >= range.0 => prev.1 = prev.1.max(range.1),
+                _ => ranges.push(range),
+            }
+        }
+        if !ranges.is_empty() {
+            new.insert(keys::acked(&sink), keys::encode_ranges(&ranges))
+                .map_err(sled_failed(dir))?;
+        }
         out.cursors.insert(sink, cursor);
     }
     let keep_checkpoints = report.complete && !events_lost;

@@ -197,17 +197,17 @@ async fn writes_and_checks_the_schema_version() {
         .unwrap();
     {
         let raw = sled::Config::new().path(&dir).open().unwrap();
-        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"2");
-        raw.insert(b"meta/schema_version", b"3").unwrap();
+        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"3");
+        raw.insert(b"meta/schema_version", b"4").unwrap();
         raw.flush().unwrap();
     }
     // A newer herald's journal is refused, naming its version.
     let err = Journal::open(cfg(tmp.path())).unwrap_err();
     assert!(
-        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 2, .. } if v == "3"),
+        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 3, .. } if v == "4"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("\"3\""), "{err}");
+    assert!(err.to_string().contains("\"4\""), "{err}");
 
     // A store with data but no version was not written by herald.
     let other = tmp.path().join("other");
@@ -242,7 +242,91 @@ async fn a_version_1_store_is_upgraded_with_a_head_record() {
     assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
     j.close().await.unwrap();
     let raw = sled::Config::new().path(&dir).open().unwrap();
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"2");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"3");
+}
+
+#[tokio::test]
+async fn acknowledgements_above_the_cursor_survive_a_reopen_and_are_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", false).unwrap();
+    let keys: Vec<String> = (0..2_000).map(|i| format!("ns/{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    j.append(batch("pods", 10, &keys)).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.acknowledge("out", 2, &[(4, 6), (9, 9)]).unwrap();
+    assert_eq!(j.cursor("out").unwrap(), 2);
+    assert_eq!(j.acked("out").unwrap(), [(4, 6), (9, 9)]);
+    assert!(matches!(
+        j.acknowledge("out", 2, &[(4, 2_001)]),
+        Err(JournalError::AckBeyondDurable { .. })
+    ));
+    // Every other event acknowledged: more ranges than the bound keeps.
+    let many: Vec<(u64, u64)> = (0..900u64).map(|i| (3 + 2 * i, 3 + 2 * i)).collect();
+    j.acknowledge("out", 1, &many).unwrap();
+    assert_eq!(j.cursor("out").unwrap(), 2, "a cursor never moves back");
+    let kept = j.acked("out").unwrap();
+    assert_eq!(kept.len(), MAX_ACKED_RANGES);
+    assert_eq!(
+        kept[..],
+        many[..MAX_ACKED_RANGES],
+        "those nearest the cursor"
+    );
+    j.close().await.unwrap();
+
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.cursor("out").unwrap(), 2);
+    assert_eq!(j.acked("out").unwrap().len(), MAX_ACKED_RANGES);
+    let report = verify_open(&j);
+    assert_eq!(report, MAX_ACKED_RANGES as u64);
+    // The cursor passing ranges drops them; an empty set removes the key.
+    j.acknowledge("out", 6, &[(9, 9)]).unwrap();
+    assert_eq!(j.acked("out").unwrap(), [(9, 9)]);
+    j.acknowledge("out", 9, &[]).unwrap();
+    assert!(j.acked("out").unwrap().is_empty());
+    j.acknowledge("out", 9, &[(11, 12)]).unwrap();
+    j.remove_sink("out").unwrap();
+    j.register_sink("out", false).unwrap();
+    assert!(
+        j.acked("out").unwrap().is_empty(),
+        "a removed sink forgets them"
+    );
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn salvage_renumbers_acknowledged_ranges_with_their_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", false).unwrap();
+    let keys: Vec<String> = (0..10).map(|i| format!("ns/{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    j.append(batch("pods", 10, &keys)).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.acknowledge("out", 2, &[(4, 6), (9, 9)]).unwrap();
+    j.close().await.unwrap();
+
+    let out = salvage(&dir, OPEN_TIMEOUT, true).unwrap();
+    // Events 3..=10 become 11..=18; the cursor stays before them.
+    assert_eq!((out.events_kept, out.head), (8, 18));
+    assert_eq!(out.cursors.get("out"), Some(&10));
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.acked("out").unwrap(), [(12, 14), (17, 17)]);
+    j.close().await.unwrap();
+}
+
+/// Events acknowledged above the cursor of sink `out`, as `herald journal verify` counts them
+/// (its checker fed from the open store).
+fn verify_open(j: &Journal) -> u64 {
+    let mut checker = super::integrity::Checker::new(j.path());
+    for entry in j.inner.db.iter() {
+        let (k, v) = entry.unwrap();
+        checker.entry(&k, &v);
+    }
+    let report = checker.finish(None, &head::Stored::Head(j.head()));
+    assert!(report.intact(), "{:?}", report.problems);
+    report.acked_above_cursor["out"]
 }
 
 #[tokio::test]

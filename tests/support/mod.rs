@@ -25,6 +25,8 @@ pub struct Herald {
     pub config: PathBuf,
     pub events: PathBuf,
     pub stderr: PathBuf,
+    /// The herald binary to run (`None`: this build's).
+    pub bin: Option<PathBuf>,
 }
 
 /// A configuration for `herald run` against `sim`: file sink `events.jsonl` in `dir`, journal in
@@ -63,6 +65,12 @@ pub const WIDGETS_RESOURCE: &str = "  - group: example.com\n    kind: Widget";
 impl Herald {
     /// Writes `config` into `dir` and starts `herald run -c` on it.
     pub fn start(dir: &Path, config: &str) -> Self {
+        Self::start_with(dir, config, None)
+    }
+
+    /// As [`Herald::start`], running the herald binary at `bin` (`None`: this build's), so a
+    /// measurement can compare two builds in one scenario.
+    pub fn start_with(dir: &Path, config: &str, bin: Option<&str>) -> Self {
         let config_path = dir.join("herald.yaml");
         std::fs::write(&config_path, config).expect("write config");
         let mut h = Self {
@@ -70,6 +78,7 @@ impl Herald {
             config: config_path,
             events: dir.join("events.jsonl"),
             stderr: dir.join("herald.stderr"),
+            bin: bin.map(PathBuf::from),
         };
         h.restart();
         h
@@ -82,7 +91,11 @@ impl Herald {
             .append(true)
             .open(&self.stderr)
             .expect("stderr file");
-        let child = Command::new(env!("CARGO_BIN_EXE_herald"))
+        let bin = self
+            .bin
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_herald")));
+        let child = Command::new(bin)
             .args(["run", "-c"])
             .arg(&self.config)
             .env("RUST_LOG", "info,herald=debug")
@@ -91,6 +104,11 @@ impl Herald {
             .spawn()
             .expect("herald starts");
         self.child = Some(child);
+    }
+
+    /// What herald wrote to stderr so far (for failure messages).
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     /// Every event delivered so far, in file order.

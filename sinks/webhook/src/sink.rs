@@ -370,6 +370,12 @@ fn build_client(config: &Settings) -> Result<reqwest::Client, SinkError> {
              installs one at start-up)",
         ));
     }
+    // A request that times out must not be answered (or processed) later on a connection that is
+    // used again: the timeout drops the request's future, and hyper's HTTP/1 client then closes
+    // that connection instead of returning it to the pool (its dispatcher sees the response's
+    // receiver gone); a response whose body read times out is dropped unread, which closes it too.
+    // The retry opens a new connection. herald builds reqwest without HTTP/2, so this is the only
+    // case; tested end to end in `tests/run_acks.rs`.
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(config.timeout)
