@@ -194,7 +194,8 @@ impl<'a> Recorder<'a> {
         p.events.push(ev.to_structured_json());
     }
 
-    /// An object that exists now, against what was recorded.
+    /// An object that exists now, against what was recorded. `rv` is the list's revision during a
+    /// relist.
     fn present(
         &self,
         p: &mut Pending,
@@ -207,15 +208,17 @@ impl<'a> Recorder<'a> {
         match old {
             None => self.emit(p, Op::Created, &new, None, resync, None),
             Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
-                // Deleted and re-created under the same name while we were not looking.
-                self.emit(
-                    p,
-                    Op::Deleted,
-                    &old,
-                    None,
-                    resync,
-                    rv.or(Some(meta(&new, "resourceVersion"))),
-                );
+                // Deleted and re-created under the same name while we were not looking: the
+                // deletion first, dated just before the new object, so `sequence` keeps rising
+                // within the key (the list's revision is later than the new object's own).
+                // Opaque resourceVersions have no "just before": then the list's revision, or on
+                // a watch the new object's.
+                let before = event::replaced_deletion_version(meta(&new, "resourceVersion"));
+                let deleted_at = before
+                    .as_deref()
+                    .or(rv)
+                    .or(Some(meta(&new, "resourceVersion")));
+                self.emit(p, Op::Deleted, &old, None, resync, deleted_at);
                 self.emit(p, Op::Created, &new, None, resync, None);
             }
             Some(old) if meta(&old, "resourceVersion") == meta(&new, "resourceVersion") => {
@@ -465,3 +468,6 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects, rv = %list_rv);
     Ok(list_rv)
 }
+
+#[cfg(test)]
+mod tests;
