@@ -24,6 +24,8 @@ pub struct Herald {
     pub config: PathBuf,
     pub events: PathBuf,
     pub stderr: PathBuf,
+    /// Options passed to `herald run` after `-c <config>`.
+    pub args: Vec<String>,
 }
 
 /// A configuration for `herald run` against `sim`: file sink `events.jsonl` in `dir`, journal in
@@ -62,6 +64,11 @@ pub const WIDGETS_RESOURCE: &str = "  - group: example.com\n    kind: Widget";
 impl Herald {
     /// Writes `config` into `dir` and starts `herald run -c` on it.
     pub fn start(dir: &Path, config: &str) -> Self {
+        Self::start_with(dir, config, &[])
+    }
+
+    /// [`Herald::start`] with more options for `herald run`.
+    pub fn start_with(dir: &Path, config: &str, args: &[&str]) -> Self {
         let config_path = dir.join("herald.yaml");
         std::fs::write(&config_path, config).expect("write config");
         let mut h = Self {
@@ -69,6 +76,7 @@ impl Herald {
             config: config_path,
             events: dir.join("events.jsonl"),
             stderr: dir.join("herald.stderr"),
+            args: args.iter().map(|a| (*a).to_string()).collect(),
         };
         h.restart();
         h
@@ -84,6 +92,7 @@ impl Herald {
         let child = Command::new(env!("CARGO_BIN_EXE_herald"))
             .args(["run", "-c"])
             .arg(&self.config)
+            .args(&self.args)
             .env("RUST_LOG", "info,herald=debug")
             .stdout(std::process::Stdio::null())
             .stderr(log)
