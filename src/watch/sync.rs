@@ -64,7 +64,17 @@ impl SyncError {
 
 /// Cached answer to "which namespaces match the namespace selector".
 #[derive(Debug, Default)]
-pub struct NamespaceCache(Mutex<Option<(Instant, HashSet<String>)>>);
+pub struct NamespaceCache(Mutex<Option<Namespaces>>);
+
+/// The namespaces as of one look.
+#[derive(Debug)]
+struct Namespaces {
+    at: Instant,
+    /// Those whose labels match.
+    allowed: HashSet<String>,
+    /// Every namespace seen, matching or not: one missing from here is newer than the look.
+    known: HashSet<String>,
+}
 
 /// Records what one watcher sees into the journal.
 pub struct Recorder<'a> {
@@ -256,6 +266,10 @@ impl<'a> Recorder<'a> {
     }
 
     /// Whether `namespace` passes the namespace selector (always, without one).
+    ///
+    /// The answer is cached for [`NAMESPACE_CACHE`], except for a namespace the cache has never
+    /// seen: one created since then is looked up at once, or the objects created in it right away
+    /// would be taken for outsiders and never reported.
     async fn namespace_allowed(&self, namespace: &str) -> Result<bool, SyncError> {
         let Some(selector) = &self.spec.namespace_selector else {
             return Ok(true);
@@ -263,25 +277,70 @@ impl<'a> Recorder<'a> {
         if namespace.is_empty() {
             return Ok(true);
         }
-        if let Ok(guard) = self.namespaces.0.lock()
-            && let Some((at, set)) = guard.as_ref()
-            && at.elapsed() < NAMESPACE_CACHE
-        {
-            return Ok(set.contains(namespace));
-        }
         let api: Api<Namespace> = Api::all(self.resolved.client.clone());
-        let list = api
-            .list(&ListParams::default().labels(selector))
+        let look = |c: &Namespaces| {
+            let allowed = c.allowed.contains(namespace);
+            (allowed, allowed || c.known.contains(namespace))
+        };
+        let cached = self.namespaces.0.lock().ok().and_then(|guard| {
+            guard
+                .as_ref()
+                .filter(|c| c.at.elapsed() < NAMESPACE_CACHE)
+                .map(look)
+        });
+        let (allowed, known) = match cached {
+            Some(answer) => answer,
+            None => {
+                let names = |list: kube::core::ObjectList<Namespace>| -> HashSet<String> {
+                    list.items
+                        .into_iter()
+                        .filter_map(|n| n.metadata.name)
+                        .collect()
+                };
+                // Every namespace first, then the matching ones: one created in between is then
+                // taken for new and asked about, never for an outsider.
+                let known = names(
+                    api.list(&ListParams::default())
+                        .await
+                        .map_err(SyncError::NamespacesFailed)?,
+                );
+                let allowed = names(
+                    api.list(&ListParams::default().labels(selector))
+                        .await
+                        .map_err(SyncError::NamespacesFailed)?,
+                );
+                let fresh = Namespaces {
+                    at: Instant::now(),
+                    allowed,
+                    known,
+                };
+                let answer = look(&fresh);
+                if let Ok(mut guard) = self.namespaces.0.lock() {
+                    *guard = Some(fresh);
+                }
+                answer
+            }
+        };
+        if known {
+            return Ok(allowed);
+        }
+        // New since the last look: ask about this one namespace only, and remember the answer.
+        let one = api
+            .list(
+                &ListParams::default()
+                    .labels(selector)
+                    .fields(&format!("metadata.name={namespace}")),
+            )
             .await
             .map_err(SyncError::NamespacesFailed)?;
-        let set: HashSet<String> = list
-            .items
-            .into_iter()
-            .filter_map(|n| n.metadata.name)
-            .collect();
-        let allowed = set.contains(namespace);
-        if let Ok(mut guard) = self.namespaces.0.lock() {
-            *guard = Some((Instant::now(), set));
+        let allowed = !one.items.is_empty();
+        if let Ok(mut guard) = self.namespaces.0.lock()
+            && let Some(c) = guard.as_mut()
+        {
+            c.known.insert(namespace.to_string());
+            if allowed {
+                c.allowed.insert(namespace.to_string());
+            }
         }
         Ok(allowed)
     }
