@@ -111,7 +111,7 @@ async fn nats_events(server: &NatsServer) -> Vec<(String, CloudEvent)> {
                     .map(move |value| (name.to_string(), value.as_str().to_owned()))
             })
             .collect();
-        let event = encode::http_binary_decode(pairs, &message.payload)
+        let event = encode::nats_binary_decode(pairs, &message.payload)
             .unwrap_or_else(|e| panic!("NATS message {sequence} does not decode: {e:?}"));
         out.push((message.subject.to_string(), event));
     }

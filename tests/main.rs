@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod conformance;
 mod fault_api;
 mod fault_disk;
 mod fault_embedded;
@@ -20,6 +21,7 @@ mod run_delivery;
 mod run_dlq;
 mod run_events;
 mod run_filters;
+mod run_retry_after;
 mod run_supervisor;
 mod run_webhook;
 mod run_webhook_tls;

@@ -215,16 +215,23 @@ async fn binary_events_carry_ce_headers() {
     assert_eq!(header(headers, "ce-subject"), Some("team-a/my%20widget"));
     assert_eq!(header(headers, "ce-k8sname"), Some("my%20widget"));
     assert_eq!(header(headers, "ce-resync"), Some("false"));
-    assert_eq!(header(headers, "content-type"), Some("application/json"));
+    // Issue 15, item 3: the NATS binding maps datacontenttype to `ce-datacontenttype` like every
+    // other attribute; `content-type` is left to structured mode.
+    assert_eq!(
+        header(headers, "ce-datacontenttype"),
+        Some("application/json")
+    );
+    assert_eq!(header(headers, "content-type"), None);
     assert_eq!(header(headers, "Nats-Msg-Id"), None);
     assert_eq!(message.payload.as_ref(), sent.data_bytes().as_slice());
-    let decoded = herald_sink_core::encode::http_binary_decode(
+    let decoded = herald_sink_core::encode::nats_binary_decode(
         header_pairs(headers.unwrap()),
         &message.payload,
     )
     .unwrap();
     assert_eq!(decoded.id, sent.id);
     assert_eq!(decoded.subject, sent.subject);
+    assert_eq!(decoded.datacontenttype, sent.datacontenttype);
     assert_eq!(decoded.data, sent.data);
     assert_eq!(decoded.extensions["resync"].as_bool(), Some(false));
 }
@@ -271,9 +278,10 @@ async fn jetstream_publishes_carry_the_event_id_in_both_modes() {
     );
     assert_eq!(header(Some(&b.headers), "ce-id"), Some(second.id.as_str()));
     assert_eq!(
-        header(Some(&b.headers), "content-type"),
+        header(Some(&b.headers), "ce-datacontenttype"),
         Some("application/json")
     );
+    assert_eq!(header(Some(&b.headers), "content-type"), None);
     assert_eq!(b.payload.as_ref(), second.data_bytes().as_slice());
 }
 

@@ -1,4 +1,4 @@
-//! The CloudEvents bindings: the decoders (HTTP `ce-` headers, also NATS binary mode; Kafka `ce_`
+//! The CloudEvents bindings: the decoders (HTTP and NATS `ce-` headers; Kafka `ce_`
 //! headers; the JSON format and its batch; dead-letter records) give an event or a typed error for
 //! arbitrary input, never a panic; and an event with arbitrary names survives every encoding: what
 //! is encoded decodes to the same attributes, every header value is one HTTP and NATS can carry,
@@ -6,7 +6,7 @@
 
 use herald_sink_core::encode::{
     self, decode_header_value, from_structured_json_batch, http_binary_decode, kafka_binary_decode,
-    to_structured_json_batch,
+    nats_binary_decode, to_structured_json_batch,
 };
 use herald_sink_core::template::{Template, Vars};
 use herald_sink_core::{CloudEvent, DeadLetter, ExtensionValue};
@@ -139,6 +139,7 @@ proptest! {
     #[test]
     fn http_and_nats_binary_mode_decode_or_fail_typed(headers in headers(), body in body()) {
         let _ = http_binary_decode(headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())), &body);
+        let _ = nats_binary_decode(headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())), &body);
     }
 
     #[test]
@@ -162,7 +163,7 @@ proptest! {
         let batch = to_structured_json_batch([&event, &event]);
         prop_assert_eq!(from_structured_json_batch(&batch).unwrap(), vec![event.clone(), event.clone()]);
 
-        // HTTP (and NATS) binary mode: every value is one both can carry, and decodes back.
+        // HTTP binary mode: every value is one HTTP and NATS can carry, and decodes back.
         let expected = as_binary_decodes(&event);
         let headers = event.http_binary_headers();
         for (name, value) in &headers {
@@ -171,6 +172,14 @@ proptest! {
             prop_assert!(!value.contains(['\r', '\n', '\0']));
         }
         prop_assert_eq!(&http_binary_decode(headers, &event.data_bytes()).unwrap(), &expected);
+
+        // NATS binary mode: the same values, `ce-datacontenttype` included.
+        let headers = event.nats_binary_headers();
+        for (name, value) in &headers {
+            prop_assert!(value.parse::<async_nats::HeaderValue>().is_ok(), "NATS {}: {:?}", name, value);
+            prop_assert!(!value.contains(['\r', '\n', '\0']));
+        }
+        prop_assert_eq!(&nats_binary_decode(headers, &event.data_bytes()).unwrap(), &expected);
 
         // Kafka binary mode: UTF-8 header values, decoded back.
         prop_assert_eq!(&kafka_binary_decode(event.kafka_binary_headers(), &event.data_bytes()).unwrap(), &expected);

@@ -4,6 +4,7 @@
 
 pub mod kafka;
 pub mod nats;
+pub mod raw_receiver;
 // The simulator's own tests and herald's share these helpers: one file, compiled into both binaries.
 #[path = "../../sim/tests/support/mod.rs"]
 mod sim_support;

@@ -124,7 +124,8 @@ impl From<i32> for ExtensionValue {
 /// |---|---|---|
 /// | JSON format (`application/cloudevents+json`): Kafka/NATS/HTTP structured mode | [`CloudEvent::to_structured_json`] | [`CloudEvent::from_structured_json`] |
 /// | JSON batch (`application/cloudevents-batch+json`) | [`to_structured_json_batch`](crate::encode::to_structured_json_batch) | [`from_structured_json_batch`](crate::encode::from_structured_json_batch) |
-/// | HTTP binary mode (`ce-` headers, percent-encoded); also NATS binary mode (1.0.3-wip) | [`CloudEvent::http_binary_headers`] + [`CloudEvent::data_bytes`] | [`http_binary_decode`](crate::encode::http_binary_decode) |
+/// | HTTP binary mode (`ce-` headers, percent-encoded, `content-type`) | [`CloudEvent::http_binary_headers`] + [`CloudEvent::data_bytes`] | [`http_binary_decode`](crate::encode::http_binary_decode) |
+/// | NATS binary mode (1.0.3-wip: `ce-` headers, percent-encoded, `ce-datacontenttype`) | [`CloudEvent::nats_binary_headers`] + [`CloudEvent::data_bytes`] | [`nats_binary_decode`](crate::encode::nats_binary_decode) |
 /// | Kafka binary mode (`ce_` headers, raw UTF-8) | [`CloudEvent::kafka_binary_headers`] + [`CloudEvent::data_bytes`] | [`kafka_binary_decode`](crate::encode::kafka_binary_decode) |
 ///
 /// Encoders are infallible and assume a validated event; every decoder validates what it returns.

@@ -51,8 +51,8 @@ pub(crate) struct Message {
 impl Message {
     /// The event as a message in `mode`: structured puts the JSON event in the payload with
     /// `content-type: application/cloudevents+json; charset=UTF-8`; binary puts `data` in the
-    /// payload and the attributes in `ce-` headers plus `content-type` (sink-core's HTTP binary
-    /// headers, which the NATS binding reuses). On JetStream, `Nats-Msg-Id` is the event `id`,
+    /// payload and every attribute, `datacontenttype` included, in a percent-encoded `ce-` header
+    /// ([`CloudEvent::nats_binary_headers`], the NATS binding's mapping). On JetStream, `Nats-Msg-Id` is the event `id`,
     /// percent-encoded like `ce-id` (unchanged for herald's usual `<uid>:<rv>:<op>` ids).
     /// A dead letter's context is added as `herald-error-*` headers, percent-encoded like `ce-`
     /// values (a server message may hold a line break, which a NATS header cannot carry).
@@ -71,7 +71,7 @@ impl Message {
                 )],
                 event.to_structured_json(),
             ),
-            NatsMode::Binary => (event.http_binary_headers(), event.data_bytes()),
+            NatsMode::Binary => (event.nats_binary_headers(), event.data_bytes()),
         };
         if jetstream {
             // Percent-encoded like `ce-id`: an id holding a line break (from an object's uid) must
@@ -273,10 +273,14 @@ mod tests {
         assert_eq!(header(&message, "ce-subject"), Some("team-a/my%20widget"));
         assert_eq!(header(&message, "ce-resync"), Some("false"));
         assert_eq!(header(&message, "ce-k8skind"), Some("Widget"));
-        assert_eq!(header(&message, "content-type"), Some("application/json"));
-        assert_eq!(header(&message, "ce-datacontenttype"), None);
+        // Issue 15, item 3: the NATS binding maps datacontenttype like every other attribute.
+        assert_eq!(
+            header(&message, "ce-datacontenttype"),
+            Some("application/json")
+        );
+        assert_eq!(header(&message, "content-type"), None);
         assert_eq!(header(&message, MSG_ID_HEADER), None);
-        assert_eq!(message.headers, event.http_binary_headers());
+        assert_eq!(message.headers, event.nats_binary_headers());
     }
 
     #[test]
@@ -313,7 +317,7 @@ mod tests {
         }
         let binary = Message::build("s".into(), NatsMode::Binary, &event, true, None);
         let decoded =
-            herald_sink_core::encode::http_binary_decode(binary.headers.clone(), &binary.payload)
+            herald_sink_core::encode::nats_binary_decode(binary.headers.clone(), &binary.payload)
                 .unwrap();
         assert_eq!(decoded.subject, event.subject);
         assert_eq!(decoded.id, event.id);

@@ -16,7 +16,7 @@ impl CloudEvent {
     /// `application/json`, the JSON format's implicit default made explicit. The content type is not
     /// percent-encoded: it is an ordinary HTTP header whose parameters may be quoted.
     ///
-    /// NATS binary mode (CloudEvents 1.0.3-wip) uses the same headers.
+    /// NATS binary mode differs only there: see [`CloudEvent::nats_binary_headers`].
     #[must_use]
     pub fn http_binary_headers(&self) -> Vec<(String, String)> {
         let mut headers: Vec<(String, String)> = self

@@ -2,6 +2,7 @@
 
 mod http;
 mod kafka;
+mod nats;
 mod structured;
 
 use std::borrow::Cow;
@@ -11,6 +12,7 @@ use serde_json::Value;
 
 pub use http::{decode_header_value, encode_header_value, http_binary_decode};
 pub use kafka::kafka_binary_decode;
+pub use nats::nats_binary_decode;
 pub use structured::{from_structured_json_batch, to_structured_json_batch};
 
 use crate::event::{CloudEvent, ExtensionValue, SPEC_VERSION, ValidationError};
@@ -27,7 +29,7 @@ pub const JSON_CONTENT_TYPE: &str = "application/json";
 /// Name of the content-type header in every binding (lower case; HTTP matches it case-insensitively).
 pub const CONTENT_TYPE_HEADER: &str = "content-type";
 
-/// Prefix of attribute headers in HTTP (and NATS) binary mode.
+/// Prefix of attribute headers in HTTP and NATS binary mode.
 pub const HTTP_HEADER_PREFIX: &str = "ce-";
 
 /// Prefix of attribute headers in Kafka binary mode.
