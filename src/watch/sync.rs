@@ -104,6 +104,18 @@ fn meta<'v>(v: &'v Value, key: &str) -> &'v str {
         .unwrap_or("")
 }
 
+/// `value` escaped for a field selector (`\\`, `\,` and `\=`), for names that are not DNS names.
+fn field_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 impl<'a> Recorder<'a> {
     /// A recorder for one watcher.
     pub fn new(
@@ -329,7 +341,7 @@ impl<'a> Recorder<'a> {
             .list(
                 &ListParams::default()
                     .labels(selector)
-                    .fields(&format!("metadata.name={namespace}")),
+                    .fields(&format!("metadata.name={}", field_value(namespace))),
             )
             .await
             .map_err(SyncError::NamespacesFailed)?;

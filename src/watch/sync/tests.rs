@@ -327,3 +327,9 @@ async fn a_new_uid_on_a_watch_deletes_the_recorded_one_just_before_it() {
     );
     assert_eq!(at, rv(&new).to_string());
 }
+
+#[test]
+fn field_selector_values_escape_what_the_syntax_uses() {
+    assert_eq!(field_value("team-a"), "team-a");
+    assert_eq!(field_value(r"a,b=c\d"), r"a\,b\=c\\d");
+}
