@@ -1,13 +1,17 @@
 //! Faults of the watch stream: a server that lists fine but answers every watch with a line that does
-//! not parse gets exponentially spaced relists, not a hot loop, and loses nothing once it heals.
+//! not parse gets exponentially spaced relists, not a hot loop, and loses nothing once it heals; a
+//! watch that goes silent (no events, no bookmarks) is detected, dropped and resumed.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use herald_sim::SimConfig;
+
 use crate::support::{
-    Herald, Raw, WIDGETS_RESOURCE, admin_addr, herald_config, id_of, sim, widget, widgets_crd,
+    Herald, Raw, WIDGETS_RESOURCE, admin_addr, herald_config, id_of, sim, sim_with, widget,
+    widgets_crd,
 };
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
@@ -15,6 +19,11 @@ const MERGE: &str = "application/merge-patch+json";
 
 /// herald's count of relists, each one LIST here (one page), from its metrics.
 async fn relists(addr: &str) -> u64 {
+    counter(addr, "herald_watch_relists_total").await
+}
+
+/// A per-resource counter of herald's, from its metrics.
+async fn counter(addr: &str, name: &str) -> u64 {
     let metrics = reqwest::get(format!("http://{addr}/metrics"))
         .await
         .expect("metrics reachable")
@@ -23,10 +32,10 @@ async fn relists(addr: &str) -> u64 {
         .expect("metrics body");
     metrics
         .lines()
-        .find(|l| l.starts_with("herald_watch_relists_total{resource=\"Widget.example.com\"}"))
+        .find(|l| l.starts_with(&format!("{name}{{resource=\"Widget.example.com\"}}")))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no relist count in:\n{metrics}"))
+        .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
 }
 
 #[tokio::test]
@@ -87,4 +96,87 @@ async fn a_garbled_watch_gets_spaced_relists_and_loses_nothing() {
     .collect();
     assert_eq!(got, want);
     herald.settle(4).await;
+}
+
+#[tokio::test]
+async fn a_stalled_watch_is_detected_dropped_and_resumed_without_loss() {
+    // Bookmarks every 500 ms keep a healthy idle watch talking; herald takes 3 s of silence for a
+    // stall.
+    let sim = sim_with(SimConfig::default().bookmark_interval(Duration::from_millis(500))).await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(&sim, dir.path(), WIDGETS_RESOURCE);
+    let addr = admin_addr(&config);
+    let herald = Herald::start_with(dir.path(), &config, &["--watch-stall-timeout", "3s"]);
+    let w0 = raw
+        .post(WIDGETS, &widget("w0", json!({}), json!({})))
+        .await
+        .body;
+    herald.wait_for(1).await;
+    let restarts = async || counter(&addr, "herald_watch_restarts_total").await;
+
+    // Idle but healthy: the bookmarks count as life, so longer than the stall timeout passes
+    // without a restart.
+    let before = restarts().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        restarts().await,
+        before,
+        "an idle watch with bookmarks is not stalled"
+    );
+
+    // Silent: nothing is sent, not even bookmarks; the change is held by the server.
+    sim.stall_watches();
+    let w1 = raw
+        .post(WIDGETS, &widget("w1", json!({}), json!({})))
+        .await
+        .body;
+    let started = Instant::now();
+    while restarts().await == before {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the stalled watch was never restarted\n--- herald stderr ---\n{}",
+            std::fs::read_to_string(&herald.stderr).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        herald.delivered().len(),
+        1,
+        "nothing came through the stall"
+    );
+
+    // Once the server talks again, the watch herald holds now delivers what was held, from the
+    // resourceVersion it had recorded: nothing lost, nothing twice.
+    sim.resume_watches();
+    let w2 = raw
+        .post(WIDGETS, &widget("w2", json!({}), json!({})))
+        .await
+        .body;
+    let events = herald.wait_for(3).await;
+    let ids: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            id_of(&w0, "created"),
+            id_of(&w1, "created"),
+            id_of(&w2, "created")
+        ]
+    );
+    assert!(
+        events[1..].iter().all(|e| e["resync"] == false),
+        "resumed from its resourceVersion, not relisted"
+    );
+    // The connections herald gave up on were closed, not left open beside the new one.
+    let started = Instant::now();
+    while sim.open_watches() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} watches open on the server",
+            sim.open_watches()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    herald.settle(3).await;
 }

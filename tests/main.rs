@@ -21,6 +21,7 @@ mod run_check;
 mod run_delivery;
 mod run_dlq;
 mod run_events;
+mod run_filters;
 mod run_retry_after;
 mod run_supervisor;
 mod run_webhook;

@@ -227,10 +227,11 @@ async fn crash_duplicates_per_kill_9() {
     hook.max_latency_ms.store(20, Ordering::SeqCst);
     hook.slow_one_in.store(200, Ordering::SeqCst);
     let bin = std::env::var("HERALD_BIN").ok().filter(|b| !b.is_empty());
-    let mut herald = Herald::start_with(
+    let mut herald = Herald::start_bin(
         dir.path(),
         &config(&sim, dir.path(), &hook.url, "2s"),
         bin.as_deref(),
+        &[],
     );
     herald
         .wait_for_log("Sink registered with the journal.")

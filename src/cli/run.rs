@@ -23,6 +23,21 @@ pub struct RunArgs {
     /// How long a stop may spend delivering what was already journaled before exiting anyway.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "HERALD_DRAIN_TIMEOUT")]
     pub drain_timeout: Duration,
+    /// How long a watch may deliver nothing, not even a bookmark, before herald takes it for stalled
+    /// and reconnects from its last resourceVersion. API servers send a bookmark about once a
+    /// minute; keep this well above that (and above 5 s, or every reconnection counts as a failure
+    /// and backs off).
+    #[arg(long, default_value = "330s", value_parser = stall_timeout, env = "HERALD_WATCH_STALL_TIMEOUT")]
+    pub watch_stall_timeout: Duration,
+}
+
+/// A duration of at least a second: shorter, and every watch would be taken for stalled.
+fn stall_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(1) {
+        return Err("must be at least 1s".into());
+    }
+    Ok(d)
 }
 
 /// The exit code of a second signal during shutdown (128 + SIGINT, as shells report an interrupt).
@@ -64,7 +79,11 @@ pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
     // Before anything starts: a missing secret is the configuration's fault (exit 10), not a
     // sink's failed health check.
     cfg.check_secrets().map_err(CliError::ConfigInvalid)?;
-    let running = app::start(&cfg, None)
+    let tuning = crate::watch::Tuning {
+        stall_timeout: args.watch_stall_timeout,
+        ..crate::watch::Tuning::default()
+    };
+    let running = app::start(&cfg, Some(tuning))
         .await
         .map_err(CliError::StartFailed)?;
     let failed = tokio::select! {

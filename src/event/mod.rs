@@ -126,7 +126,7 @@ pub struct Observed<'a> {
     /// Synthesized at first start or after a relist rather than seen on a watch.
     pub resync: bool,
     /// The resourceVersion for the id when it is not the object's own: a deletion missed during a gap
-    /// uses the relist's revision.
+    /// uses the relist's revision, or [`replaced_deletion_version`] when another object took the name.
     pub resource_version: Option<&'a str>,
     /// When herald observed it; `time` is frozen at observation.
     pub observed_at: jiff::Timestamp,
@@ -171,6 +171,20 @@ pub fn sequence(resource_version: &str) -> String {
         Ok(n) => format!("{n:020}"),
         Err(_) => resource_version.to_string(),
     }
+}
+
+/// The resourceVersion of a synthesized `deleted` for an object that another one (another uid)
+/// replaced under the same name while herald was not looking: one less than the new object's.
+///
+/// The real deletion came after the old object's last recorded state and before the new object
+/// existed, so this revision sorts between the two (`sequence` keeps rising within the
+/// `partitionkey`), and it depends on the cluster's state alone, so every relist of the same state
+/// gives the same id. The list's revision would not do: it is later than the new object's own, so
+/// the deletion would sort after the creation. `None` when the resourceVersion is not a positive
+/// integer (resourceVersions are opaque to clients; etcd's are integers).
+pub fn replaced_deletion_version(new_resource_version: &str) -> Option<String> {
+    let n = new_resource_version.parse::<u64>().ok()?;
+    n.checked_sub(1).map(|before| before.to_string())
 }
 
 /// Whether two recorded states differ only in `status` (and the bookkeeping that moves with every write).

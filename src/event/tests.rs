@@ -69,6 +69,46 @@ fn id_is_uid_resource_version_op() {
 }
 
 #[test]
+fn a_replaced_objects_deletion_sorts_between_its_last_state_and_the_new_objects_creation() {
+    // The old object was last recorded at 1800; the name was deleted and re-created at 1924; the
+    // relist that found it ran at 2048.
+    let mut old = db("1800", 1);
+    old["metadata"]["uid"] = json!("u-old");
+    let mut new = db("1924", 1);
+    new["metadata"]["uid"] = json!("u-new");
+    let rv = replaced_deletion_version("1924");
+    assert_eq!(rv.as_deref(), Some("1923"));
+    let deleted = normalize(
+        &resource(),
+        Observed {
+            resource_version: rv.as_deref(),
+            resync: true,
+            ..observed(Op::Deleted, &old, None)
+        },
+    );
+    let created = normalize(
+        &resource(),
+        Observed {
+            resync: true,
+            ..observed(Op::Created, &new, None)
+        },
+    );
+    assert_eq!(deleted.id, "u-old:1923:deleted");
+    assert_eq!(created.id, "u-new:1924:created");
+    let seq = |ev: &herald_sink_core::event::CloudEvent| match ext(ev, "sequence") {
+        Some(ExtensionValue::String(s)) => s.clone(),
+        other => panic!("sequence is a string: {other:?}"),
+    };
+    assert!(sequence("1800") < seq(&deleted) && seq(&deleted) < seq(&created));
+    assert_eq!(ext(&deleted, "partitionkey"), ext(&created, "partitionkey"));
+    assert_eq!(ext(&deleted, "resourceversion").cloned(), s("1923"));
+    // Opaque resourceVersions have no "one less": the caller falls back.
+    assert_eq!(replaced_deletion_version("abc"), None);
+    assert_eq!(replaced_deletion_version("0"), None);
+    assert_eq!(replaced_deletion_version("10"), Some("9".into()));
+}
+
+#[test]
 fn source_has_cluster_group_plural_and_core_for_the_core_group() {
     let o = db("1", 1);
     assert_eq!(

@@ -64,7 +64,17 @@ impl SyncError {
 
 /// Cached answer to "which namespaces match the namespace selector".
 #[derive(Debug, Default)]
-pub struct NamespaceCache(Mutex<Option<(Instant, HashSet<String>)>>);
+pub struct NamespaceCache(Mutex<Option<Namespaces>>);
+
+/// The namespaces as of one look.
+#[derive(Debug)]
+struct Namespaces {
+    at: Instant,
+    /// Those whose labels match.
+    allowed: HashSet<String>,
+    /// Every namespace seen, matching or not: one missing from here is newer than the look.
+    known: HashSet<String>,
+}
 
 /// Records what one watcher sees into the journal.
 pub struct Recorder<'a> {
@@ -92,6 +102,18 @@ fn meta<'v>(v: &'v Value, key: &str) -> &'v str {
         .and_then(|m| m.get(key))
         .and_then(Value::as_str)
         .unwrap_or("")
+}
+
+/// `value` escaped for a field selector (`\\`, `\,` and `\=`), for names that are not DNS names.
+fn field_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl<'a> Recorder<'a> {
@@ -194,7 +216,8 @@ impl<'a> Recorder<'a> {
         p.events.push(ev.to_structured_json());
     }
 
-    /// An object that exists now, against what was recorded.
+    /// An object that exists now, against what was recorded. `rv` is the list's revision during a
+    /// relist.
     fn present(
         &self,
         p: &mut Pending,
@@ -207,15 +230,17 @@ impl<'a> Recorder<'a> {
         match old {
             None => self.emit(p, Op::Created, &new, None, resync, None),
             Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
-                // Deleted and re-created under the same name while we were not looking.
-                self.emit(
-                    p,
-                    Op::Deleted,
-                    &old,
-                    None,
-                    resync,
-                    rv.or(Some(meta(&new, "resourceVersion"))),
-                );
+                // Deleted and re-created under the same name while we were not looking: the
+                // deletion first, dated just before the new object, so `sequence` keeps rising
+                // within the key (the list's revision is later than the new object's own).
+                // Opaque resourceVersions have no "just before": then the list's revision, or on
+                // a watch the new object's.
+                let before = event::replaced_deletion_version(meta(&new, "resourceVersion"));
+                let deleted_at = before
+                    .as_deref()
+                    .or(rv)
+                    .or(Some(meta(&new, "resourceVersion")));
+                self.emit(p, Op::Deleted, &old, None, resync, deleted_at);
                 self.emit(p, Op::Created, &new, None, resync, None);
             }
             Some(old) if meta(&old, "resourceVersion") == meta(&new, "resourceVersion") => {
@@ -253,6 +278,10 @@ impl<'a> Recorder<'a> {
     }
 
     /// Whether `namespace` passes the namespace selector (always, without one).
+    ///
+    /// The answer is cached for [`NAMESPACE_CACHE`], except for a namespace the cache has never
+    /// seen: one created since then is looked up at once, or the objects created in it right away
+    /// would be taken for outsiders and never reported.
     async fn namespace_allowed(&self, namespace: &str) -> Result<bool, SyncError> {
         let Some(selector) = &self.spec.namespace_selector else {
             return Ok(true);
@@ -260,25 +289,70 @@ impl<'a> Recorder<'a> {
         if namespace.is_empty() {
             return Ok(true);
         }
-        if let Ok(guard) = self.namespaces.0.lock()
-            && let Some((at, set)) = guard.as_ref()
-            && at.elapsed() < NAMESPACE_CACHE
-        {
-            return Ok(set.contains(namespace));
-        }
         let api: Api<Namespace> = Api::all(self.resolved.client.clone());
-        let list = api
-            .list(&ListParams::default().labels(selector))
+        let look = |c: &Namespaces| {
+            let allowed = c.allowed.contains(namespace);
+            (allowed, allowed || c.known.contains(namespace))
+        };
+        let cached = self.namespaces.0.lock().ok().and_then(|guard| {
+            guard
+                .as_ref()
+                .filter(|c| c.at.elapsed() < NAMESPACE_CACHE)
+                .map(look)
+        });
+        let (allowed, known) = match cached {
+            Some(answer) => answer,
+            None => {
+                let names = |list: kube::core::ObjectList<Namespace>| -> HashSet<String> {
+                    list.items
+                        .into_iter()
+                        .filter_map(|n| n.metadata.name)
+                        .collect()
+                };
+                // Every namespace first, then the matching ones: one created in between is then
+                // taken for new and asked about, never for an outsider.
+                let known = names(
+                    api.list(&ListParams::default())
+                        .await
+                        .map_err(SyncError::NamespacesFailed)?,
+                );
+                let allowed = names(
+                    api.list(&ListParams::default().labels(selector))
+                        .await
+                        .map_err(SyncError::NamespacesFailed)?,
+                );
+                let fresh = Namespaces {
+                    at: Instant::now(),
+                    allowed,
+                    known,
+                };
+                let answer = look(&fresh);
+                if let Ok(mut guard) = self.namespaces.0.lock() {
+                    *guard = Some(fresh);
+                }
+                answer
+            }
+        };
+        if known {
+            return Ok(allowed);
+        }
+        // New since the last look: ask about this one namespace only, and remember the answer.
+        let one = api
+            .list(
+                &ListParams::default()
+                    .labels(selector)
+                    .fields(&format!("metadata.name={}", field_value(namespace))),
+            )
             .await
             .map_err(SyncError::NamespacesFailed)?;
-        let set: HashSet<String> = list
-            .items
-            .into_iter()
-            .filter_map(|n| n.metadata.name)
-            .collect();
-        let allowed = set.contains(namespace);
-        if let Ok(mut guard) = self.namespaces.0.lock() {
-            *guard = Some((Instant::now(), set));
+        let allowed = !one.items.is_empty();
+        if let Ok(mut guard) = self.namespaces.0.lock()
+            && let Some(c) = guard.as_mut()
+        {
+            c.known.insert(namespace.to_string());
+            if allowed {
+                c.allowed.insert(namespace.to_string());
+            }
         }
         Ok(allowed)
     }
@@ -465,3 +539,6 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects, rv = %list_rv);
     Ok(list_rv)
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,6 +27,8 @@ pub struct Herald {
     pub stderr: PathBuf,
     /// The herald binary to run (`None`: this build's).
     pub bin: Option<PathBuf>,
+    /// Options passed to `herald run` after `-c <config>`.
+    pub args: Vec<String>,
 }
 
 /// A configuration for `herald run` against `sim`: file sink `events.jsonl` in `dir`, journal in
@@ -65,12 +67,17 @@ pub const WIDGETS_RESOURCE: &str = "  - group: example.com\n    kind: Widget";
 impl Herald {
     /// Writes `config` into `dir` and starts `herald run -c` on it.
     pub fn start(dir: &Path, config: &str) -> Self {
-        Self::start_with(dir, config, None)
+        Self::start_with(dir, config, &[])
     }
 
-    /// As [`Herald::start`], running the herald binary at `bin` (`None`: this build's), so a
+    /// [`Herald::start`] with more options for `herald run`.
+    pub fn start_with(dir: &Path, config: &str, args: &[&str]) -> Self {
+        Self::start_bin(dir, config, None, args)
+    }
+
+    /// As [`Herald::start_with`], running the herald binary at `bin` (`None`: this build's), so a
     /// measurement can compare two builds in one scenario.
-    pub fn start_with(dir: &Path, config: &str, bin: Option<&str>) -> Self {
+    pub fn start_bin(dir: &Path, config: &str, bin: Option<&str>, args: &[&str]) -> Self {
         let config_path = dir.join("herald.yaml");
         std::fs::write(&config_path, config).expect("write config");
         let mut h = Self {
@@ -79,6 +86,7 @@ impl Herald {
             events: dir.join("events.jsonl"),
             stderr: dir.join("herald.stderr"),
             bin: bin.map(PathBuf::from),
+            args: args.iter().map(|a| (*a).to_string()).collect(),
         };
         h.restart();
         h
@@ -98,6 +106,7 @@ impl Herald {
         let child = Command::new(bin)
             .args(["run", "-c"])
             .arg(&self.config)
+            .args(&self.args)
             .env("RUST_LOG", "info,herald=debug")
             .stdout(std::process::Stdio::null())
             .stderr(log)

@@ -1,0 +1,335 @@
+//! The relist diff and the watch classifier against an in-process simulator: `sequence` rises
+//! within each `partitionkey` in every relist case, synthesized events included, and the ids a
+//! relist synthesizes depend on the cluster's state alone.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use herald_sim::{ResourceRef, SimConfig, Simulator};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::event::{DEFAULT_TYPE_PREFIX, Payload, Resource};
+use crate::journal::JournalConfig;
+
+const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, kind: Widget}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+";
+
+/// The sink name the tests read the journal as.
+const READER: &str = "t";
+
+fn widgets() -> ResourceRef {
+    ResourceRef::namespaced("example.com", "v1", "widgets", "default")
+}
+
+fn widget(name: &str, v: i64) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Widget",
+           "metadata": {"name": name, "namespace": "default"}, "spec": {"v": v}})
+}
+
+fn spec() -> WatchSpec {
+    WatchSpec {
+        index: 0,
+        group: "example.com".into(),
+        version: None,
+        kind: Some("Widget".into()),
+        plural: None,
+        namespace: None,
+        namespace_selector: None,
+        label_selector: None,
+        field_selector: None,
+        ops: vec![Op::Created, Op::Updated, Op::Deleted],
+        initial_emit: true,
+        skip_status_only_updates: false,
+        template: Resource {
+            cluster: "test".into(),
+            group: "example.com".into(),
+            version: String::new(),
+            kind: "Widget".into(),
+            plural: String::new(),
+            namespaced: true,
+            type_prefix: DEFAULT_TYPE_PREFIX.into(),
+            payload: Payload::DEFAULT,
+            redact: vec![],
+            keep_managed_fields: false,
+        },
+    }
+}
+
+async fn cluster() -> (Simulator, Resolved) {
+    crate::cli::install_crypto_provider();
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    sim.load_yaml(CRD).unwrap();
+    let resolved = crate::watch::resolve(&sim.client().unwrap(), &spec())
+        .await
+        .unwrap()
+        .expect("widgets are served");
+    (sim, resolved)
+}
+
+/// A journal with a reader registered from the start, so every event can be read back.
+fn journal(dir: &std::path::Path) -> Journal {
+    let j = Journal::open(JournalConfig {
+        flush_interval: Duration::from_millis(2),
+        ..JournalConfig::new(dir.join("journal"))
+    })
+    .unwrap();
+    j.register_sink(READER, true).unwrap();
+    j
+}
+
+/// Every event in the journal, in journal (emission) order.
+async fn events(j: &Journal) -> Vec<Value> {
+    j.durable(u64::MAX).await.unwrap();
+    j.read(READER, 0, 100_000)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| serde_json::from_slice(&e).unwrap())
+        .collect()
+}
+
+async fn relist_into(j: &Journal, resolved: &Resolved) -> String {
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(j, &spec, resolved, &health, &ns);
+    relist(&rec, 2).await.unwrap()
+}
+
+fn id(e: &Value) -> &str {
+    e["id"].as_str().unwrap()
+}
+
+fn rv(o: &Value) -> u64 {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn uid(o: &Value) -> &str {
+    o["metadata"]["uid"].as_str().unwrap()
+}
+
+/// `sequence` strictly rises in emission order within each `partitionkey`, and is the id's
+/// resourceVersion zero-padded.
+fn assert_sequence_rises_per_key(events: &[Value]) {
+    let mut last: BTreeMap<&str, &str> = BTreeMap::new();
+    for e in events {
+        let key = e["partitionkey"].as_str().unwrap();
+        let seq = e["sequence"].as_str().unwrap();
+        let rv: u64 = e["resourceversion"].as_str().unwrap().parse().unwrap();
+        assert_eq!(seq, format!("{rv:020}"), "{}", id(e));
+        assert!(
+            id(e).split(':').nth(1) == Some(&rv.to_string()),
+            "the id carries the resourceversion: {}",
+            id(e)
+        );
+        if let Some(prev) = last.insert(key, seq) {
+            assert!(
+                prev < seq,
+                "{key}: sequence {prev} then {seq} ({}); all: {:#?}",
+                id(e),
+                events.iter().map(id).collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
+/// The ids of `events` per key, in emission order.
+fn ids_per_key(events: &[Value]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in events {
+        out.entry(e["partitionkey"].as_str().unwrap().to_string())
+            .or_default()
+            .push(id(e).to_string());
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_relist_case_keeps_sequence_rising_within_each_key() {
+    let (sim, resolved) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let w = widgets();
+    let mut before = BTreeMap::new();
+    for n in [
+        "kept",
+        "updated",
+        "gone",
+        "again",
+        "churned",
+        "changed-then-again",
+    ] {
+        before.insert(n, sim.create(&w, widget(n, 1)).unwrap());
+    }
+    relist_into(&j, &resolved).await;
+    let first = events(&j).await.len();
+    assert_eq!(first, 6, "first start: every object as created");
+
+    // While herald is not looking: updated; deleted; deleted and re-created; re-created three
+    // times; updated, then deleted and re-created; and a new name.
+    let updated = sim
+        .merge_patch(&w, "updated", &json!({"spec": {"v": 2}}))
+        .unwrap();
+    sim.delete(&w, "gone").unwrap();
+    sim.delete(&w, "again").unwrap();
+    let again = sim.create(&w, widget("again", 2)).unwrap();
+    let mut churned = Value::Null;
+    for v in 2..5 {
+        sim.delete(&w, "churned").unwrap();
+        churned = sim.create(&w, widget("churned", v)).unwrap();
+    }
+    sim.merge_patch(&w, "changed-then-again", &json!({"spec": {"v": 2}}))
+        .unwrap();
+    sim.delete(&w, "changed-then-again").unwrap();
+    let changed_again = sim.create(&w, widget("changed-then-again", 3)).unwrap();
+    let fresh = sim.create(&w, widget("fresh", 1)).unwrap();
+    // Later writes move the list's revision past every object's own.
+    sim.create(&w, widget("later", 1)).unwrap();
+    sim.delete(&w, "later").unwrap();
+
+    let list_rv = relist_into(&j, &resolved).await;
+    let all = events(&j).await;
+    assert_sequence_rises_per_key(&all);
+    let relisted = &all[first..];
+    assert!(relisted.iter().all(|e| e["resync"] == true));
+    let replaced = |old: &Value, new: &Value| {
+        vec![
+            format!("{}:{}:deleted", uid(old), rv(new) - 1),
+            format!("{}:{}:created", uid(new), rv(new)),
+        ]
+    };
+    let want: BTreeMap<String, Vec<String>> = [
+        (
+            "default/updated",
+            vec![format!("{}:{}:updated", uid(&updated), rv(&updated))],
+        ),
+        (
+            "default/gone",
+            vec![format!("{}:{list_rv}:deleted", uid(&before["gone"]))],
+        ),
+        ("default/again", replaced(&before["again"], &again)),
+        ("default/churned", replaced(&before["churned"], &churned)),
+        (
+            "default/changed-then-again",
+            replaced(&before["changed-then-again"], &changed_again),
+        ),
+        (
+            "default/fresh",
+            vec![format!("{}:{}:created", uid(&fresh), rv(&fresh))],
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(ids_per_key(relisted), want);
+    assert!(
+        list_rv.parse::<u64>().unwrap() > rv(&fresh) + 1,
+        "the list revision is later than every re-created object, as after any gap"
+    );
+
+    // The deletion that comes after a replaced object's creation moves on from it too.
+    sim.delete(&w, "again").unwrap();
+    let list_rv = relist_into(&j, &resolved).await;
+    let all = events(&j).await;
+    assert_sequence_rises_per_key(&all);
+    assert_eq!(
+        id(all.last().unwrap()),
+        format!("{}:{list_rv}:deleted", uid(&again))
+    );
+}
+
+#[tokio::test]
+async fn the_same_cluster_state_relisted_twice_gives_the_same_ids() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    // Two herald journals that recorded the same state.
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (j1, j2) = (journal(one.path()), journal(two.path()));
+    relist_into(&j1, &resolved).await;
+    relist_into(&j2, &resolved).await;
+    let (first1, first2) = (events(&j1).await.len(), events(&j2).await.len());
+
+    sim.merge_patch(&w, "a", &json!({"spec": {"v": 2}}))
+        .unwrap();
+    sim.delete(&w, "b").unwrap();
+    sim.delete(&w, "c").unwrap();
+    sim.create(&w, widget("c", 2)).unwrap();
+    sim.delete(&w, "d").unwrap();
+    sim.create(&w, widget("d", 2)).unwrap();
+    sim.delete(&w, "d").unwrap();
+    sim.create(&w, widget("d", 3)).unwrap();
+    sim.create(&w, widget("e", 1)).unwrap();
+
+    relist_into(&j1, &resolved).await;
+    relist_into(&j2, &resolved).await;
+    let once: Vec<String> = events(&j1).await[first1..]
+        .iter()
+        .map(|e| id(e).to_string())
+        .collect();
+    let twice: Vec<String> = events(&j2).await[first2..]
+        .iter()
+        .map(|e| id(e).to_string())
+        .collect();
+    assert_eq!(once.len(), 7, "{once:?}");
+    assert_eq!(once, twice);
+
+    // Relisting an unchanged state again adds nothing.
+    relist_into(&j1, &resolved).await;
+    assert_eq!(events(&j1).await.len(), first1 + once.len());
+}
+
+#[tokio::test]
+async fn a_new_uid_on_a_watch_deletes_the_recorded_one_just_before_it() {
+    // With a selector the watch need not show a deletion: the recorded object left the selection,
+    // was deleted and its name re-created; the new one's ADDED is the first word of it.
+    let (sim, resolved) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let w = widgets();
+    let old = sim.create(&w, widget("n", 1)).unwrap();
+    relist_into(&j, &resolved).await;
+    sim.delete(&w, "n").unwrap();
+    let new = sim.create(&w, widget("n", 2)).unwrap();
+
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    let mut at = String::new();
+    rec.record_watch(vec![(Seen::Added, new.clone())], &mut at)
+        .await
+        .unwrap();
+    let all = events(&j).await;
+    assert_sequence_rises_per_key(&all);
+    assert_eq!(
+        all.iter().map(|e| id(e).to_string()).collect::<Vec<_>>(),
+        [
+            format!("{}:{}:created", uid(&old), rv(&old)),
+            format!("{}:{}:deleted", uid(&old), rv(&new) - 1),
+            format!("{}:{}:created", uid(&new), rv(&new)),
+        ]
+    );
+    assert_eq!(at, rv(&new).to_string());
+}
+
+#[test]
+fn field_selector_values_escape_what_the_syntax_uses() {
+    assert_eq!(field_value("team-a"), "team-a");
+    assert_eq!(field_value(r"a,b=c\d"), r"a\,b\=c\\d");
+}
