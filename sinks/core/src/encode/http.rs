@@ -19,19 +19,24 @@ impl CloudEvent {
     /// NATS binary mode differs only there: see [`CloudEvent::nats_binary_headers`].
     #[must_use]
     pub fn http_binary_headers(&self) -> Vec<(String, String)> {
-        let mut headers: Vec<(String, String)> = self
-            .binary_attributes()
+        let mut headers = self.ce_headers();
+        if let Some(ct) = self.binary_content_type() {
+            headers.push((CONTENT_TYPE_HEADER.to_owned(), ct.to_owned()));
+        }
+        headers
+    }
+
+    /// `ce-<name>` for every attribute but `datacontenttype`, its value percent-encoded: what the
+    /// HTTP and NATS bindings share (they differ only in how the content type travels).
+    pub(super) fn ce_headers(&self) -> Vec<(String, String)> {
+        self.binary_attributes()
             .map(|(name, value)| {
                 (
                     format!("{HTTP_HEADER_PREFIX}{name}"),
                     encode_header_value(&value).into_owned(),
                 )
             })
-            .collect();
-        if let Some(ct) = self.binary_content_type() {
-            headers.push((CONTENT_TYPE_HEADER.to_owned(), ct.to_owned()));
-        }
-        headers
+            .collect()
     }
 }
 

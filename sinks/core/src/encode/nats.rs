@@ -29,15 +29,7 @@ impl CloudEvent {
     /// ```
     #[must_use]
     pub fn nats_binary_headers(&self) -> Vec<(String, String)> {
-        let mut headers: Vec<(String, String)> = self
-            .binary_attributes()
-            .map(|(name, value)| {
-                (
-                    format!("{HTTP_HEADER_PREFIX}{name}"),
-                    encode_header_value(&value).into_owned(),
-                )
-            })
-            .collect();
+        let mut headers = self.ce_headers();
         if let Some(ct) = self.binary_content_type() {
             headers.push((
                 format!("{HTTP_HEADER_PREFIX}datacontenttype"),
