@@ -40,6 +40,7 @@ impl Journal {
 
     /// Stores a dead letter for `sink` (the record is the delivery layer's), keyed by the event's seq.
     pub fn dead_letter_put(&self, sink: &str, seq: u64, record: &[u8]) -> Result<()> {
+        self.check_open()?;
         keys::check_name("sink", sink)?;
         self.inner
             .db
@@ -71,6 +72,7 @@ impl Journal {
 
     /// Removes dead letters (`None`: all of `sink`'s); returns how many.
     pub fn dead_letters_remove(&self, sink: &str, seqs: Option<&[u64]>) -> Result<usize> {
+        self.check_open()?;
         let keys: Vec<Vec<u8>> = match seqs {
             Some(seqs) => seqs.iter().map(|s| key(DEAD_PREFIX, sink, *s)).collect(),
             None => self
@@ -102,6 +104,7 @@ impl Journal {
     /// replay that fails again while the move runs cannot be erased by it. Each record's event
     /// (structured JSON) is what gets queued; returns the moved sequence numbers.
     pub fn dead_letters_to_replay(&self, sink: &str, seqs: Option<&[u64]>) -> Result<Vec<u64>> {
+        self.check_open()?;
         let rows = self.dead_letters(sink, usize::MAX)?;
         let mut batch = sled::Batch::default();
         let mut moved = Vec::new();
@@ -128,6 +131,7 @@ impl Journal {
 
     /// Queues an event (structured JSON) to be sent to `sink` again, ahead of its cursor.
     pub fn replay_put(&self, sink: &str, seq: u64, event: &[u8]) -> Result<()> {
+        self.check_open()?;
         keys::check_name("sink", sink)?;
         self.inner
             .db
@@ -144,6 +148,7 @@ impl Journal {
 
     /// A replay was delivered (or dead-lettered again): it leaves the queue.
     pub fn replay_done(&self, sink: &str, seq: u64) -> Result<()> {
+        self.check_open()?;
         self.inner
             .db
             .remove(key(REPLAY_PREFIX, sink, seq))

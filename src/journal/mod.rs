@@ -1007,6 +1007,9 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     // before the version is written leaves a store that opens as before (a version-1 store with a
     // valid record, or an empty one), never a current store without a record.
     if found != Some("2") {
+        // What recovery found may sit in the OS cache only: it must be durable before a record
+        // claims it, or a power cut would leave a record that leads the store.
+        db.flush().map_err(meta_failed)?;
         head::create(path, head).map_err(|source| JournalError::HeadRecordFailed {
             path: head::path(path),
             source,
