@@ -107,7 +107,15 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     // The journal first: its lock keeps a second herald off the embedded cluster's state, which
     // lives in the journal directory, and a directory that cannot be written is the journal's
     // failure (exit 12), not the cluster's.
-    let journal = Journal::open(JournalConfig::from_settings(&cfg.journal)).map_err(|e| {
+    // The open reads and checks every entry (seconds for a large journal): off the runtime's
+    // worker threads. A panic in it stays a panic, as it would inline.
+    let journal_cfg = JournalConfig::from_settings(&cfg.journal);
+    let opened = match tokio::task::spawn_blocking(move || Journal::open(journal_cfg)).await {
+        Ok(opened) => opened,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(JournalError::Closed),
+    };
+    let journal = opened.map_err(|e| {
         // A full disk at start says what it says at run time: the path, the OS's words, what to do.
         StartError::JournalFailed(
             match journal::WriteFailure::out_of_space(&cfg.journal.path, &e) {

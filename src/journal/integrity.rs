@@ -245,6 +245,17 @@ pub(super) struct Checker {
     acked_last: BTreeMap<String, u64>,
 }
 
+/// Whether an event entry (`k` under `e/`, `v` its value) reads back as a stored CloudEvent: the
+/// one rule `verify` and `salvage` share.
+pub(super) fn event_readable(k: &[u8], v: &[u8]) -> bool {
+    keys::split_event(k, v).is_ok_and(|(_, payload)| is_json_object(payload))
+}
+
+/// Whether an index key's part after `i/` is `<stream>\0<object key>` in UTF-8.
+pub(super) fn index_key_readable(rest: &[u8]) -> bool {
+    rest.contains(&0) && std::str::from_utf8(rest).is_ok()
+}
+
 pub(super) fn is_json_object(bytes: &[u8]) -> bool {
     serde_json::from_slice::<BTreeMap<String, serde::de::IgnoredAny>>(bytes).is_ok()
 }
@@ -281,14 +292,11 @@ impl Checker {
                 self.problem(format!("event key {} is malformed", keys::printable(k)));
                 return true;
             };
-            match keys::split_event(k, v) {
-                Ok((_, payload)) if is_json_object(payload) => {}
-                _ => {
-                    self.report.events_lost = true;
-                    self.problem(format!(
-                        "event {seq} is unreadable (not a stored CloudEvent)"
-                    ));
-                }
+            if !event_readable(k, v) {
+                self.report.events_lost = true;
+                self.problem(format!(
+                    "event {seq} is unreadable (not a stored CloudEvent)"
+                ));
             }
             if let Some(next) = self.expected_next
                 && seq != next
@@ -300,7 +308,7 @@ impl Checker {
             self.report.first_event.get_or_insert(seq);
             self.report.last_event = Some(seq);
         } else if let Some(rest) = k.strip_prefix(keys::INDEX_PREFIX) {
-            if !rest.contains(&0) || std::str::from_utf8(rest).is_err() {
+            if !index_key_readable(rest) {
                 self.problem(format!("index key {} is malformed", keys::printable(k)));
             } else if !is_json(v) {
                 self.problem(format!("index entry {} is unreadable", keys::printable(k)));

@@ -181,19 +181,15 @@ fn rebuild(
     let ended = integrity::read_store(dir, 64 * 1024 * 1024, timeout, |k, v| {
         checker.entry(k, v);
         let kept = if let Some(seq) = k.strip_prefix(keys::EVENT_PREFIX) {
-            let readable = keys::decode_u64(k, seq).is_ok()
-                && keys::split_event(k, v)
-                    .is_ok_and(|(_, payload)| integrity::is_json_object(payload));
+            let readable = keys::decode_u64(k, seq).is_ok() && integrity::event_readable(k, v);
             if readable {
                 staged.insert(k, v).map(|_| true)
             } else {
                 out.events_dropped += 1;
                 Ok(false)
             }
-        } else if k.starts_with(keys::INDEX_PREFIX) {
-            let readable = k[keys::INDEX_PREFIX.len()..].contains(&0)
-                && std::str::from_utf8(k).is_ok()
-                && integrity::is_json(v);
+        } else if let Some(rest) = k.strip_prefix(keys::INDEX_PREFIX) {
+            let readable = integrity::index_key_readable(rest) && integrity::is_json(v);
             if readable {
                 out.index_entries_kept += 1;
                 new.insert(k, v).map(|_| true)
