@@ -22,6 +22,7 @@ mod run_delivery;
 mod run_dlq;
 mod run_events;
 mod run_filters;
+mod run_rbac;
 mod run_retry_after;
 mod run_supervisor;
 mod run_webhook;

@@ -123,7 +123,7 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
 }
 
 /// The journal directory's lock, held while the embedded cluster runs for the check.
-fn lock_embedded(cfg: &config::Config) -> Result<crate::journal::DirLock, CliError> {
+pub(super) fn lock_embedded(cfg: &config::Config) -> Result<crate::journal::DirLock, CliError> {
     let path = &cfg.journal.path;
     crate::journal::Journal::lock_dir(path).map_err(|e| {
         CliError::StartFailed(match e {

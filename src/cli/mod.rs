@@ -20,6 +20,7 @@ mod demo;
 mod dlq;
 mod journal;
 mod out;
+mod rbac;
 mod run;
 mod sim;
 mod status;
@@ -70,6 +71,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
     Sim(sim::SimArgs),
+    /// Print the Role/ClusterRole and binding a configuration needs (YAML; offline, or --connect).
+    Rbac(rbac::RbacArgs),
 }
 
 /// A failure of a subcommand, carrying the exit code it maps to.
@@ -121,6 +124,9 @@ pub enum CliError {
     /// `herald journal verify` found the journal damaged.
     #[error("{0}")]
     JournalDamaged(String),
+    /// `herald rbac --namespace-scoped` cannot grant what the configuration needs.
+    #[error("namespaced Roles (--namespace-scoped) cannot grant what this configuration needs")]
+    RbacRefused(#[source] crate::rbac::RbacError),
 }
 
 impl CliError {
@@ -130,7 +136,9 @@ impl CliError {
             CliError::SimStartFailed(herald_sim::SimError::BindFailed { .. }) => {
                 exit_code::BIND_FAILED
             }
-            CliError::SimLoadFailed(_) | CliError::ConfigInvalid(_) => exit_code::CONFIG_INVALID,
+            CliError::SimLoadFailed(_) | CliError::ConfigInvalid(_) | CliError::RbacRefused(_) => {
+                exit_code::CONFIG_INVALID
+            }
             CliError::StartFailed(e) => match e {
                 crate::app::StartError::ClusterUnreachable(_) => exit_code::CLUSTER_UNREACHABLE,
                 crate::app::StartError::JournalFailed(_)
@@ -200,6 +208,7 @@ async fn run(command: Command) -> Result<(), CliError> {
         Command::Dlq(args) => dlq::dlq(args).await,
         Command::Replay(args) => dlq::replay(args).await,
         Command::Journal(args) => journal::run(args).await,
+        Command::Rbac(args) => rbac::run(args).await,
     }
 }
 
