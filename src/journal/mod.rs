@@ -99,7 +99,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use error::{JournalError, Result};
 pub use failure::WriteFailure;
 pub use integrity::Report;
-pub use salvage::{Salvaged, salvage};
+pub use salvage::{Salvaged, salvage, take_unconfirmed_mark};
 
 /// The journal layout this build writes (`meta/schema_version`). Version 2 added the head record
 /// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys); a

@@ -13,7 +13,14 @@
 //!   resume and nothing is relisted. Otherwise every checkpoint is dropped: the next start
 //!   relists each resource and diffs it against the object index, and the differences are
 //!   delivered as `resync` events.
-//! - **The object index** (its readable entries), the base of that diff.
+//! - **The object index** (its readable entries), the base of that diff. When checkpoints are
+//!   dropped, an entry whose state no readable event carries is marked *unconfirmed*
+//!   ([`take_unconfirmed_mark`]): the event that recorded it may be among the lost ones, and an
+//!   unmarked entry would make the relist see "no difference" and never send it. The relist sends
+//!   a marked object that is still there as `created` (the id the lost event had, when it was a
+//!   creation and nothing changed since), and one that is gone as `deleted`, as usual. Entries
+//!   whose event was delivered and then trimmed by retention are marked too: a damaged journal
+//!   cannot tell them apart, so they are sent again (at least once, never lost).
 //! - **Dead letters and replays** that can be read.
 
 use std::collections::BTreeMap;
@@ -29,6 +36,39 @@ use super::{SCHEMA_VERSION, files, keys};
 
 /// The sled tree that holds the kept events under their old numbers until they are renumbered.
 const STAGING_TREE: &[u8] = b"salvage-staging";
+
+/// The key a salvage adds to an object-index entry that no readable event confirms. Not a valid
+/// Kubernetes field name (`@`), so it never clashes with an object's own fields.
+const UNCONFIRMED_MARK: &str = "@heraldUnconfirmed";
+
+/// Removes the salvage's *unconfirmed* mark from an object-index entry; whether it was there. A
+/// relist treats a marked entry as "its last change may never have been delivered".
+pub fn take_unconfirmed_mark(object: &mut serde_json::Value) -> bool {
+    object
+        .as_object_mut()
+        .and_then(|m| m.remove(UNCONFIRMED_MARK))
+        .is_some()
+}
+
+/// `<uid>:<resourceVersion>` of an event's id (`<uid>:<rv>:<op>`).
+fn event_state(v: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    let id: Id = serde_json::from_slice(v).ok()?;
+    id.id.rsplit_once(':').map(|(state, _)| state.to_owned())
+}
+
+/// `<uid>:<resourceVersion>` of an object-index entry.
+fn object_state(object: &serde_json::Value) -> Option<String> {
+    let meta = object.get("metadata")?;
+    Some(format!(
+        "{}:{}",
+        meta.get("uid")?.as_str()?,
+        meta.get("resourceVersion")?.as_str()?
+    ))
+}
 
 /// What [`salvage`] did.
 #[derive(Debug, Clone, Serialize)]
@@ -54,6 +94,9 @@ pub struct Salvaged {
     pub checkpoints_dropped: Vec<String>,
     /// Object-index entries kept.
     pub index_entries_kept: u64,
+    /// Of those, entries marked unconfirmed (no readable event carries their state): the next
+    /// relist sends them again.
+    pub index_entries_unconfirmed: u64,
     /// Dead letters kept.
     pub dead_letters_kept: u64,
     /// Replays kept.
@@ -147,6 +190,31 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
 }
 
 /// Reads the journal in `dir` and writes the new one into `staging`; moves nothing.
+/// Marks every object-index entry in `new` whose state is not in `confirmed`; how many.
+fn mark_unconfirmed(
+    new: &sled::Db,
+    confirmed: &std::collections::HashSet<String>,
+) -> std::result::Result<u64, sled::Error> {
+    let mut marked = 0;
+    for item in new.scan_prefix(keys::INDEX_PREFIX) {
+        let (k, v) = item?;
+        let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&v) else {
+            continue;
+        };
+        if object_state(&object).is_some_and(|s| confirmed.contains(&s)) {
+            continue;
+        }
+        if let Some(m) = object.as_object_mut() {
+            m.insert(UNCONFIRMED_MARK.to_owned(), serde_json::Value::Bool(true));
+            if let Ok(bytes) = serde_json::to_vec(&object) {
+                new.insert(k, bytes)?;
+                marked += 1;
+            }
+        }
+    }
+    Ok(marked)
+}
+
 fn rebuild(
     dir: &Path,
     staging: &Path,
@@ -169,6 +237,7 @@ fn rebuild(
         checkpoints_kept: Vec::new(),
         checkpoints_dropped: Vec::new(),
         index_entries_kept: 0,
+        index_entries_unconfirmed: 0,
         dead_letters_kept: 0,
         replays_kept: 0,
         other_dropped: 0,
@@ -177,12 +246,20 @@ fn rebuild(
     let mut cursors: BTreeMap<String, u64> = BTreeMap::new();
     let mut acked: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut write_error: Option<sled::Error> = None;
+    // The object states some readable event carries (kept, or delivered to every sink).
+    let mut confirmed: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut checker = Checker::new(dir);
     let ended = integrity::read_store(dir, 64 * 1024 * 1024, timeout, |k, v| {
         checker.entry(k, v);
         let kept = if let Some(seq) = k.strip_prefix(keys::EVENT_PREFIX) {
             let readable = keys::decode_u64(k, seq).is_ok() && integrity::event_readable(k, v);
             if readable {
+                if let Some(state) = keys::split_event(k, v)
+                    .ok()
+                    .and_then(|(_, payload)| event_state(payload))
+                {
+                    confirmed.insert(state);
+                }
                 staged.insert(k, v).map(|_| true)
             } else {
                 out.events_dropped += 1;
@@ -337,6 +414,10 @@ fn rebuild(
         out.cursors.insert(sink, cursor);
     }
     let keep_checkpoints = report.complete && !events_lost;
+    if !keep_checkpoints {
+        out.index_entries_unconfirmed =
+            mark_unconfirmed(&new, &confirmed).map_err(sled_failed(dir))?;
+    }
     for (k, v) in checkpoints {
         let stream = keys::printable(&k[keys::CHECKPOINT_PREFIX.len()..]);
         if keep_checkpoints {

@@ -1,7 +1,7 @@
 //! Turning what the API server shows into journal batches: the relist diff against the object index,
 //! and watch events classified by the object's lifecycle (never by selector membership).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{Health, Resolved, WatchSpec};
 use crate::event::{self, Observed, Op};
-use crate::journal::{Batch, IndexUpdate, Journal, JournalError};
+use crate::journal::{Batch, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
 /// Events synthesized by a relist are appended in chunks of this many; only the last carries the
 /// checkpoint, so a crash mid-way relists again and the index makes the rest come out once.
@@ -150,7 +150,13 @@ impl<'a> Recorder<'a> {
             .journal
             .index_get(&self.resolved.stream, key)
             .map_err(SyncError::JournalFailed)?;
-        Ok(raw.and_then(|b| serde_json::from_slice(&b).ok()))
+        // A salvage's mark is read by the relist that always comes first; never diff against it.
+        Ok(raw
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .map(|mut v| {
+                take_unconfirmed_mark(&mut v);
+                v
+            }))
     }
 
     fn put(&self, p: &mut Pending, key: &str, obj: Value) {
@@ -479,13 +485,29 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         break (listed, list_rv.unwrap_or_default());
     };
 
+    // Entries a salvage could not confirm (their last change may be among the lost events).
+    let mut unconfirmed: BTreeSet<String> = BTreeSet::new();
     let index: BTreeMap<String, Value> = rec
         .journal
         .index_scan(&r.stream)
         .map_err(SyncError::JournalFailed)?
         .into_iter()
-        .filter_map(|(k, b)| serde_json::from_slice(&b).ok().map(|v| (k, v)))
+        .filter_map(|(k, b)| {
+            let mut v: Value = serde_json::from_slice(&b).ok()?;
+            if take_unconfirmed_mark(&mut v) {
+                unconfirmed.insert(k.clone());
+            }
+            Some((k, v))
+        })
         .collect();
+    // An unconfirmed entry of the same object is no base for a diff: the object is sent whole,
+    // as `created`, so a receiver that missed it gets it. A new uid still deletes the old one.
+    let base = |key: &str, new: &Value| -> Option<Value> {
+        index
+            .get(key)
+            .filter(|old| !(unconfirmed.contains(key) && meta(old, "uid") == meta(new, "uid")))
+            .cloned()
+    };
     // No checkpoint but an index: a salvaged journal (`herald journal salvage` drops checkpoints
     // it cannot trust), not a first start, so the differences are emitted whatever
     // `initialState` says.
@@ -504,7 +526,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         .collect();
     let objects = listed.len();
     for (key, new) in listed {
-        let old = index.get(&key).cloned();
+        let old = base(&key, &new);
         if emit {
             rec.present(&mut p, &key, new, old, true, Some(&list_rv));
         } else {
@@ -519,14 +541,8 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             && let Some(current) = rec.still_exists(old).await?
         {
             // Outside the selection but alive: not a deletion.
-            rec.present(
-                &mut p,
-                key,
-                current,
-                Some(old.clone()),
-                true,
-                Some(&list_rv),
-            );
+            let old = base(key, &current);
+            rec.present(&mut p, key, current, old, true, Some(&list_rv));
             p.overlay.clear();
             flush(&mut p)?;
             continue;

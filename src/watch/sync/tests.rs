@@ -333,3 +333,56 @@ fn field_selector_values_escape_what_the_syntax_uses() {
     assert_eq!(field_value("team-a"), "team-a");
     assert_eq!(field_value(r"a,b=c\d"), r"a\,b\=c\\d");
 }
+
+/// A salvaged journal lost the events of `c` and `d` but kept their index entries: the relist
+/// after the salvage must still send `c` (with the id the lost event had) and `d`'s deletion,
+/// where a plain diff would see "no change" and send nothing.
+#[tokio::test]
+async fn a_salvage_that_lost_events_makes_the_relist_send_them_again() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    relist_into(&j, &resolved).await;
+    let before = events(&j).await;
+    assert_eq!(before.len(), 4);
+    j.close().await.unwrap();
+    // The store rolls back by two committed events, as sled's recovery does after a truncation.
+    let dir = tmp.path().join("journal");
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        for seq in [3u64, 4] {
+            raw.remove([b"e/".as_slice(), &seq.to_be_bytes()].concat())
+                .unwrap();
+        }
+        raw.insert(b"meta/head", &2u64.to_be_bytes()[..]).unwrap();
+        raw.flush().unwrap();
+    }
+    let out = crate::journal::salvage(&dir, Duration::from_secs(30), false).unwrap();
+    assert_eq!(out.index_entries_unconfirmed, 2, "{out:?}");
+    sim.delete(&w, "d").unwrap();
+
+    let j = journal(tmp.path());
+    let kept = events(&j).await.len();
+    relist_into(&j, &resolved).await;
+    let all = events(&j).await;
+    let relisted: Vec<&str> = all[kept..].iter().map(id).collect();
+    let lost_c = id(&before[2]).to_owned();
+    assert!(lost_c.ends_with(":created"), "{lost_c}");
+    let d_uid = uid(&before[3]["data"]["object"]).to_owned();
+    assert_eq!(relisted.len(), 2, "{relisted:?}");
+    assert!(relisted.contains(&lost_c.as_str()), "{relisted:?}");
+    assert!(
+        relisted
+            .iter()
+            .any(|i| i.starts_with(&d_uid) && i.ends_with(":deleted")),
+        "{relisted:?}"
+    );
+    // The marks are gone: relisting again adds nothing.
+    relist_into(&j, &resolved).await;
+    assert_eq!(events(&j).await.len(), all.len());
+    j.close().await.unwrap();
+}
