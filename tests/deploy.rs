@@ -52,6 +52,15 @@ fn examples() -> Vec<PathBuf> {
     files
 }
 
+/// The examples, and a test-only values file that switches on every optional branch they leave
+/// off (existing Secret config and claim, no ServiceAccount, extra rules, scheduling, …).
+fn all_values() -> Vec<PathBuf> {
+    let mut files = examples();
+    files
+        .push(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deploy/every-value.yaml"));
+    files
+}
+
 fn stem(p: &Path) -> String {
     p.file_stem().unwrap().to_string_lossy().into_owned()
 }
@@ -280,7 +289,7 @@ fn deploy_chart_lints() {
         Duration::from_secs(30),
     )
     .ok("helm lint --strict");
-    for example in examples() {
+    for example in all_values() {
         let out = run(
             Command::new(&helm)
                 .args(["lint", "--strict"])
@@ -313,10 +322,10 @@ fn deploy_chart_lints() {
     }
 }
 
-/// Every manifest the tests check: each example rendered by the chart, and the kustomize base and
-/// overlay, as (name, objects).
+/// Every manifest the tests check: each example (and every-value.yaml) rendered by the chart, and
+/// the kustomize base and overlay, as (name, objects).
 fn all_manifests(helm: &Path, kubectl: &Path) -> Vec<(String, Vec<Value>)> {
-    let mut out: Vec<(String, Vec<Value>)> = examples()
+    let mut out: Vec<(String, Vec<Value>)> = all_values()
         .iter()
         .map(|e| (stem(e), render(helm, &[e])))
         .collect();
