@@ -452,10 +452,41 @@ fn deploy_manifests_pass_checkov() {
     );
 }
 
-/// The configuration the chart renders for every example passes `herald check` (the binary,
-/// offline), with the pod's mounts and environment stood in for: each `{fromFile: …}` under
-/// `/var/run/secrets/herald/` a file in a temporary directory, each `secretEnv` variable set.
-/// `existing-configmap` renders no configuration (the user's ConfigMap is mounted instead).
+/// `herald check -c` (the binary, offline) on a configuration as a pod would see it: `${POD_IP}`
+/// set, each `{fromFile: …}` under `/var/run/secrets/herald/` a file in `dir`, each variable of
+/// `secret_env` set.
+fn herald_check_as_in_pod(dir: &Path, name: &str, config: &str, secret_env: &[&str]) {
+    let secrets = dir.join(name);
+    let config = as_in_pod(config).replace(
+        "/var/run/secrets/herald/",
+        &format!("{}/", secrets.display()),
+    );
+    let parsed: Value = serde_yaml_ng::from_str(&config).unwrap();
+    for path in from_files(&parsed) {
+        let path = Path::new(&path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "s3cret\n").unwrap();
+    }
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, &config).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+    cmd.args(["check", "-c"]).arg(&file);
+    for var in secret_env {
+        cmd.env(var, "s3cret");
+    }
+    let out = run(&mut cmd, Duration::from_secs(30));
+    assert_eq!(
+        out.code,
+        Some(0),
+        "herald check on {name}'s herald.yaml:\n{config}\n{}",
+        out.stderr
+    );
+}
+
+/// The configuration the chart renders for every example, and the kustomize base's and example
+/// overlay's, pass `herald check` as a pod would run them (see [`herald_check_as_in_pod`]; the
+/// variables are the StatefulSet's `secretKeyRef` ones). `existing-configmap` renders no
+/// configuration (the user's ConfigMap is mounted instead).
 #[test]
 fn deploy_chart_config_passes_herald_check() {
     let Some(helm) = deploy::helm() else { return };
@@ -463,46 +494,31 @@ fn deploy_chart_config_passes_herald_check() {
     for example in examples() {
         let name = stem(&example);
         let objects = render(&helm, &[&example]);
+        let sts = of_kind(&objects, "StatefulSet")[0];
         if name == "existing-configmap" {
             assert!(of_kind(&objects, "ConfigMap").is_empty());
-            let sts = of_kind(&objects, "StatefulSet")[0];
             assert_eq!(
                 sts["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"],
                 "herald-config"
             );
             continue;
         }
-        let secrets = dir.path().join(&name);
-        let config = as_in_pod(&herald_yaml(&objects)).replace(
-            "/var/run/secrets/herald/",
-            &format!("{}/", secrets.display()),
-        );
-        let parsed: Value = serde_yaml_ng::from_str(&config).unwrap();
-        for path in from_files(&parsed) {
-            let path = Path::new(&path);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, "s3cret\n").unwrap();
-        }
-        let file = dir.path().join(format!("{name}.yaml"));
-        std::fs::write(&file, &config).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-        cmd.args(["check", "-c"]).arg(&file);
-        let sts = of_kind(&objects, "StatefulSet")[0];
-        for env in sts["spec"]["template"]["spec"]["containers"][0]["env"]
+        let secret_env: Vec<&str> = sts["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array()
             .unwrap()
-        {
-            if !env["valueFrom"]["secretKeyRef"].is_null() {
-                cmd.env(env["name"].as_str().unwrap(), "s3cret");
-            }
-        }
-        let out = run(&mut cmd, Duration::from_secs(30));
-        assert_eq!(
-            out.code,
-            Some(0),
-            "herald check on {name}'s herald.yaml:\n{config}\n{}",
-            out.stderr
-        );
+            .iter()
+            .filter(|env| !env["valueFrom"]["secretKeyRef"].is_null())
+            .map(|env| env["name"].as_str().unwrap())
+            .collect();
+        herald_check_as_in_pod(dir.path(), &name, &herald_yaml(&objects), &secret_env);
+    }
+    let kustomize_dir = deploy::deploy_dir().join("kustomize");
+    for (name, file) in [
+        ("kustomize-base", "base/herald.yaml"),
+        ("kustomize-overlay-example", "overlays/example/herald.yaml"),
+    ] {
+        let config = std::fs::read_to_string(kustomize_dir.join(file)).unwrap();
+        herald_check_as_in_pod(dir.path(), name, &config, &[]);
     }
 }
 
