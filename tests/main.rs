@@ -16,6 +16,7 @@ mod fault_start;
 mod fault_watch;
 mod run_acks;
 mod run_admin;
+mod run_admin_pod;
 mod run_bus;
 mod run_check;
 mod run_delivery;
