@@ -5,6 +5,7 @@ mod support;
 
 mod cli;
 mod conformance;
+mod deploy_image;
 mod fault_api;
 mod fault_disk;
 mod fault_embedded;
