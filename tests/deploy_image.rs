@@ -138,6 +138,39 @@ fn the_image_builds_the_readmes_locked_release_binary() {
 }
 
 #[test]
+fn the_image_labels_carry_the_packages_version_source_and_licence() {
+    let manifest: &str = include_str!("../Cargo.toml");
+    let value = |key: &str| -> String {
+        manifest
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = \"")))
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or_else(|| panic!("{key} in Cargo.toml"))
+            .to_owned()
+    };
+    let stages = stages();
+    let runtime = stages.last().unwrap();
+    // The default of `--build-arg VERSION` is the crate's version, so an image built without it
+    // still says which release it is.
+    assert!(
+        find(runtime, "ARG").contains(&format!("VERSION={}", value("version")).as_str()),
+        "ARG VERSION defaults to Cargo.toml's version {}",
+        value("version")
+    );
+    let labels = find(runtime, "LABEL").join(" ");
+    for expected in [
+        "org.opencontainers.image.version=\"${VERSION}\"".to_owned(),
+        format!(
+            "org.opencontainers.image.source=\"{}\"",
+            value("repository")
+        ),
+        format!("org.opencontainers.image.licenses=\"{}\"", value("license")),
+    ] {
+        assert!(labels.contains(&expected), "LABEL {expected} in: {labels}");
+    }
+}
+
+#[test]
 fn the_runtime_stage_runs_the_copied_binary_as_a_non_root_user() {
     let stages = stages();
     let runtime = stages.last().unwrap();

@@ -207,7 +207,13 @@ async fn only_metrics_health_readiness_and_status_answer_without_the_token() {
         (post.clone(), "/replay?sink=out&from=1", "/queued"),
     ];
     for (method, path, _) in &guarded {
-        for token in [None, Some("wrong"), Some("s3cre"), Some("s3cret2"), Some("S3CRET")] {
+        for token in [
+            None,
+            Some("wrong"),
+            Some("s3cre"),
+            Some("s3cret2"),
+            Some("S3CRET"),
+        ] {
             let (code, body) = call(&herald, method.clone(), &addr, path, token).await;
             assert_eq!(
                 code, 401,
@@ -220,7 +226,10 @@ async fn only_metrics_health_readiness_and_status_answer_without_the_token() {
         assert_eq!(code, 200, "{method} {path} with the token: {body}");
         let answer_json: serde_json::Value = serde_json::from_str(&body)
             .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body}"));
-        assert!(answer_json.pointer(answer).is_some(), "{method} {path}: {body}");
+        assert!(
+            answer_json.pointer(answer).is_some(),
+            "{method} {path}: {body}"
+        );
     }
     // Nothing else is served, token or not.
     for path in ["/", "/dlq", "/debug", "/config"] {
