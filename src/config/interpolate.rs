@@ -1,7 +1,8 @@
-//! `${VAR}` expansion in path fields, so one file serves several environments
-//! (`path: ${STATE_DIR}/journal`).
+//! `${VAR}` expansion in path fields and in `admin.listen`, so one file serves several
+//! environments (`path: ${STATE_DIR}/journal`, `listen: "${POD_IP}:9464"` in a pod).
 
 use std::env::VarError;
+use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 pub(crate) use herald_sink_core::config::{EnvLookup, is_var_name};
@@ -10,6 +11,12 @@ pub(crate) use herald_sink_core::config::{EnvLookup, is_var_name};
 ///
 /// The error message names the variable, the caller prefixes the field path.
 pub(crate) fn expand(text: &str, env: EnvLookup<'_>) -> Result<String, String> {
+    expand_with(text, env, false)
+}
+
+/// [`expand`], where `bracket_ipv6` puts a value that is a bare IPv6 address between brackets
+/// unless the text already does (`${POD_IP}:9464` with `fd00::5` gives `[fd00::5]:9464`).
+fn expand_with(text: &str, env: EnvLookup<'_>, bracket_ipv6: bool) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
@@ -31,6 +38,13 @@ pub(crate) fn expand(text: &str, env: EnvLookup<'_>) -> Result<String, String> {
             match env(name) {
                 Ok(value) if value.is_empty() => {
                     return Err(format!("environment variable {name:?} is empty"));
+                }
+                Ok(value)
+                    if bracket_ipv6 && !out.ends_with('[') && value.parse::<Ipv6Addr>().is_ok() =>
+                {
+                    out.push('[');
+                    out.push_str(&value);
+                    out.push(']');
                 }
                 Ok(value) => out.push_str(&value),
                 Err(VarError::NotPresent) => {
@@ -62,6 +76,19 @@ pub(crate) fn expand_path(path: &mut PathBuf, env: EnvLookup<'_>) -> Result<(), 
     Ok(())
 }
 
+/// Expands a socket address (`admin.listen`) and parses it. The downward API gives a pod's IP
+/// bare, so an IPv6 value is bracketed before its `:port` (see [`expand_with`]).
+///
+/// The error message quotes the text and what it expanded to; the caller prefixes the field path.
+pub(crate) fn expand_socket_addr(text: &str, env: EnvLookup<'_>) -> Result<SocketAddr, String> {
+    let expanded = expand_with(text, env, true)?;
+    expanded.parse().map_err(|_| {
+        format!(
+            "{text:?} expands to {expanded:?}, which is not an IP address and port (like 10.0.0.7:9464 or [fd00::7]:9464)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +96,9 @@ mod tests {
     fn env(name: &str) -> Result<String, VarError> {
         match name {
             "STATE" => Ok("/var/lib/herald".into()),
+            "IP4" => Ok("10.1.2.3".into()),
+            "IP6" => Ok("fd00::5".into()),
+            "HOST" => Ok("herald.local".into()),
             "EMPTY" => Ok(String::new()),
             _ => Err(VarError::NotPresent),
         }
@@ -110,6 +140,41 @@ mod tests {
         assert_eq!(
             expand("${1X}", &env),
             Err(r#"invalid environment variable name "1X" in "${1X}" (expected letters, digits and _)"#.into())
+        );
+    }
+
+    #[test]
+    fn socket_addresses_bracket_a_bare_ipv6_value() {
+        assert_eq!(
+            expand_socket_addr("${IP4}:9464", &env).map(|a| a.to_string()),
+            Ok("10.1.2.3:9464".into())
+        );
+        assert_eq!(
+            expand_socket_addr("${IP6}:9464", &env).map(|a| a.to_string()),
+            Ok("[fd00::5]:9464".into())
+        );
+        // Brackets written in the file are not doubled.
+        assert_eq!(
+            expand_socket_addr("[${IP6}]:9464", &env).map(|a| a.to_string()),
+            Ok("[fd00::5]:9464".into())
+        );
+        // Path fields never bracket.
+        assert_eq!(expand("${IP6}:9464", &env), Ok("fd00::5:9464".into()));
+    }
+
+    #[test]
+    fn socket_addresses_that_do_not_parse_quote_the_expansion() {
+        assert_eq!(
+            expand_socket_addr("${HOST}:9464", &env),
+            Err(r#""${HOST}:9464" expands to "herald.local:9464", which is not an IP address and port (like 10.0.0.7:9464 or [fd00::7]:9464)"#.into())
+        );
+        assert_eq!(
+            expand_socket_addr("${IP6}", &env),
+            Err(r#""${IP6}" expands to "[fd00::5]", which is not an IP address and port (like 10.0.0.7:9464 or [fd00::7]:9464)"#.into())
+        );
+        assert_eq!(
+            expand_socket_addr("${NOPE}:9464", &env),
+            Err(r#"environment variable "NOPE" is not set"#.into())
         );
     }
 }

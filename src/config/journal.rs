@@ -92,7 +92,9 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AdminConfig {
     /// Address and port of `/metrics`, `/healthz`, `/readyz` and `/status`; an IP address, not a
-    /// host name. Default `127.0.0.1:9464`. Example: `0.0.0.0:9464` (in a pod).
+    /// host name. `${VAR}` is expanded, and a variable holding a bare IPv6 address is bracketed
+    /// before its port, so a pod binds its own IP from the downward API whatever its family.
+    /// Default `127.0.0.1:9464`. Example: `"${POD_IP}:9464"` (in a pod).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// Bearer token the mutating calls (`POST /dlq/<sink>/replay`, `/dlq/<sink>/purge`, `/replay`)

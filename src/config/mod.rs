@@ -1,8 +1,8 @@
 //! herald's configuration file: the model starts at [`Config`], read with [`load`] or [`from_str`].
 //!
 //! Parsing happens in three steps. serde reads the YAML into the typed model (the first type error
-//! or unknown key stops it, reported with its exact path); then `${VAR}` references in path fields
-//! are expanded and defaults that depend on other fields are applied; then every semantic rule is
+//! or unknown key stops it, reported with its exact path; `${VAR}` in `admin.listen` is expanded
+//! just before); then `${VAR}` references in path fields are expanded and defaults that depend on other fields are applied; then every semantic rule is
 //! checked and all problems are reported together. `docs/configuration.md` is the user reference;
 //! a unit test keeps it in step with this model.
 
@@ -167,8 +167,9 @@ impl Config {
 }
 
 pub(crate) fn from_str_with_env(text: &str, env: EnvLookup<'_>) -> Result<Config> {
-    let mut config = parse(text).map_err(|e| ConfigError::Invalid { errors: vec![e] })?;
     let mut problems = Problems::default();
+    let mut config =
+        parse(text, env, &mut problems).map_err(|e| ConfigError::Invalid { errors: vec![e] })?;
     resolve(&mut config, env, &mut problems);
     validate::check(&config, &mut problems);
     if problems.0.is_empty() {
@@ -179,8 +180,9 @@ pub(crate) fn from_str_with_env(text: &str, env: EnvLookup<'_>) -> Result<Config
 }
 
 /// YAML text → model. Going through a `Value` first keeps serde_yaml_ng's own path and position
-/// out of the messages (the path comes from `serde_path_to_error`) and lets `type` be moved first.
-fn parse(text: &str) -> Result<Config, FieldError> {
+/// out of the messages (the path comes from `serde_path_to_error`), lets `type` be moved first and
+/// lets `admin.listen` be expanded before it becomes a `SocketAddr`.
+fn parse(text: &str, env: EnvLookup<'_>, problems: &mut Problems) -> Result<Config, FieldError> {
     let mut value: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(text).map_err(FieldError::root)?;
     value.apply_merge().map_err(FieldError::root)?;
@@ -188,10 +190,39 @@ fn parse(text: &str) -> Result<Config, FieldError> {
         return Err(FieldError::root("the configuration is empty"));
     }
     put_sink_type_first(&mut value);
+    expand_admin_listen(&mut value, env, problems);
     serde_path_to_error::deserialize(value).map_err(|e| FieldError {
         path: e.path().to_string(),
         message: e.inner().to_string(),
     })
+}
+
+/// Expands `${VAR}` in `admin.listen` in the YAML itself: the model's field is a `SocketAddr`,
+/// which a template cannot be. A value that does not expand to an address is reported with the
+/// field path and removed, so the rest of the file is still parsed and checked.
+fn expand_admin_listen(
+    root: &mut serde_yaml_ng::Value,
+    env: EnvLookup<'_>,
+    problems: &mut Problems,
+) {
+    let Some(serde_yaml_ng::Value::Mapping(admin)) = root.get_mut("admin") else {
+        return;
+    };
+    let Some(serde_yaml_ng::Value::String(text)) = admin.get("listen") else {
+        return;
+    };
+    if !text.contains('$') {
+        return;
+    }
+    match interpolate::expand_socket_addr(text, env) {
+        Ok(addr) => {
+            admin.insert("listen".into(), addr.to_string().into());
+        }
+        Err(message) => {
+            problems.add("admin.listen".to_owned(), message);
+            admin.shift_remove("listen");
+        }
+    }
 }
 
 /// Moves `type` to the front of every sink so `SinkConfig` can stream with exact error paths.

@@ -17,6 +17,8 @@ fn env(name: &str) -> Result<String, VarError> {
     match name {
         "STATE" => Ok("/var/lib/herald".into()),
         "KUBE" => Ok("/etc/kube".into()),
+        "POD_IP" => Ok("10.1.2.3".into()),
+        "POD_IP6" => Ok("fd00::5".into()),
         "EMPTY" => Ok(String::new()),
         _ => Err(VarError::NotPresent),
     }
@@ -1005,6 +1007,48 @@ fn other_fields_are_not_expanded() {
             path: None,
             context: Some("${STATE}".into())
         })
+    );
+}
+
+#[test]
+fn admin_listen_expands_variables_and_brackets_ipv6() {
+    // The chart's value: the pod's own IP from the downward API, unquoted or quoted.
+    for (listen, expected) in [
+        ("${POD_IP}:9464", "10.1.2.3:9464"),
+        ("'${POD_IP}:9464'", "10.1.2.3:9464"),
+        ("\"${POD_IP6}:9464\"", "[fd00::5]:9464"),
+        ("'[${POD_IP6}]:9464'", "[fd00::5]:9464"),
+        // A plain address is read as written.
+        ("127.0.0.1:9464", "127.0.0.1:9464"),
+    ] {
+        let config = ok(&base(&format!("admin:\n  listen: {listen}\n")));
+        assert_eq!(config.admin.listen.to_string(), expected, "{listen}");
+    }
+}
+
+#[test]
+fn admin_listen_errors_name_the_field() {
+    assert_eq!(
+        error(&base("admin:\n  listen: ${NOPE}:9464\n")),
+        r#"admin.listen: environment variable "NOPE" is not set"#
+    );
+    assert_eq!(
+        error(&base("admin:\n  listen: ${EMPTY}:9464\n")),
+        r#"admin.listen: environment variable "EMPTY" is empty"#
+    );
+    assert_eq!(
+        error(&base("admin:\n  listen: ${STATE}:9464\n")),
+        r#"admin.listen: "${STATE}:9464" expands to "/var/lib/herald:9464", which is not an IP address and port (like 10.0.0.7:9464 or [fd00::7]:9464)"#
+    );
+    // Reported with the other problems of the file, not instead of them.
+    assert_eq!(
+        errors(&format!(
+            "{RESOURCE}sinks:\n- {{name: a, type: file, path: '${{DATA_DIR}}/e.jsonl'}}\nadmin:\n  listen: ${{POD_IP}}\n"
+        )),
+        [
+            r#"admin.listen: "${POD_IP}" expands to "10.1.2.3", which is not an IP address and port (like 10.0.0.7:9464 or [fd00::7]:9464)"#,
+            r#"sinks[0].path: environment variable "DATA_DIR" is not set"#,
+        ]
     );
 }
 
