@@ -99,12 +99,8 @@ fn herald_yaml(objects: &[Value]) -> String {
     maps[0]["data"]["herald.yaml"].as_str().unwrap().to_owned()
 }
 
-/// The chart's configuration with the pod's environment stood in for: `${POD_IP}` (the downward
-/// API in the pod) becomes an address, since `herald` reads `admin.listen` before any
-/// expansion until the `image` branch makes it expand `${VAR}` there.
-fn as_in_pod(config: &str) -> String {
-    config.replace("${POD_IP}", "10.0.0.7")
-}
+/// The pod IP the downward API gives herald in the pod (`admin.listen: "${POD_IP}:9464"`).
+const POD_IP: &str = "10.0.0.7";
 
 /// Every RBAC rule as a sorted, comparable tuple.
 type NormRule = (Vec<String>, Vec<String>, Vec<String>);
@@ -195,6 +191,7 @@ fn herald_rbac(config: &Path, service_account: &str, namespace_scoped: bool) -> 
     if namespace_scoped {
         cmd.arg("--namespace-scoped");
     }
+    cmd.env("POD_IP", POD_IP);
     run(&mut cmd, Duration::from_secs(30))
 }
 
@@ -259,7 +256,7 @@ fn deploy_chart_rbac_agrees_with_herald_rbac() {
                     .stdout,
             );
             let config = dir.path().join("herald.yaml");
-            std::fs::write(&config, as_in_pod(&herald_yaml(&objects))).unwrap();
+            std::fs::write(&config, herald_yaml(&objects)).unwrap();
             let printed = herald_rbac(&config, service_account, scoped).ok("herald rbac");
             let list: Value = serde_json::from_str(&printed.stdout).unwrap();
             let want = rbac_of(list["items"].as_array().unwrap());
@@ -457,7 +454,7 @@ fn deploy_manifests_pass_checkov() {
 /// `secret_env` set.
 fn herald_check_as_in_pod(dir: &Path, name: &str, config: &str, secret_env: &[&str]) {
     let secrets = dir.join(name);
-    let config = as_in_pod(config).replace(
+    let config = config.replace(
         "/var/run/secrets/herald/",
         &format!("{}/", secrets.display()),
     );
@@ -470,7 +467,7 @@ fn herald_check_as_in_pod(dir: &Path, name: &str, config: &str, secret_env: &[&s
     let file = dir.join(format!("{name}.yaml"));
     std::fs::write(&file, &config).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-    cmd.args(["check", "-c"]).arg(&file);
+    cmd.args(["check", "-c"]).arg(&file).env("POD_IP", POD_IP);
     for var in secret_env {
         cmd.env(var, "s3cret");
     }
