@@ -5,6 +5,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
+mod builtin;
 mod crd;
 mod discovery;
 mod faults;
@@ -16,6 +17,7 @@ mod meta;
 mod ops;
 mod patch;
 mod persist;
+mod protobuf;
 mod resource;
 mod schema;
 pub mod selector;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::builtin;
 use super::crd;
 use super::fieldmanager;
 use super::meta;
@@ -116,13 +117,17 @@ fn has_status_subresource(def: &ResourceDef, version: &str) -> bool {
             .served_version(version)
             .is_some_and(|v| v.status_subresource),
         Behaviour::Crd | Behaviour::Namespace => true,
-        Behaviour::Builtin | Behaviour::Review => false,
+        Behaviour::Builtin => def
+            .served_version(version)
+            .is_some_and(|v| v.status_subresource),
+        Behaviour::Review => false,
     }
 }
 
-/// Whether the resource tracks `metadata.generation` (custom resources and CRDs do; these built-ins not).
+/// Whether the resource tracks `metadata.generation` (custom resources, CRDs and the reconciled
+/// built-ins do; Leases, Events, Services, ConfigMaps... do not).
 fn has_generation(def: &ResourceDef) -> bool {
-    matches!(def.behaviour, Behaviour::Custom | Behaviour::Crd)
+    def.tracks_generation
 }
 
 /// Prunes unknown fields and validates against the version's schema; unknown fields are refused under
@@ -433,7 +438,13 @@ impl State {
             Behaviour::Namespace => {
                 meta::object_mut(&mut obj).insert("status".into(), json!({"phase": "Active"}));
             }
-            Behaviour::Builtin | Behaviour::Review => {}
+            Behaviour::Builtin => {
+                if let Some(status) = builtin::initial_status(&def) {
+                    meta::object_mut(&mut obj).insert("status".into(), status);
+                }
+                builtin::prepare(self, &def, None, &mut obj)?;
+            }
+            Behaviour::Review => {}
         }
         meta::normalize(&mut obj);
         if managed == Managed::Update {
@@ -800,6 +811,9 @@ impl State {
             }
         }
 
+        if def.behaviour == Behaviour::Builtin && part == Part::Main {
+            builtin::prepare(self, def, Some(old), &mut candidate)?;
+        }
         let warnings = if def.behaviour == Behaviour::Custom {
             check_schema(def, &target.version, &name, &mut candidate, opts.validation)?
         } else {
