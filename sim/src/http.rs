@@ -583,6 +583,9 @@ async fn resource(
             let kind = match content_type(headers).as_str() {
                 "application/merge-patch+json" => PatchKind::Merge,
                 "application/json-patch+json" => PatchKind::Json,
+                "application/strategic-merge-patch+json" if def.behaviour != Behaviour::Custom => {
+                    PatchKind::Strategic
+                }
                 "application/apply-patch+yaml" | "application/apply-patch+json" => {
                     let opts = write_opts(query, headers, true)?;
                     let applied: Value = serde_yaml_ng::from_slice(&body)

@@ -23,6 +23,7 @@ mod schema;
 pub mod selector;
 mod status;
 mod store;
+mod strategic;
 mod tls;
 mod watch;
 

@@ -13,6 +13,7 @@ use super::meta;
 use super::patch;
 use super::resource::{Behaviour, GroupResource, ObjectKey, ResourceDef};
 use super::schema;
+use super::strategic;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause};
 use super::store::State;
@@ -41,13 +42,15 @@ pub(crate) enum Part {
     Status,
 }
 
-/// The patch formats custom resources accept.
+/// The patch formats the server accepts besides apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PatchKind {
     /// `application/merge-patch+json` (RFC 7386).
     Merge,
     /// `application/json-patch+json` (RFC 6902).
     Json,
+    /// `application/strategic-merge-patch+json`: built-in kinds only (custom resources get 415).
+    Strategic,
 }
 
 /// `DeleteOptions` that change what the server does.
@@ -550,6 +553,16 @@ impl State {
                 }
                 let mut doc = current.clone();
                 patch::merge_patch(&mut doc, body);
+                doc
+            }
+            PatchKind::Strategic => {
+                if !body.is_object() {
+                    return Err(ApiError::bad_request(
+                        "strategic merge patch must be a JSON object",
+                    ));
+                }
+                let mut doc = current.clone();
+                strategic::apply(&mut doc, body).map_err(ApiError::bad_request)?;
                 doc
             }
             PatchKind::Json => patch::json_patch(&current, body).map_err(|e| {

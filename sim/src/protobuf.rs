@@ -2,7 +2,8 @@
 //! the JSON the rest of the simulator works on. client-go's typed clientset sends built-in objects this
 //! way: Helm stores its releases through it, as Secrets, and deletes them with protobuf DeleteOptions.
 //!
-//! Only the messages those clients send are decoded (Secret, ConfigMap, DeleteOptions, and the
+//! Only the messages those clients send are decoded (Secret, ConfigMap, Namespace, ServiceAccount,
+//! DeleteOptions, and the
 //! ObjectMeta inside them); any other kind is answered 415, so a client that can fall back to JSON does.
 //! Replies stay JSON: every client that offers protobuf also accepts JSON.
 
@@ -189,6 +190,54 @@ fn config_map(b: &[u8]) -> Result<Value, DecodeError> {
     Ok(Value::Object(o))
 }
 
+/// `k8s.io.api.core.v1.Namespace` (what `kubectl create namespace` sends): metadata and finalizers.
+fn namespace(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => drop(o.insert("metadata".into(), object_meta(v)?)),
+            (2, Field::Bytes(spec)) => {
+                let mut finalizers = Vec::new();
+                for (n, f) in fields(spec)? {
+                    if let (1, Field::Bytes(x)) = (n, f) {
+                        finalizers.push(json!(string(x)?));
+                    }
+                }
+                o.insert("spec".into(), json!({"finalizers": finalizers}));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(o))
+}
+
+/// `k8s.io.api.core.v1.ServiceAccount` (what `kubectl create serviceaccount` sends).
+fn service_account(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => drop(o.insert("metadata".into(), object_meta(v)?)),
+            (3, Field::Bytes(v)) => {
+                let mut name = String::new();
+                for (n, f) in fields(v)? {
+                    if let (1, Field::Bytes(x)) = (n, f) {
+                        name = string(x)?;
+                    }
+                }
+                let list = o.entry("imagePullSecrets").or_insert_with(|| json!([]));
+                if let Some(a) = list.as_array_mut() {
+                    a.push(json!({"name": name}));
+                }
+            }
+            (4, Field::Varint(v)) => {
+                drop(o.insert("automountServiceAccountToken".into(), json!(v != 0)));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(o))
+}
+
 /// `k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions`.
 fn delete_options(b: &[u8]) -> Result<Value, DecodeError> {
     let mut o = Map::new();
@@ -249,6 +298,8 @@ pub(crate) fn to_json(body: &[u8]) -> Result<Value, DecodeError> {
     let mut obj = match kind.as_str() {
         "Secret" => secret(raw)?,
         "ConfigMap" => config_map(raw)?,
+        "Namespace" => namespace(raw)?,
+        "ServiceAccount" => service_account(raw)?,
         "DeleteOptions" => delete_options(raw)?,
         _ => return Err(DecodeError::Unsupported(kind)),
     };
