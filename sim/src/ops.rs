@@ -13,10 +13,10 @@ use super::meta;
 use super::patch;
 use super::resource::{Behaviour, GroupResource, ObjectKey, ResourceDef};
 use super::schema;
-use super::strategic;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause};
 use super::store::State;
+use super::strategic;
 
 /// The collection a request addresses: resource, version from the URL, namespace from the URL.
 #[derive(Debug, Clone)]

@@ -21,8 +21,13 @@ enum Strategy {
 
 fn strategy(field: &str, sample: Option<&Value>) -> Strategy {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
-        | "imagePullSecrets" | "resourceClaims" => Strategy::Key("name"),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "resourceClaims" => Strategy::Key("name"),
         "volumeMounts" => Strategy::Key("mountPath"),
         "volumeDevices" => Strategy::Key("devicePath"),
         "ownerReferences" => Strategy::Key("uid"),
@@ -134,7 +139,9 @@ pub(crate) fn apply(target: &mut Value, patch: &Value) -> Result<(), String> {
 fn merge_keyed(current: &mut Vec<Value>, items: &[Value], key: &str) -> Result<(), String> {
     for item in items {
         let Some(id) = item.get(key) else {
-            return Err(format!("map: {item} does not contain declared merge key: {key}"));
+            return Err(format!(
+                "map: {item} does not contain declared merge key: {key}"
+            ));
         };
         let pos = current.iter().position(|c| c.get(key) == Some(id));
         match (pos, item.get("$patch").and_then(Value::as_str)) {
