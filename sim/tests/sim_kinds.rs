@@ -597,6 +597,42 @@ async fn protobuf_secrets_are_read_and_answered_in_json() {
         .get("/api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm")
         .await;
     assert_eq!(by_label.body["items"][0]["type"], "helm.sh/release.v1");
+    // DeleteOptions in protobuf, as the typed clientset deletes release Secrets: the precondition
+    // is read (a wrong uid is 409), then a delete with a propagation policy goes through.
+    let delete_type = [field(1, b"v1"), field(2, b"DeleteOptions")].concat();
+    let delete_body = |options: Vec<u8>| {
+        [
+            b"k8s\0".to_vec(),
+            field(1, &delete_type),
+            field(2, &options),
+        ]
+        .concat()
+    };
+    let wrong_uid = delete_body(field(2, &field(1, b"not-the-uid")));
+    let r = raw
+        .send(
+            reqwest::Method::DELETE,
+            "/api/v1/namespaces/default/secrets/pb",
+            "application/vnd.kubernetes.protobuf",
+            Some(wrong_uid),
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let r = raw
+        .send(
+            reqwest::Method::DELETE,
+            "/api/v1/namespaces/default/secrets/pb",
+            "application/vnd.kubernetes.protobuf",
+            Some(delete_body(field(4, b"Background"))),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        raw.get("/api/v1/namespaces/default/secrets/pb")
+            .await
+            .status,
+        404
+    );
     let pod = [b"k8s\0".to_vec(), field(1, &field(2, b"Pod"))].concat();
     let r = raw
         .send(
