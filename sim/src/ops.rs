@@ -703,6 +703,14 @@ impl State {
                     &meta::now(),
                 )
                 .map_err(conflict)?;
+                let mut new = new;
+                if def.behaviour == Behaviour::Builtin && part == Part::Main {
+                    // The field manager compares before the kind's defaults are applied; a re-apply
+                    // that only drops defaulted values (a Service port's `targetPort`) changes
+                    // nothing once they are back, so it must not move the manager's `time` either.
+                    builtin::prepare(self, &def, Some(&old), &mut new)?;
+                    keep_times_if_unchanged(&current, &mut new);
+                }
                 Ok((
                     self.write_update(&def, target, key, &old, new, part, opts, Managed::Applied)?,
                     false,
@@ -1178,6 +1186,44 @@ impl State {
 
 /// Namespaces the NamespaceLifecycle admission plugin never lets go.
 const PROTECTED_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// When `new` differs from `current` in nothing but managedFields times, keeps the times of the
+/// entries that are otherwise the same: an apply that changes nothing writes nothing.
+fn keep_times_if_unchanged(current: &Value, new: &mut Value) {
+    let without_fields = |v: &Value| {
+        let mut v = v.clone();
+        meta::meta_mut(&mut v).remove("managedFields");
+        v
+    };
+    if without_fields(current) != without_fields(new) {
+        return;
+    }
+    let entries = |v: &Value| {
+        v.pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let before = entries(current);
+    let untimed = |e: &Value| {
+        let mut e = e.clone();
+        if let Some(m) = e.as_object_mut() {
+            m.remove("time");
+        }
+        e
+    };
+    let mut after = entries(new);
+    for entry in &mut after {
+        if let Some(old) = before.iter().find(|b| untimed(b) == untimed(entry))
+            && let (Some(m), Some(t)) = (entry.as_object_mut(), old.get("time"))
+        {
+            m.insert("time".into(), t.clone());
+        }
+    }
+    if !after.is_empty() {
+        meta::meta_mut(new).insert("managedFields".into(), Value::Array(after));
+    }
+}
 
 /// Whether anything outside `metadata` differs: what bumps `generation` for custom resources.
 fn changed_outside_metadata(a: &Value, b: &Value) -> bool {

@@ -3,7 +3,7 @@
 //! way: Helm stores its releases through it, as Secrets, and deletes them with protobuf DeleteOptions.
 //!
 //! Only the messages those clients send are decoded (Secret, ConfigMap, Namespace, ServiceAccount,
-//! DeleteOptions, and the
+//! the RBAC kinds, DeleteOptions, and the
 //! ObjectMeta inside them); any other kind is answered 415, so a client that can fall back to JSON does.
 //! Replies stay JSON: every client that offers protobuf also accepts JSON.
 
@@ -32,7 +32,13 @@ pub(crate) enum DecodeError {
 impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
         match e {
-            DecodeError::Unsupported(_) => ApiError::unsupported_media_type(MEDIA_TYPE),
+            DecodeError::Unsupported(kind) => ApiError::custom(
+                415,
+                "UnsupportedMediaType",
+                &format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (herald-sim reads {kind} in JSON only)"
+                ),
+            ),
             other => ApiError::bad_request(format!("error decoding the request body: {other}")),
         }
     }
@@ -140,6 +146,8 @@ fn object_meta(b: &[u8]) -> Result<Value, DecodeError> {
     let mut m = Map::new();
     for (n, f) in fields(b)? {
         match (n, f) {
+            // Empty strings are how gogo-protobuf sends unset fields; JSON leaves them out.
+            (1..=6, Field::Bytes([])) => {}
             (1, Field::Bytes(v)) => drop(m.insert("name".into(), json!(string(v)?))),
             (2, Field::Bytes(v)) => drop(m.insert("generateName".into(), json!(string(v)?))),
             (3, Field::Bytes(v)) => drop(m.insert("namespace".into(), json!(string(v)?))),
@@ -238,6 +246,83 @@ fn service_account(b: &[u8]) -> Result<Value, DecodeError> {
     Ok(Value::Object(o))
 }
 
+/// A message of string fields only (`PolicyRule`, `Subject`, `RoleRef`): `names[n - 1]` is field n;
+/// a name ending in `[]` is a repeated field.
+fn strings_message(b: &[u8], names: &[&str]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        let Field::Bytes(v) = f else { continue };
+        let Some(name) = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| names.get(i))
+        else {
+            continue;
+        };
+        match name.strip_suffix("[]") {
+            Some(list) => {
+                if let Some(a) = o.entry(list).or_insert_with(|| json!([])).as_array_mut() {
+                    a.push(json!(string(v)?));
+                }
+            }
+            // Empty strings are how gogo-protobuf sends unset fields; JSON leaves them out.
+            None if v.is_empty() => {}
+            None => drop(o.insert((*name).to_string(), json!(string(v)?))),
+        }
+    }
+    Ok(Value::Object(o))
+}
+
+const POLICY_RULE: &[&str] = &[
+    "verbs[]",
+    "apiGroups[]",
+    "resources[]",
+    "resourceNames[]",
+    "nonResourceURLs[]",
+];
+
+/// `k8s.io.api.rbac.v1.Role` and `ClusterRole` (`kubectl create role|clusterrole`); a ClusterRole's
+/// aggregation rule is not read.
+fn role(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    let mut rules = Vec::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => drop(o.insert("metadata".into(), object_meta(v)?)),
+            (2, Field::Bytes(v)) => rules.push(strings_message(v, POLICY_RULE)?),
+            _ => {}
+        }
+    }
+    o.insert("rules".into(), Value::Array(rules));
+    Ok(Value::Object(o))
+}
+
+/// `k8s.io.api.rbac.v1.RoleBinding` and `ClusterRoleBinding` (`kubectl create rolebinding|...`).
+fn binding(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    let mut subjects = Vec::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => drop(o.insert("metadata".into(), object_meta(v)?)),
+            (2, Field::Bytes(v)) => {
+                subjects.push(strings_message(
+                    v,
+                    &["kind", "apiGroup", "name", "namespace"],
+                )?);
+            }
+            (3, Field::Bytes(v)) => {
+                let role_ref = strings_message(v, &["apiGroup", "kind", "name"])?;
+                o.insert("roleRef".into(), role_ref);
+            }
+            _ => {}
+        }
+    }
+    if !subjects.is_empty() {
+        o.insert("subjects".into(), Value::Array(subjects));
+    }
+    Ok(Value::Object(o))
+}
+
 /// `k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions`.
 fn delete_options(b: &[u8]) -> Result<Value, DecodeError> {
     let mut o = Map::new();
@@ -300,6 +385,8 @@ pub(crate) fn to_json(body: &[u8]) -> Result<Value, DecodeError> {
         "ConfigMap" => config_map(raw)?,
         "Namespace" => namespace(raw)?,
         "ServiceAccount" => service_account(raw)?,
+        "Role" | "ClusterRole" => role(raw)?,
+        "RoleBinding" | "ClusterRoleBinding" => binding(raw)?,
         "DeleteOptions" => delete_options(raw)?,
         _ => return Err(DecodeError::Unsupported(kind)),
     };

@@ -765,3 +765,167 @@ async fn kubectl_server_side_applies_every_kind_idempotently() {
         .await;
     assert!(k.ok(&["get", "all", "-o", "name"]).await.trim().is_empty());
 }
+
+/// `kubectl create <kind>` sends protobuf bodies (client-go's typed clientset): the kinds it makes
+/// for an install are read; others get 415 naming the kind.
+#[tokio::test]
+async fn kubectl_create_sends_protobuf_the_simulator_reads() {
+    let Some(bin) = kubectl_path() else { return };
+    let sim = sim().await;
+    let k = Kubectl::new(bin, sim.kubeconfig_path());
+    k.ok(&["create", "namespace", "apps"]).await;
+    k.ok(&["create", "serviceaccount", "sa1", "-n", "apps"])
+        .await;
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "s1",
+        "--from-literal=k=v",
+        "-n",
+        "apps",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "configmap",
+        "c1",
+        "--from-literal=k=v",
+        "-n",
+        "apps",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "role",
+        "r1",
+        "--verb=get,list",
+        "--resource=configmaps,secrets",
+        "--resource-name=s1",
+        "-n",
+        "apps",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "clusterrole",
+        "cr1",
+        "--verb=get",
+        "--non-resource-url=/healthz",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "rb1",
+        "--role=r1",
+        "--serviceaccount=apps:sa1",
+        "--user=alice",
+        "-n",
+        "apps",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "clusterrolebinding",
+        "crb1",
+        "--clusterrole=cr1",
+        "--group=devs",
+    ])
+    .await;
+
+    let raw = Raw::new(&sim);
+    let get = |p: &'static str| {
+        let raw = &raw;
+        async move {
+            let mut v = raw.get(p).await.body;
+            v.as_object_mut().unwrap().remove("metadata");
+            v
+        }
+    };
+    assert_eq!(
+        raw.get("/api/v1/namespaces/apps/secrets/s1").await.body["data"],
+        json!({"k": "dg=="})
+    );
+    assert_eq!(
+        raw.get("/api/v1/namespaces/apps/configmaps/c1").await.body["data"],
+        json!({"k": "v"})
+    );
+    assert_eq!(
+        raw.get("/api/v1/namespaces/apps/serviceaccounts/sa1")
+            .await
+            .status,
+        200
+    );
+    let rbac = "/apis/rbac.authorization.k8s.io/v1";
+    assert_eq!(
+        get(Box::leak(
+            format!("{rbac}/namespaces/apps/roles/r1").into_boxed_str()
+        ))
+        .await["rules"],
+        json!([{"apiGroups": [""], "resources": ["configmaps", "secrets"],
+                "resourceNames": ["s1"], "verbs": ["get", "list"]}])
+    );
+    assert_eq!(
+        get(Box::leak(
+            format!("{rbac}/clusterroles/cr1").into_boxed_str()
+        ))
+        .await["rules"],
+        json!([{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}])
+    );
+    let rb = get(Box::leak(
+        format!("{rbac}/namespaces/apps/rolebindings/rb1").into_boxed_str(),
+    ))
+    .await;
+    assert_eq!(
+        rb["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r1"})
+    );
+    assert_eq!(
+        rb["subjects"],
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"},
+               {"kind": "ServiceAccount", "name": "sa1", "namespace": "apps"}])
+    );
+    let crb = get(Box::leak(
+        format!("{rbac}/clusterrolebindings/crb1").into_boxed_str(),
+    ))
+    .await;
+    assert_eq!(
+        crb["subjects"],
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "devs"}])
+    );
+
+    let (ok, _, stderr) = k
+        .run(&["create", "deployment", "d1", "--image=x", "-n", "apps"])
+        .await;
+    assert!(
+        !ok && stderr.contains("Deployment in JSON only"),
+        "{stderr}"
+    );
+}
+
+/// A re-apply that leaves out what the server defaulted (a Service port's `protocol` and
+/// `targetPort`) changes nothing: no write, not even a new managedFields time. The pause crosses a
+/// second, the resolution of managedFields times, so a bumped time would show.
+#[tokio::test]
+async fn reapplying_a_service_that_relies_on_defaults_writes_nothing() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    let path = "/api/v1/namespaces/default/services/web?fieldManager=helm";
+    let body = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                      "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}});
+    let first = raw.patch(path, "application/apply-patch+yaml", &body).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert_eq!(first.body["spec"]["ports"][0]["targetPort"], 80);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let again = raw.patch(path, "application/apply-patch+yaml", &body).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(
+        again.body["metadata"]["resourceVersion"],
+        first.body["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        again.body["metadata"]["managedFields"],
+        first.body["metadata"]["managedFields"]
+    );
+}
