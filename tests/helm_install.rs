@@ -205,7 +205,7 @@ async fn assert_uninstalled(raw: &Raw, ns: &str, release: &str) {
 /// The Helm CLI: install, upgrade with a changed value, list, status, uninstall. `server_side` is
 /// passed to install (Helm v4 defaults to server-side apply; `false` takes the client-side path,
 /// whose upgrade sends strategic merge patches); the upgrade keeps the release's method.
-async fn helm_cli_round_trip(server_side: &str) {
+async fn helm_cli_round_trip(server_side: &str, ns: &str) {
     let Some(bin) = helm_bin() else { return };
     let sim = sim().await;
     let raw = Raw::new(&sim);
@@ -216,14 +216,15 @@ async fn helm_cli_round_trip(server_side: &str) {
     };
     let chart = chart();
     let chart = chart.to_str().unwrap();
-    let ns = "default";
     let install_flag = format!("--server-side={server_side}");
+    // Outside `default` Helm creates the namespace first (`--create-namespace`).
     helm.ok(&[
         "install",
         "demo",
         chart,
         "-n",
         ns,
+        "--create-namespace",
         "--wait=false",
         &install_flag,
     ])
@@ -262,12 +263,12 @@ async fn helm_cli_round_trip(server_side: &str) {
 
 #[tokio::test]
 async fn helm_installs_upgrades_and_uninstalls_with_server_side_apply() {
-    helm_cli_round_trip("true").await;
+    helm_cli_round_trip("true", "apps").await;
 }
 
 #[tokio::test]
 async fn helm_installs_upgrades_and_uninstalls_client_side() {
-    helm_cli_round_trip("false").await;
+    helm_cli_round_trip("false", "default").await;
 }
 
 /// One action of tests/helm/sdk.py (Helm's Go library through helm_sdkpy); returns its result.

@@ -929,3 +929,47 @@ async fn reapplying_a_service_that_relies_on_defaults_writes_nothing() {
         first.body["metadata"]["managedFields"]
     );
 }
+
+/// Client-side `kubectl apply` of every kind: creates, then strategic merge patches computed against
+/// the last-applied annotation (none when nothing changed).
+#[tokio::test]
+async fn kubectl_client_side_apply_patches_builtins_strategically() {
+    let Some(bin) = kubectl_path() else { return };
+    let sim = sim().await;
+    let k = Kubectl::new(bin, sim.kubeconfig_path());
+    let apply = ["apply", "-n", "default", "-f", "-"];
+    let first = k.ok_with_stdin(&apply, MANIFEST).await;
+    assert_eq!(first.matches(" created").count(), 11, "{first}");
+    let rv = sim.resource_version();
+    let again = k.ok_with_stdin(&apply, MANIFEST).await;
+    // As on a real cluster, kubectl still sends a patch for the Secret (`stringData` is never
+    // returned, so it always looks missing) and the PodDisruptionBudget (its `selector` has patch
+    // strategy `replace`, so it is always sent) and says "configured"; the server writes nothing.
+    assert_eq!(again.matches(" unchanged").count(), 9, "{again}");
+    assert!(
+        again.contains("secret/app configured")
+            && again.contains("poddisruptionbudget.policy/app configured"),
+        "{again}"
+    );
+    assert_eq!(sim.resource_version(), rv, "a re-apply writes nothing");
+    let changed = MANIFEST.replace("hello", "bonjour").replace(
+        "image: \"example.invalid/app:1\", env",
+        "image: \"example.invalid/app:2\", env",
+    );
+    k.ok_with_stdin(&apply, &changed).await;
+    // ConfigMap, Secret and Deployment changed: three writes.
+    assert_eq!(sim.resource_version(), rv + 3);
+    let deploy: Value =
+        serde_json::from_str(&k.ok(&["get", "deploy", "app", "-o", "json"]).await).unwrap();
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "app", "image": "example.invalid/app:2",
+                "env": [{"name": "GREETING", "value": "bonjour"}]}])
+    );
+    assert_eq!(deploy["metadata"]["generation"], 2);
+    assert_eq!(
+        k.ok(&["get", "secret", "app", "-o", "jsonpath={.data.greeting}"])
+            .await,
+        "Ym9uam91cg=="
+    );
+}
