@@ -76,7 +76,7 @@ fn prepare_secret(def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
                 let data = meta::object_mut(data);
                 for (k, v) in entries {
                     let Some(text) = v.as_str() else {
-                        return Err(invalid_secret(def, obj, &k));
+                        return Err(invalid_secret(def, &k));
                     };
                     let encoded = base64::engine::general_purpose::STANDARD.encode(text);
                     data.insert(k, Value::String(encoded));
@@ -100,7 +100,7 @@ fn prepare_secret(def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
     Ok(())
 }
 
-fn invalid_secret(def: &ResourceDef, _obj: &Value, key: &str) -> ApiError {
+fn invalid_secret(def: &ResourceDef, key: &str) -> ApiError {
     ApiError::bad_request(format!(
         "{} in version \"v1\" cannot be handled as a {}: json: cannot unmarshal stringData.{key} into Go struct field Secret.stringData of type string",
         def.kind, def.kind
