@@ -5,7 +5,8 @@
 //!
 //! The real server reads each list's strategy from the Go types' `patchStrategy`/`patchMergeKey` tags;
 //! the simulator has no Go types, so it keeps the table of the tagged fields of the kinds it serves,
-//! keyed by field name (`ports` merges by `containerPort` inside a container and by `port` in a Service).
+//! keyed by field name (`ports` merges by `containerPort` inside a container and by `port` in a Service;
+//! a label `selector` is replaced whole, as a PodDisruptionBudget's).
 
 use serde_json::{Map, Value};
 
@@ -96,6 +97,15 @@ pub(crate) fn apply(target: &mut Value, patch: &Value) -> Result<(), String> {
                     }
                     _ => *current = items.clone(),
                 }
+            }
+            // A PodDisruptionBudget's label selector has patch strategy `replace` (the workloads'
+            // selectors are immutable, so replacing them is the same as merging).
+            (Some(slot), Value::Object(v))
+                if key == "selector"
+                    && (v.contains_key("matchLabels") || v.contains_key("matchExpressions")) =>
+            {
+                *slot = Value::Null;
+                apply(slot, value)?;
             }
             (Some(slot), v) if v.is_object() => {
                 apply(slot, v)?;
@@ -223,6 +233,23 @@ mod tests {
             json!({"metadata": {"finalizers": ["a", "b"]}, "rules": [{"verbs": ["list"]}],
                    "spec": {"strategy": {"type": "Recreate"}}, "data": {"x": "1"}})
         );
+        let mut pdb = json!({"spec": {"selector": {"matchLabels": {"a": "1"}}}});
+        apply(
+            &mut pdb,
+            &json!({"spec": {"selector": {"matchLabels": {"b": "2"}}}}),
+        )
+        .unwrap();
+        assert_eq!(
+            pdb,
+            json!({"spec": {"selector": {"matchLabels": {"b": "2"}}}})
+        );
+        let mut svc = json!({"spec": {"selector": {"a": "1", "c": "3"}}});
+        apply(
+            &mut svc,
+            &json!({"spec": {"selector": {"b": "2", "c": null}}}),
+        )
+        .unwrap();
+        assert_eq!(svc, json!({"spec": {"selector": {"a": "1", "b": "2"}}}));
         let mut m = json!({"data": {"x": "1"}});
         apply(&mut m, &json!({"data": {"$patch": "replace", "z": "3"}})).unwrap();
         assert_eq!(m, json!({"data": {"z": "3"}}));
