@@ -16,6 +16,7 @@ mod fault_names;
 mod fault_oversize;
 mod fault_start;
 mod fault_watch;
+mod helm_install;
 mod run_acks;
 mod run_admin;
 mod run_admin_pod;

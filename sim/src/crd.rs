@@ -328,6 +328,8 @@ pub(crate) fn resource_def(obj: &Value) -> ResourceDef {
         versions,
         behaviour: Behaviour::Custom,
         terminating: meta::is_deleting(obj),
+        scale_subresource: false,
+        tracks_generation: true,
     }
 }
 

@@ -117,6 +117,12 @@ pub(crate) fn resource_list(state: &State, group: &str, version: &str) -> Option
                 "kind": def.kind, "verbs": ["get", "patch", "update"],
             }));
         }
+        if def.scale_subresource {
+            resources.push(json!({
+                "name": format!("{}/scale", def.gr.resource), "singularName": "", "namespaced": def.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
+            }));
+        }
     }
     if resources.is_empty() {
         return None;
@@ -186,9 +192,18 @@ pub(crate) fn aggregated(state: &State, core: bool, v: &str) -> Value {
                             if !def.categories.is_empty() {
                                 r["categories"] = json!(def.categories);
                             }
+                            let mut subresources = Vec::new();
                             if def.served_version(ver).is_some_and(|x| x.status_subresource) {
-                                r["subresources"] = json!([{"subresource": "status", "responseKind": kind,
-                                                             "verbs": ["get", "patch", "update"]}]);
+                                subresources.push(json!({"subresource": "status", "responseKind": kind,
+                                                         "verbs": ["get", "patch", "update"]}));
+                            }
+                            if def.scale_subresource {
+                                subresources.push(json!({"subresource": "scale",
+                                    "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                                    "verbs": ["get", "patch", "update"]}));
+                            }
+                            if !subresources.is_empty() {
+                                r["subresources"] = json!(subresources);
                             }
                             r
                         })

@@ -137,7 +137,15 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         );
         return r;
     }
-    match dispatch(
+    let body = if content_type(&parts.headers) == super::protobuf::MEDIA_TYPE {
+        match super::protobuf::to_json(&body) {
+            Ok(v) => Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
+            Err(e) => return ApiError::from(e).into_response(),
+        }
+    } else {
+        body
+    };
+    let response = match dispatch(
         &shared,
         &parts.method,
         parts.uri.path(),
@@ -149,7 +157,17 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     {
         Ok(r) => r,
         Err(e) => e.into_response(),
-    }
+    };
+    // The request log: what a client (Helm, kubectl) asked for and got, to find protocol gaps.
+    tracing::debug!(
+        message = "Simulator request.",
+        method = %parts.method,
+        uri = %parts.uri,
+        content_type = content_type(&parts.headers),
+        accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or(""),
+        status = response.status().as_u16(),
+    );
+    response
 }
 
 /// Decoded query parameters (`+` is a space, as kube-rs encodes with form_urlencoded).
@@ -468,6 +486,7 @@ async fn resource(
     let part = match p.sub.as_deref() {
         None => Part::Main,
         Some("status") => Part::Status,
+        Some("scale") if def.scale_subresource => Part::Main,
         Some(_) => return Err(ApiError::path_not_found()),
     };
 
@@ -519,6 +538,19 @@ async fn resource(
         };
     }
 
+    if p.sub.as_deref() == Some("scale") {
+        return scale(
+            shared,
+            &def,
+            &target,
+            method,
+            p.name.as_deref(),
+            headers,
+            query,
+            &body,
+        );
+    }
+
     let store = &shared.store;
     match (method.clone(), p.name.as_deref()) {
         (Method::GET, None) => {
@@ -551,6 +583,9 @@ async fn resource(
             let kind = match content_type(headers).as_str() {
                 "application/merge-patch+json" => PatchKind::Merge,
                 "application/json-patch+json" => PatchKind::Json,
+                "application/strategic-merge-patch+json" if def.behaviour != Behaviour::Custom => {
+                    PatchKind::Strategic
+                }
                 "application/apply-patch+yaml" | "application/apply-patch+json" => {
                     let opts = write_opts(query, headers, true)?;
                     let applied: Value = serde_yaml_ng::from_slice(&body)
@@ -587,6 +622,61 @@ async fn resource(
         }
         (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
     }
+}
+
+/// The `/scale` subresource of a workload: an `autoscaling/v1` Scale read from and written to
+/// `spec.replicas` (GET, PUT, and merge or JSON patches of the Scale).
+#[allow(clippy::too_many_arguments)]
+fn scale(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    target: &Target,
+    method: &Method,
+    name: Option<&str>,
+    headers: &HeaderMap,
+    query: &Query,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let Some(name) = name else {
+        return Err(ApiError::path_not_found());
+    };
+    let current = super::builtin::scale_of(&shared.store.read().get_object(target, name)?);
+    let wanted = match method.clone() {
+        Method::GET => return Ok(json_body(&current)),
+        Method::PUT => {
+            let scale = ops::decode_object(body, "the request body")?;
+            let rv = scale
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !rv.is_empty() && Some(rv) != current["metadata"]["resourceVersion"].as_str() {
+                return Err(ApiError::conflict(&target.gr, name));
+            }
+            scale
+        }
+        Method::PATCH => {
+            let patch: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            match content_type(headers).as_str() {
+                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                    let mut doc = current.clone();
+                    super::patch::merge_patch(&mut doc, &patch);
+                    doc
+                }
+                "application/json-patch+json" => super::patch::json_patch(&current, &patch)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?,
+                other => return Err(ApiError::unsupported_media_type(other)),
+            }
+        }
+        m => return Err(ApiError::method_not_allowed(m.as_str())),
+    };
+    let replicas = super::builtin::requested_replicas(def, name, &wanted)?;
+    let opts = write_opts(query, headers, false)?;
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    let written = shared
+        .store
+        .write(|s| s.patch(target, name, Part::Main, PatchKind::Merge, &patch, &opts))?;
+    Ok(json_body(&super::builtin::scale_of(&written.object)))
 }
 
 /// Answers a SelfSubjectAccessReview from the deny rules (everything else is allowed).

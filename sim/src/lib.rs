@@ -5,6 +5,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
+mod builtin;
 mod crd;
 mod discovery;
 mod faults;
@@ -16,11 +17,13 @@ mod meta;
 mod ops;
 mod patch;
 mod persist;
+mod protobuf;
 mod resource;
 mod schema;
 pub mod selector;
 mod status;
 mod store;
+mod strategic;
 mod tls;
 mod watch;
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::builtin;
 use super::crd;
 use super::fieldmanager;
 use super::meta;
@@ -15,6 +16,7 @@ use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause};
 use super::store::State;
+use super::strategic;
 
 /// The collection a request addresses: resource, version from the URL, namespace from the URL.
 #[derive(Debug, Clone)]
@@ -40,13 +42,15 @@ pub(crate) enum Part {
     Status,
 }
 
-/// The patch formats custom resources accept.
+/// The patch formats the server accepts besides apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PatchKind {
     /// `application/merge-patch+json` (RFC 7386).
     Merge,
     /// `application/json-patch+json` (RFC 6902).
     Json,
+    /// `application/strategic-merge-patch+json`: built-in kinds only (custom resources get 415).
+    Strategic,
 }
 
 /// `DeleteOptions` that change what the server does.
@@ -116,13 +120,17 @@ fn has_status_subresource(def: &ResourceDef, version: &str) -> bool {
             .served_version(version)
             .is_some_and(|v| v.status_subresource),
         Behaviour::Crd | Behaviour::Namespace => true,
-        Behaviour::Builtin | Behaviour::Review => false,
+        Behaviour::Builtin => def
+            .served_version(version)
+            .is_some_and(|v| v.status_subresource),
+        Behaviour::Review => false,
     }
 }
 
-/// Whether the resource tracks `metadata.generation` (custom resources and CRDs do; these built-ins not).
+/// Whether the resource tracks `metadata.generation` (custom resources, CRDs and the reconciled
+/// built-ins do; Leases, Events, Services, ConfigMaps... do not).
 fn has_generation(def: &ResourceDef) -> bool {
-    matches!(def.behaviour, Behaviour::Custom | Behaviour::Crd)
+    def.tracks_generation
 }
 
 /// Prunes unknown fields and validates against the version's schema; unknown fields are refused under
@@ -433,7 +441,13 @@ impl State {
             Behaviour::Namespace => {
                 meta::object_mut(&mut obj).insert("status".into(), json!({"phase": "Active"}));
             }
-            Behaviour::Builtin | Behaviour::Review => {}
+            Behaviour::Builtin => {
+                if let Some(status) = builtin::initial_status(&def) {
+                    meta::object_mut(&mut obj).insert("status".into(), status);
+                }
+                builtin::prepare(self, &def, None, &mut obj)?;
+            }
+            Behaviour::Review => {}
         }
         meta::normalize(&mut obj);
         if managed == Managed::Update {
@@ -539,6 +553,16 @@ impl State {
                 }
                 let mut doc = current.clone();
                 patch::merge_patch(&mut doc, body);
+                doc
+            }
+            PatchKind::Strategic => {
+                if !body.is_object() {
+                    return Err(ApiError::bad_request(
+                        "strategic merge patch must be a JSON object",
+                    ));
+                }
+                let mut doc = current.clone();
+                strategic::apply(&mut doc, body).map_err(ApiError::bad_request)?;
                 doc
             }
             PatchKind::Json => patch::json_patch(&current, body).map_err(|e| {
@@ -679,6 +703,14 @@ impl State {
                     &meta::now(),
                 )
                 .map_err(conflict)?;
+                let mut new = new;
+                if def.behaviour == Behaviour::Builtin && part == Part::Main {
+                    // The field manager compares before the kind's defaults are applied; a re-apply
+                    // that only drops defaulted values (a Service port's `targetPort`) changes
+                    // nothing once they are back, so it must not move the manager's `time` either.
+                    builtin::prepare(self, &def, Some(&old), &mut new)?;
+                    keep_times_if_unchanged(&current, &mut new);
+                }
                 Ok((
                     self.write_update(&def, target, key, &old, new, part, opts, Managed::Applied)?,
                     false,
@@ -800,6 +832,9 @@ impl State {
             }
         }
 
+        if def.behaviour == Behaviour::Builtin && part == Part::Main {
+            builtin::prepare(self, def, Some(old), &mut candidate)?;
+        }
         let warnings = if def.behaviour == Behaviour::Custom {
             check_schema(def, &target.version, &name, &mut candidate, opts.validation)?
         } else {
@@ -1151,6 +1186,44 @@ impl State {
 
 /// Namespaces the NamespaceLifecycle admission plugin never lets go.
 const PROTECTED_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// When `new` differs from `current` in nothing but managedFields times, keeps the times of the
+/// entries that are otherwise the same: an apply that changes nothing writes nothing.
+fn keep_times_if_unchanged(current: &Value, new: &mut Value) {
+    let without_fields = |v: &Value| {
+        let mut v = v.clone();
+        meta::meta_mut(&mut v).remove("managedFields");
+        v
+    };
+    if without_fields(current) != without_fields(new) {
+        return;
+    }
+    let entries = |v: &Value| {
+        v.pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let before = entries(current);
+    let untimed = |e: &Value| {
+        let mut e = e.clone();
+        if let Some(m) = e.as_object_mut() {
+            m.remove("time");
+        }
+        e
+    };
+    let mut after = entries(new);
+    for entry in &mut after {
+        if let Some(old) = before.iter().find(|b| untimed(b) == untimed(entry))
+            && let (Some(m), Some(t)) = (entry.as_object_mut(), old.get("time"))
+        {
+            m.insert("time".into(), t.clone());
+        }
+    }
+    if !after.is_empty() {
+        meta::meta_mut(new).insert("managedFields".into(), Value::Array(after));
+    }
+}
 
 /// Whether anything outside `metadata` differs: what bumps `generation` for custom resources.
 fn changed_outside_metadata(a: &Value, b: &Value) -> bool {

@@ -81,6 +81,11 @@ pub(crate) struct ResourceDef {
     pub(crate) behaviour: Behaviour,
     /// Set while a CRD is being deleted: creates are forbidden.
     pub(crate) terminating: bool,
+    /// Serves `/scale` (`autoscaling/v1` Scale over `spec.replicas`), as Deployments and StatefulSets do.
+    pub(crate) scale_subresource: bool,
+    /// Writes to the spec bump `metadata.generation` (custom resources, CRDs and the built-ins a
+    /// controller reconciles: Deployments, StatefulSets, PodDisruptionBudgets).
+    pub(crate) tracks_generation: bool,
 }
 
 impl ResourceDef {
@@ -102,6 +107,8 @@ impl ResourceDef {
             }],
             behaviour: Behaviour::Namespace,
             terminating: false,
+            scale_subresource: false,
+            tracks_generation: false,
         }
     }
 
@@ -129,23 +136,47 @@ impl ResourceDef {
             }],
             behaviour,
             terminating: false,
+            scale_subresource: false,
+            tracks_generation: false,
         }
     }
 
+    fn short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| (*s).to_string()).collect();
+        self
+    }
+
+    /// In the `all` category, as `kubectl get all` reads it.
+    fn in_all(mut self) -> Self {
+        self.categories = vec!["all".into()];
+        self
+    }
+
+    fn with_status(mut self) -> Self {
+        for v in &mut self.versions {
+            v.status_subresource = true;
+        }
+        self
+    }
+
+    /// The workload shape: status and scale subresources, and a generation a controller would observe.
+    fn workload(mut self) -> Self {
+        self.scale_subresource = true;
+        self.tracks_generation = true;
+        self.with_status()
+    }
+
     /// The built-in resources besides namespaces and CRDs: `coordination.k8s.io/v1` Leases, `v1` Events
-    /// and `authorization.k8s.io/v1` SelfSubjectAccessReviews.
+    /// and `authorization.k8s.io/v1` SelfSubjectAccessReviews, and the kinds a chart installs (`v1`
+    /// ServiceAccounts, ConfigMaps, Secrets, Services; `apps/v1` Deployments, StatefulSets; RBAC;
+    /// `policy/v1` PodDisruptionBudgets). Short names, categories, scope and subresources are those
+    /// kube-apiserver 1.33's discovery gives.
     pub(crate) fn other_builtins() -> Vec<Self> {
-        let mut events = Self::builtin("", "events", "Event", true, Behaviour::Builtin);
-        events.short_names = vec!["ev".into()];
+        use Behaviour::Builtin;
+        const RBAC: &str = "rbac.authorization.k8s.io";
         vec![
-            Self::builtin(
-                "coordination.k8s.io",
-                "leases",
-                "Lease",
-                true,
-                Behaviour::Builtin,
-            ),
-            events,
+            Self::builtin("coordination.k8s.io", "leases", "Lease", true, Builtin),
+            Self::builtin("", "events", "Event", true, Builtin).short_names(&["ev"]),
             Self::builtin(
                 "authorization.k8s.io",
                 "selfsubjectaccessreviews",
@@ -153,6 +184,45 @@ impl ResourceDef {
                 false,
                 Behaviour::Review,
             ),
+            Self::builtin("", "serviceaccounts", "ServiceAccount", true, Builtin)
+                .short_names(&["sa"]),
+            Self::builtin("", "configmaps", "ConfigMap", true, Builtin).short_names(&["cm"]),
+            Self::builtin("", "secrets", "Secret", true, Builtin),
+            Self::builtin("", "services", "Service", true, Builtin)
+                .short_names(&["svc"])
+                .in_all()
+                .with_status(),
+            Self::builtin("apps", "deployments", "Deployment", true, Builtin)
+                .short_names(&["deploy"])
+                .in_all()
+                .workload(),
+            Self::builtin("apps", "statefulsets", "StatefulSet", true, Builtin)
+                .short_names(&["sts"])
+                .in_all()
+                .workload(),
+            Self::builtin(RBAC, "roles", "Role", true, Builtin),
+            Self::builtin(RBAC, "clusterroles", "ClusterRole", false, Builtin),
+            Self::builtin(RBAC, "rolebindings", "RoleBinding", true, Builtin),
+            Self::builtin(
+                RBAC,
+                "clusterrolebindings",
+                "ClusterRoleBinding",
+                false,
+                Builtin,
+            ),
+            {
+                let mut pdb = Self::builtin(
+                    "policy",
+                    "poddisruptionbudgets",
+                    "PodDisruptionBudget",
+                    true,
+                    Builtin,
+                )
+                .short_names(&["pdb"])
+                .with_status();
+                pdb.tracks_generation = true;
+                pdb
+            },
         ]
     }
 
@@ -174,6 +244,8 @@ impl ResourceDef {
             }],
             behaviour: Behaviour::Crd,
             terminating: false,
+            scale_subresource: false,
+            tracks_generation: true,
         }
     }
 

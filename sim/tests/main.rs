@@ -9,6 +9,7 @@ mod sim_builtins;
 mod sim_bulk;
 mod sim_crd;
 mod sim_faults;
+mod sim_kinds;
 mod sim_kube;
 mod sim_kubectl;
 mod sim_list;
