@@ -424,26 +424,60 @@ async fn at_the_backlog_bound_watches_pause_and_resume_from_the_checkpoint() {
     let admin = admin_addr(&config);
     let herald = Herald::start(dir.path(), &config);
     ready(&admin).await;
-    for i in 0..10 {
-        raw.post(WIDGETS, &widget(&format!("b{i}"), json!({}), json!({})))
-            .await;
-    }
-    until("watches pausing at the bound", &herald, || {
+    let paused = || {
         std::fs::read_to_string(&herald.stderr)
             .unwrap_or_default()
             .contains("Journal backlog at its bound; pausing watches.")
-    })
-    .await;
-    let status: serde_json::Value = reqwest::get(format!("http://{admin}/status"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    // The bound is checked before each watch batch, so one batch may overshoot it; not all ten got in.
-    assert!(
-        status["journal"]["backlog"].as_u64().unwrap() < 10,
-        "the journal stops growing: {status}"
+    };
+    let head = || async {
+        let status: serde_json::Value = reqwest::get(format!("http://{admin}/status"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        status["journal"]["head"].as_u64().unwrap()
+    };
+    // One change at a time, each journaled before the next, until the watch pauses: how many
+    // changes one watch batch carries then does not depend on how fast this machine is.
+    let mut posted = 0;
+    while !paused() {
+        assert!(
+            posted < 10,
+            "no pause after {posted} changes with maxBacklog 3"
+        );
+        raw.post(
+            WIDGETS,
+            &widget(&format!("b{posted}"), json!({}), json!({})),
+        )
+        .await;
+        posted += 1;
+        let started = Instant::now();
+        while head().await < posted && !paused() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "change {posted} not journaled"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let at_pause = head().await;
+    // One change per batch here: the watch reads until the backlog is over the bound (3), then
+    // pauses before the next batch.
+    assert_eq!(
+        at_pause, 4,
+        "the watch pauses once the backlog is over the bound"
+    );
+    // Paused, the watch reads nothing: more changes stay in the API server, not in the journal.
+    for i in posted..10 {
+        raw.post(WIDGETS, &widget(&format!("b{i}"), json!({}), json!({})))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        head().await,
+        at_pause,
+        "the journal stops growing while paused"
     );
     rx.status.store(204, Ordering::SeqCst);
     until("all ten after the backlog drained", &herald, || {

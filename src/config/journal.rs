@@ -37,8 +37,8 @@ pub struct JournalSettings {
     #[serde(default, deserialize_with = "deserialize_duration")]
     #[schemars(with = "String", extend("default" = "0s"))]
     pub retain: Duration,
-    /// Undelivered events (for the slowest sink) at which herald stops reading watches until sinks
-    /// catch up; readiness and metrics report it first. At least 1. Default `1000000`.
+    /// Undelivered events (for the slowest sink) above which herald stops reading watches until
+    /// sinks catch up; readiness and metrics report it first. At least 1. Default `1000000`.
     /// Example: `5000000`.
     #[serde(default = "default_max_backlog")]
     pub max_backlog: u64,
