@@ -627,6 +627,73 @@ fn deploy_chart_refuses_contradictions() {
     }
 }
 
+/// Values each valid on their own that the pod could not run with fail the install, not the pod:
+/// two volumes at one path (the API server would reject the StatefulSet's pod after `helm install`
+/// succeeded), RBAC generated from no resource with `existingConfig` (every watch forbidden), and
+/// a mistyped key inside the Kubernetes objects the chart passes through (`resources.limit` would
+/// be dropped and the default limits kept).
+#[test]
+fn deploy_chart_refuses_what_the_pod_cannot_run() {
+    let Some(helm) = deploy::helm() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!("config:\n  resources:\n    - {{group: example.com, kind: Widget}}\n{SINK}");
+    let admin = "adminToken: {existingSecret: herald-admin}\n";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("{base}{admin}secretFiles:\n  - {{secretName: admin}}\n"),
+            "secretFiles[0]: /var/run/secrets/herald/admin is already where adminToken.existingSecret is mounted",
+        ),
+        (
+            format!(
+                "{base}secretFiles:\n  - {{secretName: kafka-tls}}\n  - {{secretName: ca, mountPath: /var/run/secrets/herald/kafka-tls/}}\n"
+            ),
+            "secretFiles[1]: /var/run/secrets/herald/kafka-tls is already where secretFiles[0] is mounted",
+        ),
+        (
+            format!("{base}secretFiles:\n  - {{secretName: conf, mountPath: /etc/herald}}\n"),
+            "secretFiles[0]: /etc/herald is already where the configuration is mounted",
+        ),
+        (
+            "existingConfig: {configMap: herald-config}\n".to_owned(),
+            "config.resources: with existingConfig the chart still generates its RBAC from config.resources",
+        ),
+        (
+            format!("{base}resources: {{limit: {{cpu: \"1\"}}}}\n"),
+            "at '/resources': additional properties 'limit' not allowed",
+        ),
+        (
+            format!("{base}securityContext: {{readOnlyRootFilesytem: true}}\n"),
+            "at '/securityContext': additional properties 'readOnlyRootFilesytem' not allowed",
+        ),
+        (
+            format!("{base}podSecurityContext: {{fsgroup: 1000}}\n"),
+            "at '/podSecurityContext': additional properties 'fsgroup' not allowed",
+        ),
+    ];
+    for (values, message) in cases {
+        let out = render_text(&helm, dir.path(), &values);
+        assert_ne!(out.code, Some(0), "rendered:\n{values}");
+        assert!(
+            out.stderr.contains(message),
+            "values:\n{values}\nwant {message:?} in:\n{}",
+            out.stderr
+        );
+    }
+    // Their valid neighbours render: a Secret of another name next to the admin token, RBAC from
+    // config.resources or from rbac.extraRules alone, or none, with existingConfig, and the fields
+    // the Kubernetes types do have.
+    for values in [
+        format!("{base}{admin}secretFiles:\n  - {{secretName: kafka-tls}}\n  - {{secretName: ca}}\n"),
+        "existingConfig: {configMap: herald-config}\nconfig:\n  resources:\n    - {group: example.com, kind: Widget}\n".to_owned(),
+        "existingConfig: {secret: herald-config}\nrbac:\n  extraRules:\n    - {apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch]}\n".to_owned(),
+        "existingConfig: {configMap: herald-config}\nrbac: {create: false}\n".to_owned(),
+        format!("{base}resources: {{limits: {{cpu: \"1\"}}, claims: []}}\nsecurityContext: {{procMount: Default}}\npodSecurityContext: {{supplementalGroups: [1000]}}\n"),
+    ] {
+        let out = render_text(&helm, dir.path(), &values);
+        assert_eq!(out.code, Some(0), "values:\n{values}\n{}", out.stderr);
+    }
+}
+
 /// The `# --` comments of values.yaml by dotted key, in file order.
 fn documented_values(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
