@@ -627,6 +627,82 @@ fn deploy_chart_refuses_contradictions() {
     }
 }
 
+/// What a `helm upgrade` and a hardened pod rely on, for every example and every-value.yaml:
+/// every selector (the StatefulSet's, its claim template's labels, the Service's, the
+/// NetworkPolicy's, the budget's and the monitors') is exactly the release's name and instance
+/// labels, never a version (the StatefulSet's selector and claim template cannot change, so a
+/// version there breaks the next upgrade); every namespaced object is in the release namespace
+/// except the Roles, which are in the namespaces they grant; the only writable mount is the
+/// journal's; the pod template carries `checksum/config`, so a configuration change restarts it.
+#[test]
+fn deploy_chart_selectors_namespaces_and_mounts_hold_for_upgrades() {
+    let Some(helm) = deploy::helm() else { return };
+    let stable: BTreeSet<&str> = ["app.kubernetes.io/name", "app.kubernetes.io/instance"].into();
+    for values in all_values() {
+        let name = stem(&values);
+        let objects = render(&helm, &[&values]);
+        for o in &objects {
+            let kind = o["kind"].as_str().unwrap();
+            let selector = match kind {
+                "StatefulSet" | "PodDisruptionBudget" | "ServiceMonitor" | "PodMonitor" => {
+                    &o["spec"]["selector"]["matchLabels"]
+                }
+                "NetworkPolicy" => &o["spec"]["podSelector"]["matchLabels"],
+                "Service" => &o["spec"]["selector"],
+                _ => &Value::Null,
+            };
+            if !selector.is_null() {
+                let keys: BTreeSet<&str> = selector
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .map(String::as_str)
+                    .collect();
+                assert_eq!(keys, stable, "{name}: {kind}'s selector {selector}");
+            }
+            let namespace = o["metadata"]["namespace"].as_str();
+            match kind {
+                "ClusterRole" | "ClusterRoleBinding" => {
+                    assert_eq!(namespace, None, "{name}: {kind}")
+                }
+                "Role" | "RoleBinding" => assert!(namespace.is_some(), "{name}: {kind}"),
+                _ => assert_eq!(namespace, Some(NAMESPACE), "{name}: {kind}"),
+            }
+        }
+        let sts = of_kind(&objects, "StatefulSet")[0];
+        for claim in sts["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let keys: BTreeSet<&str> = claim["metadata"]["labels"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(keys, stable, "{name}: the claim template's labels");
+        }
+        let pod = &sts["spec"]["template"];
+        assert!(
+            pod["metadata"]["annotations"]["checksum/config"].is_string(),
+            "{name}: no checksum/config"
+        );
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["securityContext"]["readOnlyRootFilesystem"], true,
+            "{name}"
+        );
+        for mount in container["volumeMounts"].as_array().unwrap() {
+            if mount["name"] == "journal" {
+                assert_eq!(mount["mountPath"], "/var/lib/herald", "{name}");
+            } else {
+                assert_eq!(mount["readOnly"], true, "{name}: {mount} is writable");
+            }
+        }
+    }
+}
+
 /// Values each valid on their own that the pod could not run with fail the install, not the pod:
 /// two volumes at one path (the API server would reject the StatefulSet's pod after `helm install`
 /// succeeded), RBAC generated from no resource with `existingConfig` (every watch forbidden), and
