@@ -627,6 +627,79 @@ fn deploy_chart_refuses_contradictions() {
     }
 }
 
+/// The first fenced block of `lang` after the line containing `after` in `text`.
+fn fenced_after<'a>(text: &'a str, after: &str, lang: &str) -> &'a str {
+    let rest = &text[text
+        .find(after)
+        .unwrap_or_else(|| panic!("{after:?} not found"))..];
+    let open = format!("```{lang}\n");
+    let rest = &rest[rest.find(&open).unwrap() + open.len()..];
+    &rest[..rest.find("```").unwrap()]
+}
+
+/// docs/install.md followed literally: its `my-values.yaml` renders the objects the page lists, the
+/// configuration passes `herald check` as the pod runs it, and the `herald rbac` output it shows is
+/// the chart's ClusterRole and binding.
+#[test]
+fn deploy_install_page_example_renders_as_documented() {
+    let Some(helm) = deploy::helm() else { return };
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/install.md"))
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("my-values.yaml");
+    std::fs::write(&values, fenced_after(&page, "A `my-values.yaml`", "yaml")).unwrap();
+    let objects = render(&helm, &[&values]);
+    let listed: BTreeSet<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let documented: BTreeSet<String> = [
+        "NetworkPolicy",
+        "ServiceAccount",
+        "ConfigMap",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "StatefulSet",
+    ]
+    .iter()
+    .map(|k| format!("{k}/herald"))
+    .collect();
+    assert_eq!(listed, documented);
+    let sts = of_kind(&objects, "StatefulSet")[0];
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "journal",
+        "the claim the page names is journal-herald-0"
+    );
+    let secret_env: Vec<&str> = sts["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|env| !env["valueFrom"]["secretKeyRef"].is_null())
+        .map(|env| env["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(secret_env, ["KAFKA_PASSWORD"]);
+    herald_check_as_in_pod(
+        dir.path(),
+        "install-page",
+        &herald_yaml(&objects),
+        &secret_env,
+    );
+    let printed = documents(fenced_after(
+        &page,
+        "herald rbac -c herald.yaml --namespace herald",
+        "yaml",
+    ));
+    assert_eq!(rbac_of(&printed), rbac_of(&objects));
+}
+
 /// What a `helm upgrade` and a hardened pod rely on, for every example and every-value.yaml:
 /// every selector (the StatefulSet's, its claim template's labels, the Service's, the
 /// NetworkPolicy's, the budget's and the monitors') is exactly the release's name and instance
