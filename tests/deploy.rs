@@ -780,7 +780,7 @@ fn deploy_chart_selectors_namespaces_and_mounts_hold_for_upgrades() {
 /// two volumes at one path (the API server would reject the StatefulSet's pod after `helm install`
 /// succeeded), RBAC generated from no resource with `existingConfig` (every watch forbidden), and
 /// a mistyped key inside the Kubernetes objects the chart passes through (`resources.limit` would
-/// be dropped and the default limits kept).
+/// be dropped and the default limits kept). Each message names the value's path.
 #[test]
 fn deploy_chart_refuses_what_the_pod_cannot_run() {
     let Some(helm) = deploy::helm() else { return };
@@ -805,6 +805,11 @@ fn deploy_chart_refuses_what_the_pod_cannot_run() {
         (
             "existingConfig: {configMap: herald-config}\n".to_owned(),
             "config.resources: with existingConfig the chart still generates its RBAC from config.resources",
+        ),
+        (
+            // The namespace-scoped refusal names the value's own path, not the config file's.
+            format!("{base}rbac: {{namespaceScoped: true}}\n"),
+            "rbac.namespaceScoped: config.resources[0].namespaces: watches all namespaces",
         ),
         (
             format!("{base}resources: {{limit: {{cpu: \"1\"}}}}\n"),

@@ -171,9 +171,9 @@ a selector.
 {{- range $i, $r := default list .Values.config.resources }}
 {{- $ns := default "all" $r.namespaces }}
 {{- if kindIs "map" $ns }}
-{{- fail (printf "rbac.namespaceScoped: resources[%d].namespaces: a namespace selector needs a cluster-wide watch and the namespaces' labels, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: a namespace selector needs a cluster-wide watch and the namespaces' labels, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
 {{- else if not (kindIs "slice" $ns) }}
-{{- fail (printf "rbac.namespaceScoped: resources[%d].namespaces: watches all namespaces, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: watches all namespaces, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
 {{- end }}
 {{- range $name := $ns }}
 {{- $_ := set $perNs $name (append (get $perNs $name | default list) $r) }}
