@@ -823,6 +823,24 @@ fn deploy_chart_refuses_what_the_pod_cannot_run() {
             format!("{base}podSecurityContext: {{fsgroup: 1000}}\n"),
             "at '/podSecurityContext': additional properties 'fsgroup' not allowed",
         ),
+        (
+            format!(
+                "{base}extraEnv:\n  - {{name: A, valuefrom: {{secretKeyRef: {{name: s, key: k}}}}}}\n"
+            ),
+            "at '/extraEnv/0': additional properties 'valuefrom' not allowed",
+        ),
+        (
+            format!(
+                "{base}rbac:\n  extraRules:\n    - {{apiGroups: [\"\"], resource: [configmaps], verbs: [get]}}\n"
+            ),
+            "at '/rbac/extraRules/0': additional properties 'resource' not allowed",
+        ),
+        (
+            format!(
+                "{base}networkPolicy:\n  ingressFrom:\n    - {{namespaceselector: {{matchLabels: {{team: monitoring}}}}}}\n"
+            ),
+            "at '/networkPolicy/ingressFrom/0': additional properties 'namespaceselector' not allowed",
+        ),
     ];
     for (values, message) in cases {
         let out = render_text(&helm, dir.path(), &values);
@@ -842,6 +860,7 @@ fn deploy_chart_refuses_what_the_pod_cannot_run() {
         "existingConfig: {secret: herald-config}\nrbac:\n  extraRules:\n    - {apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch]}\n".to_owned(),
         "existingConfig: {configMap: herald-config}\nrbac: {create: false}\n".to_owned(),
         format!("{base}resources: {{limits: {{cpu: \"1\"}}, claims: []}}\nsecurityContext: {{procMount: Default}}\npodSecurityContext: {{supplementalGroups: [1000]}}\n"),
+        format!("{base}extraEnv:\n  - {{name: A, valueFrom: {{secretKeyRef: {{name: s, key: k}}}}}}\nrbac:\n  extraRules:\n    - {{apiGroups: [\"\"], resources: [configmaps], resourceNames: [c], verbs: [get]}}\nnetworkPolicy:\n  ingressFrom:\n    - {{namespaceSelector: {{matchLabels: {{team: monitoring}}}}, podSelector: {{}}}}\n"),
     ] {
         let out = render_text(&helm, dir.path(), &values);
         assert_eq!(out.code, Some(0), "values:\n{values}\n{}", out.stderr);
