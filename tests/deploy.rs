@@ -627,6 +627,246 @@ fn deploy_chart_refuses_contradictions() {
     }
 }
 
+/// The first fenced block of `lang` after the line containing `after` in `text`.
+fn fenced_after<'a>(text: &'a str, after: &str, lang: &str) -> &'a str {
+    let rest = &text[text
+        .find(after)
+        .unwrap_or_else(|| panic!("{after:?} not found"))..];
+    let open = format!("```{lang}\n");
+    let rest = &rest[rest.find(&open).unwrap() + open.len()..];
+    &rest[..rest.find("```").unwrap()]
+}
+
+/// docs/install.md followed literally: its `my-values.yaml` renders the objects the page lists, the
+/// configuration passes `herald check` as the pod runs it, and the `herald rbac` output it shows is
+/// the chart's ClusterRole and binding.
+#[test]
+fn deploy_install_page_example_renders_as_documented() {
+    let Some(helm) = deploy::helm() else { return };
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/install.md"))
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("my-values.yaml");
+    std::fs::write(&values, fenced_after(&page, "A `my-values.yaml`", "yaml")).unwrap();
+    let objects = render(&helm, &[&values]);
+    let listed: BTreeSet<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let documented: BTreeSet<String> = [
+        "NetworkPolicy",
+        "ServiceAccount",
+        "ConfigMap",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "StatefulSet",
+    ]
+    .iter()
+    .map(|k| format!("{k}/herald"))
+    .collect();
+    assert_eq!(listed, documented);
+    let sts = of_kind(&objects, "StatefulSet")[0];
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "journal",
+        "the claim the page names is journal-herald-0"
+    );
+    let secret_env: Vec<&str> = sts["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|env| !env["valueFrom"]["secretKeyRef"].is_null())
+        .map(|env| env["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(secret_env, ["KAFKA_PASSWORD"]);
+    herald_check_as_in_pod(
+        dir.path(),
+        "install-page",
+        &herald_yaml(&objects),
+        &secret_env,
+    );
+    let printed = documents(fenced_after(
+        &page,
+        "herald rbac -c herald.yaml --namespace herald",
+        "yaml",
+    ));
+    assert_eq!(rbac_of(&printed), rbac_of(&objects));
+}
+
+/// What a `helm upgrade` and a hardened pod rely on, for every example and every-value.yaml:
+/// every selector (the StatefulSet's, its claim template's labels, the Service's, the
+/// NetworkPolicy's, the budget's and the monitors') is exactly the release's name and instance
+/// labels, never a version (the StatefulSet's selector and claim template cannot change, so a
+/// version there breaks the next upgrade); every namespaced object is in the release namespace
+/// except the Roles, which are in the namespaces they grant; the only writable mount is the
+/// journal's; the pod template carries `checksum/config`, so a configuration change restarts it.
+#[test]
+fn deploy_chart_selectors_namespaces_and_mounts_hold_for_upgrades() {
+    let Some(helm) = deploy::helm() else { return };
+    let stable: BTreeSet<&str> = ["app.kubernetes.io/name", "app.kubernetes.io/instance"].into();
+    for values in all_values() {
+        let name = stem(&values);
+        let objects = render(&helm, &[&values]);
+        for o in &objects {
+            let kind = o["kind"].as_str().unwrap();
+            let selector = match kind {
+                "StatefulSet" | "PodDisruptionBudget" | "ServiceMonitor" | "PodMonitor" => {
+                    &o["spec"]["selector"]["matchLabels"]
+                }
+                "NetworkPolicy" => &o["spec"]["podSelector"]["matchLabels"],
+                "Service" => &o["spec"]["selector"],
+                _ => &Value::Null,
+            };
+            if !selector.is_null() {
+                let keys: BTreeSet<&str> = selector
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .map(String::as_str)
+                    .collect();
+                assert_eq!(keys, stable, "{name}: {kind}'s selector {selector}");
+            }
+            let namespace = o["metadata"]["namespace"].as_str();
+            match kind {
+                "ClusterRole" | "ClusterRoleBinding" => {
+                    assert_eq!(namespace, None, "{name}: {kind}")
+                }
+                "Role" | "RoleBinding" => assert!(namespace.is_some(), "{name}: {kind}"),
+                _ => assert_eq!(namespace, Some(NAMESPACE), "{name}: {kind}"),
+            }
+        }
+        let sts = of_kind(&objects, "StatefulSet")[0];
+        for claim in sts["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let keys: BTreeSet<&str> = claim["metadata"]["labels"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(keys, stable, "{name}: the claim template's labels");
+        }
+        let pod = &sts["spec"]["template"];
+        assert!(
+            pod["metadata"]["annotations"]["checksum/config"].is_string(),
+            "{name}: no checksum/config"
+        );
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["securityContext"]["readOnlyRootFilesystem"], true,
+            "{name}"
+        );
+        for mount in container["volumeMounts"].as_array().unwrap() {
+            if mount["name"] == "journal" {
+                assert_eq!(mount["mountPath"], "/var/lib/herald", "{name}");
+            } else {
+                assert_eq!(mount["readOnly"], true, "{name}: {mount} is writable");
+            }
+        }
+    }
+}
+
+/// Values each valid on their own that the pod could not run with fail the install, not the pod:
+/// two volumes at one path (the API server would reject the StatefulSet's pod after `helm install`
+/// succeeded), RBAC generated from no resource with `existingConfig` (every watch forbidden), and
+/// a mistyped key inside the Kubernetes objects the chart passes through (`resources.limit` would
+/// be dropped and the default limits kept). Each message names the value's path.
+#[test]
+fn deploy_chart_refuses_what_the_pod_cannot_run() {
+    let Some(helm) = deploy::helm() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!("config:\n  resources:\n    - {{group: example.com, kind: Widget}}\n{SINK}");
+    let admin = "adminToken: {existingSecret: herald-admin}\n";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("{base}{admin}secretFiles:\n  - {{secretName: admin}}\n"),
+            "secretFiles[0]: /var/run/secrets/herald/admin is already where adminToken.existingSecret is mounted",
+        ),
+        (
+            format!(
+                "{base}secretFiles:\n  - {{secretName: kafka-tls}}\n  - {{secretName: ca, mountPath: /var/run/secrets/herald/kafka-tls/}}\n"
+            ),
+            "secretFiles[1]: /var/run/secrets/herald/kafka-tls is already where secretFiles[0] is mounted",
+        ),
+        (
+            format!("{base}secretFiles:\n  - {{secretName: conf, mountPath: /etc/herald}}\n"),
+            "secretFiles[0]: /etc/herald is already where the configuration is mounted",
+        ),
+        (
+            "existingConfig: {configMap: herald-config}\n".to_owned(),
+            "config.resources: with existingConfig the chart still generates its RBAC from config.resources",
+        ),
+        (
+            // The namespace-scoped refusal names the value's own path, not the config file's.
+            format!("{base}rbac: {{namespaceScoped: true}}\n"),
+            "rbac.namespaceScoped: config.resources[0].namespaces: watches all namespaces",
+        ),
+        (
+            format!("{base}resources: {{limit: {{cpu: \"1\"}}}}\n"),
+            "at '/resources': additional properties 'limit' not allowed",
+        ),
+        (
+            format!("{base}securityContext: {{readOnlyRootFilesytem: true}}\n"),
+            "at '/securityContext': additional properties 'readOnlyRootFilesytem' not allowed",
+        ),
+        (
+            format!("{base}podSecurityContext: {{fsgroup: 1000}}\n"),
+            "at '/podSecurityContext': additional properties 'fsgroup' not allowed",
+        ),
+        (
+            format!(
+                "{base}extraEnv:\n  - {{name: A, valuefrom: {{secretKeyRef: {{name: s, key: k}}}}}}\n"
+            ),
+            "at '/extraEnv/0': additional properties 'valuefrom' not allowed",
+        ),
+        (
+            format!(
+                "{base}rbac:\n  extraRules:\n    - {{apiGroups: [\"\"], resource: [configmaps], verbs: [get]}}\n"
+            ),
+            "at '/rbac/extraRules/0': additional properties 'resource' not allowed",
+        ),
+        (
+            format!(
+                "{base}networkPolicy:\n  ingressFrom:\n    - {{namespaceselector: {{matchLabels: {{team: monitoring}}}}}}\n"
+            ),
+            "at '/networkPolicy/ingressFrom/0': additional properties 'namespaceselector' not allowed",
+        ),
+    ];
+    for (values, message) in cases {
+        let out = render_text(&helm, dir.path(), &values);
+        assert_ne!(out.code, Some(0), "rendered:\n{values}");
+        assert!(
+            out.stderr.contains(message),
+            "values:\n{values}\nwant {message:?} in:\n{}",
+            out.stderr
+        );
+    }
+    // Their valid neighbours render: a Secret of another name next to the admin token, RBAC from
+    // config.resources or from rbac.extraRules alone, or none, with existingConfig, and the fields
+    // the Kubernetes types do have.
+    for values in [
+        format!("{base}{admin}secretFiles:\n  - {{secretName: kafka-tls}}\n  - {{secretName: ca}}\n"),
+        "existingConfig: {configMap: herald-config}\nconfig:\n  resources:\n    - {group: example.com, kind: Widget}\n".to_owned(),
+        "existingConfig: {secret: herald-config}\nrbac:\n  extraRules:\n    - {apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch]}\n".to_owned(),
+        "existingConfig: {configMap: herald-config}\nrbac: {create: false}\n".to_owned(),
+        format!("{base}resources: {{limits: {{cpu: \"1\"}}, claims: []}}\nsecurityContext: {{procMount: Default}}\npodSecurityContext: {{supplementalGroups: [1000]}}\n"),
+        format!("{base}extraEnv:\n  - {{name: A, valueFrom: {{secretKeyRef: {{name: s, key: k}}}}}}\nrbac:\n  extraRules:\n    - {{apiGroups: [\"\"], resources: [configmaps], resourceNames: [c], verbs: [get]}}\nnetworkPolicy:\n  ingressFrom:\n    - {{namespaceSelector: {{matchLabels: {{team: monitoring}}}}, podSelector: {{}}}}\n"),
+    ] {
+        let out = render_text(&helm, dir.path(), &values);
+        assert_eq!(out.code, Some(0), "values:\n{values}\n{}", out.stderr);
+    }
+}
+
 /// The `# --` comments of values.yaml by dotted key, in file order.
 fn documented_values(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();

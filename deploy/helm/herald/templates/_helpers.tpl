@@ -171,9 +171,9 @@ a selector.
 {{- range $i, $r := default list .Values.config.resources }}
 {{- $ns := default "all" $r.namespaces }}
 {{- if kindIs "map" $ns }}
-{{- fail (printf "rbac.namespaceScoped: resources[%d].namespaces: a namespace selector needs a cluster-wide watch and the namespaces' labels, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: a namespace selector needs a cluster-wide watch and the namespaces' labels, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
 {{- else if not (kindIs "slice" $ns) }}
-{{- fail (printf "rbac.namespaceScoped: resources[%d].namespaces: watches all namespaces, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: watches all namespaces, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
 {{- end }}
 {{- range $name := $ns }}
 {{- $_ := set $perNs $name (append (get $perNs $name | default list) $r) }}
@@ -184,4 +184,27 @@ a selector.
 {{- $_ := set $out $name (concat (include "herald.watchRules" $rs | fromYamlArray) (default list $.Values.rbac.extraRules)) }}
 {{- end }}
 {{- toYaml $out }}
+{{- end }}
+
+{{/*
+Refuses (fail) values the pod could not run with although each is valid on its own: two volumes
+mounted at one path (the API server rejects the pod, after `helm install` has already succeeded),
+and, with existingConfig, RBAC generated from nothing (herald would start and be forbidden every
+watch). Renders nothing.
+*/}}
+{{- define "herald.validate" -}}
+{{- $taken := dict "/etc/herald" "the configuration" "/var/lib/herald" "the journal" }}
+{{- if .Values.adminToken.existingSecret }}
+{{- $_ := set $taken (include "herald.adminTokenDir" .) "adminToken.existingSecret" }}
+{{- end }}
+{{- range $i, $s := .Values.secretFiles }}
+{{- $path := trimSuffix "/" (default (printf "/var/run/secrets/herald/%s" $s.secretName) $s.mountPath) }}
+{{- if hasKey $taken $path }}
+{{- fail (printf "secretFiles[%d]: %s is already where %s is mounted; give this Secret another mountPath" $i $path (get $taken $path)) }}
+{{- end }}
+{{- $_ := set $taken $path (printf "secretFiles[%d]" $i) }}
+{{- end }}
+{{- if and .Values.rbac.create (or .Values.existingConfig.configMap .Values.existingConfig.secret) (not .Values.config.resources) (not .Values.rbac.extraRules) }}
+{{- fail "config.resources: with existingConfig the chart still generates its RBAC from config.resources (plus rbac.extraRules); list the resources your configuration watches there, or set rbac.create=false and bind the ServiceAccount yourself" }}
+{{- end }}
 {{- end }}
