@@ -5,6 +5,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
+mod auth;
 mod builtin;
 mod crd;
 mod discovery;
@@ -302,6 +303,7 @@ impl Simulator {
             restart: std::sync::Mutex::new(None),
             restart_requested: tokio::sync::Notify::new(),
             tls,
+            tokens: auth::Tokens::default(),
         });
         seed(&shared.store);
         write_kubeconfig(kubeconfig, addr, shared.tls.as_ref()).map_err(|source| {

@@ -52,7 +52,7 @@ pub(crate) enum Behaviour {
     Custom,
     /// A built-in type with no special behaviour (Leases, Events).
     Builtin,
-    /// A review that is answered, never stored (SelfSubjectAccessReview).
+    /// A review that is answered, never stored (SelfSubjectAccessReview, SelfSubjectRulesReview).
     Review,
 }
 
@@ -184,6 +184,13 @@ impl ResourceDef {
                 false,
                 Behaviour::Review,
             ),
+            Self::builtin(
+                "authorization.k8s.io",
+                "selfsubjectrulesreviews",
+                "SelfSubjectRulesReview",
+                false,
+                Behaviour::Review,
+            ),
             Self::builtin("", "serviceaccounts", "ServiceAccount", true, Builtin)
                 .short_names(&["sa"]),
             Self::builtin("", "configmaps", "ConfigMap", true, Builtin).short_names(&["cm"]),
@@ -257,6 +264,11 @@ impl ResourceDef {
     /// `group/version`, or `version` for the core group.
     pub(crate) fn api_version(&self, version: &str) -> String {
         api_version(&self.gr.group, version)
+    }
+
+    /// Serves the `token` subresource (TokenRequest), as ServiceAccounts do.
+    pub(crate) fn serves_token(&self) -> bool {
+        self.gr.group.is_empty() && self.gr.resource == "serviceaccounts"
     }
 
     /// Built-in lists leave `apiVersion`/`kind` out of their items; custom resource lists keep them.
