@@ -169,7 +169,7 @@ impl ResourceDef {
     /// The built-in resources besides namespaces and CRDs: `coordination.k8s.io/v1` Leases, `v1` Events
     /// and `authorization.k8s.io/v1` SelfSubjectAccessReviews, and the kinds a chart installs (`v1`
     /// ServiceAccounts, ConfigMaps, Secrets, Services; `apps/v1` Deployments, StatefulSets; RBAC;
-    /// `policy/v1` PodDisruptionBudgets). Short names, categories, scope and subresources are those
+    /// `networking.k8s.io/v1` NetworkPolicies; `policy/v1` PodDisruptionBudgets). Short names, categories, scope and subresources are those
     /// kube-apiserver 1.33's discovery gives.
     pub(crate) fn other_builtins() -> Vec<Self> {
         use Behaviour::Builtin;
@@ -207,6 +207,14 @@ impl ResourceDef {
                 .short_names(&["sts"])
                 .in_all()
                 .workload(),
+            Self::builtin(
+                "networking.k8s.io",
+                "networkpolicies",
+                "NetworkPolicy",
+                true,
+                Builtin,
+            )
+            .short_names(&["netpol"]),
             Self::builtin(RBAC, "roles", "Role", true, Builtin),
             Self::builtin(RBAC, "clusterroles", "ClusterRole", false, Builtin),
             Self::builtin(RBAC, "rolebindings", "RoleBinding", true, Builtin),

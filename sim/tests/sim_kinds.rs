@@ -120,6 +120,16 @@ const KINDS: &[Row] = &[
         &[],
         &["status"],
     ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        "NetworkPolicy",
+        true,
+        &["netpol"],
+        &[],
+        &[],
+    ),
 ];
 
 const VERBS: [&str; 8] = [
@@ -300,6 +310,7 @@ fn sample(kind: &str, mark: &str) -> Value {
         "PodDisruptionBudget" => {
             json!({"spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"mark": mark}}}})
         }
+        "NetworkPolicy" => json!({"spec": {"podSelector": {"matchLabels": {"mark": mark}}}}),
         other => panic!("no sample for {other}"),
     };
     let mut obj = body;
