@@ -560,6 +560,9 @@ async fn resource(
     }
     if def.behaviour == Behaviour::Review {
         return match (method.clone(), p.name.as_deref()) {
+            (Method::POST, None) if gr.resource == "selfsubjectreviews" => {
+                who_am_i(identity, &body)
+            }
             (Method::POST, None) if gr.resource == "selfsubjectrulesreviews" => {
                 rules_review(shared, identity, &body)
             }
@@ -794,6 +797,23 @@ fn token_request(
         );
     }
     Ok(json_response(StatusCode::CREATED, &request))
+}
+
+/// Answers a SelfSubjectReview (`kubectl auth whoami`): a token's user and groups; without a token,
+/// the all-powerful `herald-sim` in `system:masters`, which is what it amounts to.
+fn who_am_i(identity: &Identity, body: &[u8]) -> ApiResult<Response> {
+    let mut review = ops::decode_object(body, "the request body")?;
+    let info = match identity {
+        Identity::Admin => serde_json::json!({"username": auth::ADMIN_TOKEN,
+            "groups": ["system:masters", "system:authenticated"]}),
+        Identity::User(u) => serde_json::json!({"username": u.name, "groups": u.groups}),
+    };
+    if let Some(map) = review.as_object_mut() {
+        map.insert("apiVersion".into(), "authentication.k8s.io/v1".into());
+        map.insert("kind".into(), "SelfSubjectReview".into());
+        map.insert("status".into(), serde_json::json!({"userInfo": info}));
+    }
+    Ok(json_response(StatusCode::CREATED, &review))
 }
 
 /// Answers a SelfSubjectRulesReview from the rules the requester holds in `spec.namespace`.

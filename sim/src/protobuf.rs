@@ -315,6 +315,18 @@ fn access_review(b: &[u8]) -> Result<Value, DecodeError> {
     Ok(Value::Object(o))
 }
 
+/// `k8s.io.api.authentication.v1.SelfSubjectReview` (`kubectl auth whoami`): metadata only, the
+/// status being the server's to fill.
+fn self_subject_review(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        if let (1, Field::Bytes(v)) = (n, f) {
+            o.insert("metadata".into(), object_meta(v)?);
+        }
+    }
+    Ok(Value::Object(o))
+}
+
 /// `k8s.io.api.authorization.v1.SelfSubjectRulesReview` (`kubectl auth can-i --list`).
 fn rules_review(b: &[u8]) -> Result<Value, DecodeError> {
     let mut o = Map::new();
@@ -475,6 +487,7 @@ pub(crate) fn to_json(body: &[u8]) -> Result<Value, DecodeError> {
         "TokenRequest" => token_request(raw)?,
         "SelfSubjectAccessReview" => access_review(raw)?,
         "SelfSubjectRulesReview" => rules_review(raw)?,
+        "SelfSubjectReview" => self_subject_review(raw)?,
         _ => return Err(DecodeError::Unsupported(kind)),
     };
     if let Some(m) = obj.as_object_mut() {

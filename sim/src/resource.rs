@@ -52,7 +52,7 @@ pub(crate) enum Behaviour {
     Custom,
     /// A built-in type with no special behaviour (Leases, Events).
     Builtin,
-    /// A review that is answered, never stored (SelfSubjectAccessReview, SelfSubjectRulesReview).
+    /// A review that is answered, never stored (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview).
     Review,
 }
 
@@ -188,6 +188,13 @@ impl ResourceDef {
                 "authorization.k8s.io",
                 "selfsubjectrulesreviews",
                 "SelfSubjectRulesReview",
+                false,
+                Behaviour::Review,
+            ),
+            Self::builtin(
+                "authentication.k8s.io",
+                "selfsubjectreviews",
+                "SelfSubjectReview",
                 false,
                 Behaviour::Review,
             ),

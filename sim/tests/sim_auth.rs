@@ -388,6 +388,20 @@ async fn kubectl_creates_a_token_and_asks_can_i_with_it() {
         .find(|l| l.starts_with("widgets.example.com"))
         .unwrap_or_else(|| panic!("widgets in can-i --list:\n{out}\n{err}"));
     assert!(line.contains("[list]"), "{line}");
+    let (ok, out, err) = kubectl
+        .run(&["auth", "whoami", "-o", "json", "--token", &token])
+        .await;
+    assert!(ok, "{err}");
+    let me: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(me["status"]["userInfo"]["username"], USER);
+    assert_eq!(
+        me["status"]["userInfo"]["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:herald",
+            "system:authenticated"
+        ])
+    );
     // kubectl's own request with the token is refused with the real server's words.
     let (ok, _, err) = kubectl
         .run(&["get", "secrets", "-n", "herald", "--token", &token])
