@@ -21,8 +21,9 @@ pub(crate) const ADMIN_TOKEN: &str = "herald-sim";
 
 const RBAC: &str = "rbac.authorization.k8s.io";
 
-/// kube-apiserver's default and minimum `expirationSeconds` of a TokenRequest.
+/// kube-apiserver's default `expirationSeconds` of a TokenRequest (one hour).
 pub(crate) const DEFAULT_EXPIRATION: u64 = 3600;
+/// The shortest `expirationSeconds` kube-apiserver accepts (ten minutes).
 pub(crate) const MIN_EXPIRATION: u64 = 600;
 
 /// Who a request is.

@@ -784,8 +784,9 @@ fn write_kubeconfig(path: &Path, addr: SocketAddr, tls: Option<&tls::Tls>) -> st
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "herald-sim", "cluster": cluster}],
-        // The simulator authenticates nobody, but kubectl prompts for a password when an HTTPS
-        // user has no credentials at all: a token keeps it quiet.
+        // kubectl prompts for a password when an HTTPS user has no credentials at all: a token keeps
+        // it quiet. This one is not a TokenRequest token: it keeps the all-powerful identity
+        // (auth::ADMIN_TOKEN).
         "users": [{"name": "herald-sim", "user": {"token": "herald-sim"}}],
         "contexts": [{"name": "herald-sim", "context": {"cluster": "herald-sim", "user": "herald-sim", "namespace": "default"}}],
         "current-context": "herald-sim",
