@@ -48,7 +48,7 @@ fn helm_bin() -> Option<PathBuf> {
     tool("HERALD_HELM", "bin/helm")
 }
 
-fn deploy_python() -> Option<PathBuf> {
+pub(crate) fn deploy_python() -> Option<PathBuf> {
     tool("HERALD_DEPLOY_PYTHON", "deploy-tools/bin/python")
 }
 
@@ -57,7 +57,10 @@ fn chart() -> PathBuf {
 }
 
 /// Runs a command off the async runtime (the simulator serves on it) and returns its output.
-async fn output(mut cmd: std::process::Command, stdin: Option<String>) -> std::process::Output {
+pub(crate) async fn output(
+    mut cmd: std::process::Command,
+    stdin: Option<String>,
+) -> std::process::Output {
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -273,10 +276,33 @@ async fn helm_installs_upgrades_and_uninstalls_client_side() {
 
 /// One action of tests/helm/sdk.py (Helm's Go library through helm_sdkpy); returns its result.
 async fn sdk(python: &Path, kubeconfig: &Path, action: &str, values: Value) -> Value {
+    let release = Release {
+        namespace: "apps",
+        name: "lib",
+        chart: &chart(),
+    };
+    sdk_release(python, kubeconfig, &release, action, values).await
+}
+
+/// A Helm release: where, what name, which chart.
+pub(crate) struct Release<'a> {
+    pub(crate) namespace: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) chart: &'a Path,
+}
+
+/// One action of tests/helm/sdk.py on `release`; returns its result.
+pub(crate) async fn sdk_release(
+    python: &Path,
+    kubeconfig: &Path,
+    release: &Release<'_>,
+    action: &str,
+    values: Value,
+) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helm/sdk.py");
     let request = json!({
-        "kubeconfig": kubeconfig, "namespace": "apps", "release": "lib",
-        "chart": chart(), "action": action, "values": values,
+        "kubeconfig": kubeconfig, "namespace": release.namespace, "release": release.name,
+        "chart": release.chart, "action": action, "values": values,
         // helm_sdkpy's own default for install: client-side apply.
         "server_side": false,
     });

@@ -17,6 +17,7 @@ mod fault_oversize;
 mod fault_start;
 mod fault_watch;
 mod helm_install;
+mod install_rbac;
 mod run_acks;
 mod run_admin;
 mod run_admin_pod;

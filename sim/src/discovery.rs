@@ -117,6 +117,12 @@ pub(crate) fn resource_list(state: &State, group: &str, version: &str) -> Option
                 "kind": def.kind, "verbs": ["get", "patch", "update"],
             }));
         }
+        if def.serves_token() {
+            resources.push(json!({
+                "name": format!("{}/token", def.gr.resource), "singularName": "", "namespaced": def.namespaced,
+                "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"],
+            }));
+        }
         if def.scale_subresource {
             resources.push(json!({
                 "name": format!("{}/scale", def.gr.resource), "singularName": "", "namespaced": def.namespaced,
@@ -201,6 +207,11 @@ pub(crate) fn aggregated(state: &State, core: bool, v: &str) -> Value {
                                 subresources.push(json!({"subresource": "scale",
                                     "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
                                     "verbs": ["get", "patch", "update"]}));
+                            }
+                            if def.serves_token() {
+                                subresources.push(json!({"subresource": "token",
+                                    "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"},
+                                    "verbs": ["create"]}));
                             }
                             if !subresources.is_empty() {
                                 r["subresources"] = json!(subresources);

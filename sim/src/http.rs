@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::SimConfig;
+use super::auth::{self, Attributes, Identity};
 use super::discovery;
 use super::faults::Faults;
 use super::list::{self, ListQuery, ReadAt};
@@ -49,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) restart_requested: tokio::sync::Notify,
     /// The certificate when serving HTTPS.
     pub(crate) tls: Option<super::tls::Tls>,
+    /// The ServiceAccount tokens issued through TokenRequest.
+    pub(crate) tokens: super::auth::Tokens,
 }
 
 impl Shared {
@@ -117,6 +120,24 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     if let Some(rest) = path.strip_prefix("/_herald/") {
         return super::admin::handle(&shared, &parts.method, rest, &body).await;
     }
+    let identity = {
+        let authorization = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let state = shared.store.read();
+        match shared.tokens.identify(&state, authorization) {
+            Ok(Identity::User(user)) => {
+                let attrs = Attributes::from_request(parts.method.as_str(), path, &query);
+                if let Err(reason) = auth::authorize(&state, &user, &attrs) {
+                    return attrs.forbidden(&user.name, &reason).into_response();
+                }
+                Identity::User(user)
+            }
+            Ok(admin) => admin,
+            Err(e) => return e.into_response(),
+        }
+    };
     if let Some(delay) = shared.faults.latency_for(path) {
         tokio::time::sleep(delay).await;
     }
@@ -147,6 +168,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     };
     let response = match dispatch(
         &shared,
+        &identity,
         &parts.method,
         parts.uri.path(),
         &parts.headers,
@@ -246,6 +268,7 @@ fn parse_resource_path(group: &str, version: &str, rest: &[&str]) -> Option<Reso
 
 async fn dispatch(
     shared: &Arc<Shared>,
+    identity: &Identity,
     method: &Method,
     path: &str,
     headers: &HeaderMap,
@@ -304,11 +327,11 @@ async fn dispatch(
             &discovery::openapi_group_version(&shared.store.read(), group, version),
         ))),
         ["api", "v1", rest @ ..] => match parse_resource_path("", "v1", rest) {
-            Some(p) => resource(shared, method, headers, query, body, p).await,
+            Some(p) => resource(shared, identity, method, headers, query, body, p).await,
             None => Err(ApiError::path_not_found()),
         },
         ["apis", group, version, rest @ ..] => match parse_resource_path(group, version, rest) {
-            Some(p) => resource(shared, method, headers, query, body, p).await,
+            Some(p) => resource(shared, identity, method, headers, query, body, p).await,
             None => Err(ApiError::path_not_found()),
         },
         _ => Err(ApiError::path_not_found()),
@@ -451,8 +474,10 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_ascii_lowercase()
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn resource(
     shared: &Arc<Shared>,
+    identity: &Identity,
     method: &Method,
     headers: &HeaderMap,
     query: &Query,
@@ -487,6 +512,7 @@ async fn resource(
         None => Part::Main,
         Some("status") => Part::Status,
         Some("scale") if def.scale_subresource => Part::Main,
+        Some("token") if gr == GroupResource::new("", "serviceaccounts") => Part::Main,
         Some(_) => return Err(ApiError::path_not_found()),
     };
 
@@ -526,14 +552,28 @@ async fn resource(
             &gr,
             p.name.as_deref().unwrap_or(""),
             &format!(
-                "User \"system:anonymous\" cannot {verb} resource \"{rbac_resource}\" in API group \"{}\" {scope}",
+                "User \"{}\" cannot {verb} resource \"{rbac_resource}\" in API group \"{}\" {scope}",
+                user_name(identity),
                 gr.group
             ),
         ));
     }
     if def.behaviour == Behaviour::Review {
         return match (method.clone(), p.name.as_deref()) {
-            (Method::POST, None) => access_review(shared, &body),
+            (Method::POST, None) if gr.resource == "selfsubjectreviews" => {
+                who_am_i(identity, &body)
+            }
+            (Method::POST, None) if gr.resource == "selfsubjectrulesreviews" => {
+                rules_review(shared, identity, &body)
+            }
+            (Method::POST, None) => access_review(shared, identity, &body),
+            (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
+        };
+    }
+
+    if p.sub.as_deref() == Some("token") {
+        return match (method.clone(), p.name.as_deref()) {
+            (Method::POST, Some(name)) => token_request(shared, &target, name, &body),
             (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
         };
     }
@@ -679,8 +719,123 @@ fn scale(
     Ok(json_body(&super::builtin::scale_of(&written.object)))
 }
 
-/// Answers a SelfSubjectAccessReview from the deny rules (everything else is allowed).
-fn access_review(shared: &Arc<Shared>, body: &[u8]) -> ApiResult<Response> {
+/// The user name a deny rule's refusal names: the token's user, or `system:anonymous` without one.
+fn user_name(identity: &Identity) -> &str {
+    match identity {
+        Identity::Admin => "system:anonymous",
+        Identity::User(u) => &u.name,
+    }
+}
+
+/// `POST .../serviceaccounts/<name>/token`: a TokenRequest answered with a new bearer token for an
+/// existing ServiceAccount, good for `spec.expirationSeconds` (default one hour, at least ten minutes,
+/// as kube-apiserver validates it).
+fn token_request(
+    shared: &Arc<Shared>,
+    target: &Target,
+    name: &str,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let mut request = ops::decode_object(body, "the request body")?;
+    let sa = shared.store.read().get_object(target, name)?;
+    let uid = sa
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let expiration = match request.pointer("/spec/expirationSeconds") {
+        None | Some(Value::Null) => auth::DEFAULT_EXPIRATION,
+        Some(v) => match v.as_i64() {
+            Some(n) if n >= auth::MIN_EXPIRATION as i64 => n as u64,
+            _ => {
+                return Err(ApiError::invalid(
+                    "TokenRequest",
+                    "authentication.k8s.io",
+                    name,
+                    vec![Cause::new(
+                        "FieldValueInvalid",
+                        "spec.expirationSeconds",
+                        format!(
+                            "Invalid value: {v}: may not specify a duration less than 10 minutes"
+                        ),
+                    )],
+                ));
+            }
+        },
+    };
+    let namespace = target.namespace.as_deref().unwrap_or("");
+    let ttl = Duration::from_secs(expiration);
+    let token = shared.tokens.issue(namespace, name, &uid, ttl);
+    let expires = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(expiration as i64))
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default();
+    let audiences = match request.pointer("/spec/audiences").and_then(Value::as_array) {
+        Some(a) if !a.is_empty() => Value::Array(a.clone()),
+        _ => serde_json::json!(["https://kubernetes.default.svc.cluster.local"]),
+    };
+    if let Some(map) = request.as_object_mut() {
+        map.insert("apiVersion".into(), "authentication.k8s.io/v1".into());
+        map.insert("kind".into(), "TokenRequest".into());
+        map.insert(
+            "metadata".into(),
+            serde_json::json!({"name": name, "namespace": namespace, "creationTimestamp": null}),
+        );
+        let mut spec = map
+            .get("spec")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        spec["audiences"] = audiences;
+        spec["expirationSeconds"] = serde_json::json!(expiration);
+        if spec.get("boundObjectRef").is_none() {
+            spec["boundObjectRef"] = Value::Null;
+        }
+        map.insert("spec".into(), spec);
+        map.insert(
+            "status".into(),
+            serde_json::json!({"token": token, "expirationTimestamp": expires}),
+        );
+    }
+    Ok(json_response(StatusCode::CREATED, &request))
+}
+
+/// Answers a SelfSubjectReview (`kubectl auth whoami`): a token's user and groups; without a token,
+/// the all-powerful `herald-sim` in `system:masters`, which is what it amounts to.
+fn who_am_i(identity: &Identity, body: &[u8]) -> ApiResult<Response> {
+    let mut review = ops::decode_object(body, "the request body")?;
+    let info = match identity {
+        Identity::Admin => serde_json::json!({"username": auth::ADMIN_TOKEN,
+            "groups": ["system:masters", "system:authenticated"]}),
+        Identity::User(u) => serde_json::json!({"username": u.name, "groups": u.groups}),
+    };
+    if let Some(map) = review.as_object_mut() {
+        map.insert("apiVersion".into(), "authentication.k8s.io/v1".into());
+        map.insert("kind".into(), "SelfSubjectReview".into());
+        map.insert("status".into(), serde_json::json!({"userInfo": info}));
+    }
+    Ok(json_response(StatusCode::CREATED, &review))
+}
+
+/// Answers a SelfSubjectRulesReview from the rules the requester holds in `spec.namespace`.
+fn rules_review(shared: &Arc<Shared>, identity: &Identity, body: &[u8]) -> ApiResult<Response> {
+    let mut review = ops::decode_object(body, "the request body")?;
+    let namespace = review
+        .pointer("/spec/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let status = auth::rules_review(&shared.store.read(), identity, &namespace);
+    if let Some(map) = review.as_object_mut() {
+        map.insert("apiVersion".into(), "authorization.k8s.io/v1".into());
+        map.insert("kind".into(), "SelfSubjectRulesReview".into());
+        map.insert("status".into(), status);
+    }
+    Ok(json_response(StatusCode::CREATED, &review))
+}
+
+/// Answers a SelfSubjectAccessReview: a deny rule refuses first; then a token's user is decided by the
+/// RBAC rules, and a request without a token is allowed everything.
+fn access_review(shared: &Arc<Shared>, identity: &Identity, body: &[u8]) -> ApiResult<Response> {
     let mut review = ops::decode_object(body, "the request body")?;
     let attrs = review
         .pointer("/spec/resourceAttributes")
@@ -704,6 +859,15 @@ fn access_review(shared: &Arc<Shared>, body: &[u8]) -> ApiResult<Response> {
             .denied(&attr("verb"), &attr("group"), &resource, &attr("namespace"));
     let status = if denied {
         serde_json::json!({"allowed": false, "reason": "denied by a herald sim deny rule"})
+    } else if let Identity::User(user) = identity {
+        match auth::Attributes::from_review_spec(review.get("spec").unwrap_or(&Value::Null)) {
+            None => serde_json::json!({"allowed": false}),
+            Some(attrs) => match auth::authorize(&shared.store.read(), user, &attrs) {
+                Ok(reason) => serde_json::json!({"allowed": true, "reason": reason}),
+                Err(reason) if reason.is_empty() => serde_json::json!({"allowed": false}),
+                Err(reason) => serde_json::json!({"allowed": false, "reason": reason}),
+            },
+        }
     } else {
         serde_json::json!({"allowed": true})
     };

@@ -5,6 +5,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
+mod auth;
 mod builtin;
 mod crd;
 mod discovery;
@@ -302,6 +303,7 @@ impl Simulator {
             restart: std::sync::Mutex::new(None),
             restart_requested: tokio::sync::Notify::new(),
             tls,
+            tokens: auth::Tokens::default(),
         });
         seed(&shared.store);
         write_kubeconfig(kubeconfig, addr, shared.tls.as_ref()).map_err(|source| {
@@ -782,8 +784,9 @@ fn write_kubeconfig(path: &Path, addr: SocketAddr, tls: Option<&tls::Tls>) -> st
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "herald-sim", "cluster": cluster}],
-        // The simulator authenticates nobody, but kubectl prompts for a password when an HTTPS
-        // user has no credentials at all: a token keeps it quiet.
+        // kubectl prompts for a password when an HTTPS user has no credentials at all: a token keeps
+        // it quiet. This one is not a TokenRequest token: it keeps the all-powerful identity
+        // (auth::ADMIN_TOKEN).
         "users": [{"name": "herald-sim", "user": {"token": "herald-sim"}}],
         "contexts": [{"name": "herald-sim", "context": {"cluster": "herald-sim", "user": "herald-sim", "namespace": "default"}}],
         "current-context": "herald-sim",

@@ -3,7 +3,7 @@
 //! way: Helm stores its releases through it, as Secrets, and deletes them with protobuf DeleteOptions.
 //!
 //! Only the messages those clients send are decoded (Secret, ConfigMap, Namespace, ServiceAccount,
-//! the RBAC kinds, DeleteOptions, and the
+//! the RBAC kinds, DeleteOptions, TokenRequest, the self-subject reviews, and the
 //! ObjectMeta inside them); any other kind is answered 415, so a client that can fall back to JSON does.
 //! Replies stay JSON: every client that offers protobuf also accepts JSON.
 
@@ -246,6 +246,102 @@ fn service_account(b: &[u8]) -> Result<Value, DecodeError> {
     Ok(Value::Object(o))
 }
 
+/// `k8s.io.api.authentication.v1.TokenRequest` (what `kubectl create token` sends): metadata and the
+/// spec's audiences and expiration; a bound object reference is not read.
+fn token_request(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => drop(o.insert("metadata".into(), object_meta(v)?)),
+            (2, Field::Bytes(v)) => {
+                let mut spec = Map::new();
+                let mut audiences = Vec::new();
+                for (n, f) in fields(v)? {
+                    match (n, f) {
+                        (1, Field::Bytes(x)) => audiences.push(json!(string(x)?)),
+                        (4, Field::Varint(x)) => {
+                            drop(spec.insert("expirationSeconds".into(), json!(x)))
+                        }
+                        _ => {}
+                    }
+                }
+                spec.insert("audiences".into(), Value::Array(audiences));
+                o.insert("spec".into(), Value::Object(spec));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(o))
+}
+
+/// `k8s.io.api.authorization.v1.SelfSubjectAccessReview` (what `kubectl auth can-i` sends): the
+/// resource or non-resource attributes of its spec.
+fn access_review(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => drop(o.insert("metadata".into(), object_meta(v)?)),
+            (2, Field::Bytes(v)) => {
+                let mut spec = Map::new();
+                for (n, f) in fields(v)? {
+                    match (n, f) {
+                        (1, Field::Bytes(x)) => drop(spec.insert(
+                            "resourceAttributes".into(),
+                            strings_message(
+                                x,
+                                &[
+                                    "namespace",
+                                    "verb",
+                                    "group",
+                                    "version",
+                                    "resource",
+                                    "subresource",
+                                    "name",
+                                ],
+                            )?,
+                        )),
+                        (2, Field::Bytes(x)) => drop(spec.insert(
+                            "nonResourceAttributes".into(),
+                            strings_message(x, &["path", "verb"])?,
+                        )),
+                        _ => {}
+                    }
+                }
+                o.insert("spec".into(), Value::Object(spec));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(o))
+}
+
+/// `k8s.io.api.authentication.v1.SelfSubjectReview` (`kubectl auth whoami`): metadata only, the
+/// status being the server's to fill.
+fn self_subject_review(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        if let (1, Field::Bytes(v)) = (n, f) {
+            o.insert("metadata".into(), object_meta(v)?);
+        }
+    }
+    Ok(Value::Object(o))
+}
+
+/// `k8s.io.api.authorization.v1.SelfSubjectRulesReview` (`kubectl auth can-i --list`).
+fn rules_review(b: &[u8]) -> Result<Value, DecodeError> {
+    let mut o = Map::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => drop(o.insert("metadata".into(), object_meta(v)?)),
+            (2, Field::Bytes(v)) => {
+                drop(o.insert("spec".into(), strings_message(v, &["namespace"])?))
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(o))
+}
+
 /// A message of string fields only (`PolicyRule`, `Subject`, `RoleRef`): `names[n - 1]` is field n;
 /// a name ending in `[]` is a repeated field.
 fn strings_message(b: &[u8], names: &[&str]) -> Result<Value, DecodeError> {
@@ -388,6 +484,10 @@ pub(crate) fn to_json(body: &[u8]) -> Result<Value, DecodeError> {
         "Role" | "ClusterRole" => role(raw)?,
         "RoleBinding" | "ClusterRoleBinding" => binding(raw)?,
         "DeleteOptions" => delete_options(raw)?,
+        "TokenRequest" => token_request(raw)?,
+        "SelfSubjectAccessReview" => access_review(raw)?,
+        "SelfSubjectRulesReview" => rules_review(raw)?,
+        "SelfSubjectReview" => self_subject_review(raw)?,
         _ => return Err(DecodeError::Unsupported(kind)),
     };
     if let Some(m) = obj.as_object_mut() {

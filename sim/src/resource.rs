@@ -52,7 +52,7 @@ pub(crate) enum Behaviour {
     Custom,
     /// A built-in type with no special behaviour (Leases, Events).
     Builtin,
-    /// A review that is answered, never stored (SelfSubjectAccessReview).
+    /// A review that is answered, never stored (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview).
     Review,
 }
 
@@ -169,7 +169,7 @@ impl ResourceDef {
     /// The built-in resources besides namespaces and CRDs: `coordination.k8s.io/v1` Leases, `v1` Events
     /// and `authorization.k8s.io/v1` SelfSubjectAccessReviews, and the kinds a chart installs (`v1`
     /// ServiceAccounts, ConfigMaps, Secrets, Services; `apps/v1` Deployments, StatefulSets; RBAC;
-    /// `policy/v1` PodDisruptionBudgets). Short names, categories, scope and subresources are those
+    /// `networking.k8s.io/v1` NetworkPolicies; `policy/v1` PodDisruptionBudgets). Short names, categories, scope and subresources are those
     /// kube-apiserver 1.33's discovery gives.
     pub(crate) fn other_builtins() -> Vec<Self> {
         use Behaviour::Builtin;
@@ -181,6 +181,20 @@ impl ResourceDef {
                 "authorization.k8s.io",
                 "selfsubjectaccessreviews",
                 "SelfSubjectAccessReview",
+                false,
+                Behaviour::Review,
+            ),
+            Self::builtin(
+                "authorization.k8s.io",
+                "selfsubjectrulesreviews",
+                "SelfSubjectRulesReview",
+                false,
+                Behaviour::Review,
+            ),
+            Self::builtin(
+                "authentication.k8s.io",
+                "selfsubjectreviews",
+                "SelfSubjectReview",
                 false,
                 Behaviour::Review,
             ),
@@ -200,6 +214,14 @@ impl ResourceDef {
                 .short_names(&["sts"])
                 .in_all()
                 .workload(),
+            Self::builtin(
+                "networking.k8s.io",
+                "networkpolicies",
+                "NetworkPolicy",
+                true,
+                Builtin,
+            )
+            .short_names(&["netpol"]),
             Self::builtin(RBAC, "roles", "Role", true, Builtin),
             Self::builtin(RBAC, "clusterroles", "ClusterRole", false, Builtin),
             Self::builtin(RBAC, "rolebindings", "RoleBinding", true, Builtin),
@@ -257,6 +279,11 @@ impl ResourceDef {
     /// `group/version`, or `version` for the core group.
     pub(crate) fn api_version(&self, version: &str) -> String {
         api_version(&self.gr.group, version)
+    }
+
+    /// Serves the `token` subresource (TokenRequest), as ServiceAccounts do.
+    pub(crate) fn serves_token(&self) -> bool {
+        self.gr.group.is_empty() && self.gr.resource == "serviceaccounts"
     }
 
     /// Built-in lists leave `apiVersion`/`kind` out of their items; custom resource lists keep them.

@@ -5,6 +5,7 @@
 mod support;
 
 mod sim_apply;
+mod sim_auth;
 mod sim_builtins;
 mod sim_bulk;
 mod sim_crd;

@@ -36,7 +36,7 @@ const KINDS: &[Row] = &[
         true,
         &["sa"],
         &[],
-        &[],
+        &["token"],
     ),
     ("", "v1", "configmaps", "ConfigMap", true, &["cm"], &[], &[]),
     ("", "v1", "secrets", "Secret", true, &[], &[], &[]),
@@ -120,6 +120,16 @@ const KINDS: &[Row] = &[
         &[],
         &["status"],
     ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        "NetworkPolicy",
+        true,
+        &["netpol"],
+        &[],
+        &[],
+    ),
 ];
 
 const VERBS: [&str; 8] = [
@@ -187,6 +197,26 @@ async fn discovery_lists_each_builtin_kind_as_kube_apiserver_does() {
             .filter_map(|x| x["name"].as_str()?.strip_prefix(&format!("{plural}/")))
             .collect();
         assert_eq!(listed_subs, *subs, "{plural}");
+        if subs.contains(&"token") {
+            let token = resources
+                .iter()
+                .find(|x| x["name"] == format!("{plural}/token"))
+                .unwrap();
+            assert_eq!(
+                (
+                    &token["group"],
+                    &token["version"],
+                    &token["kind"],
+                    &token["verbs"]
+                ),
+                (
+                    &json!("authentication.k8s.io"),
+                    &json!("v1"),
+                    &json!("TokenRequest"),
+                    &json!(["create"])
+                )
+            );
+        }
         if subs.contains(&"scale") {
             let scale = resources
                 .iter()
@@ -280,6 +310,7 @@ fn sample(kind: &str, mark: &str) -> Value {
         "PodDisruptionBudget" => {
             json!({"spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"mark": mark}}}})
         }
+        "NetworkPolicy" => json!({"spec": {"podSelector": {"matchLabels": {"mark": mark}}}}),
         other => panic!("no sample for {other}"),
     };
     let mut obj = body;
