@@ -1,5 +1,11 @@
 //! Group commit: one thread turns many appends into one `fsync`.
 //!
+//! Adaptive ([`super::JournalConfig::adaptive_commit`], the default): appended entries are flushed
+//! as soon as the flusher is free, so an idle journal commits a lone change at once (one `fsync`,
+//! not one commit interval, of latency), and under load whatever was appended while a flush ran
+//! goes to disk as the next group: the group grows with the load, and no fixed wait is added.
+//! Cursor moves alone still wait for the interval (they must reach disk, but nothing waits on them).
+//!
 //! A thread, not a tokio task, because `sled::Db::flush` blocks in `fsync` for as long as the disk
 //! wants, and the journal opens before (and closes after) any runtime the caller may have.
 //!
@@ -50,6 +56,9 @@ pub(super) struct Shared {
     pub(super) flushed: watch::Sender<Flushed>,
     interval: Duration,
     entries: usize,
+    /// Flush appended entries as soon as the flusher is free (see the module doc); otherwise only
+    /// after `interval` or at `entries`.
+    adaptive: bool,
     /// The head record, advanced after each good flush (`head.rs`).
     record: Mutex<super::head::Record>,
     /// The journal directory, for the failure's message.
@@ -71,6 +80,7 @@ impl Shared {
         head: u64,
         interval: Duration,
         entries: usize,
+        adaptive: bool,
         record: super::head::Record,
     ) -> Self {
         Self {
@@ -85,6 +95,7 @@ impl Shared {
             }),
             interval,
             entries: entries.max(1),
+            adaptive,
             record: Mutex::new(record),
             path: path.to_owned(),
             failure: OnceLock::new(),
@@ -142,14 +153,17 @@ impl Shared {
     /// should not hurry the flush).
     pub(super) fn note_write(&self, entries: usize) {
         let mut p = lock(&self.pending);
+        let had_entries = p.entries > 0;
         p.entries = p.entries.saturating_add(entries);
         let first = p.since.is_none();
         if first {
             p.since = Some(Instant::now());
         }
         // The flusher sleeps without a deadline while nothing is pending, and with one otherwise:
-        // only the first write and reaching the entry bound change when it must wake.
-        if first || p.entries >= self.entries {
+        // only the first write, the first appended entry (adaptive: due at once) and reaching the
+        // entry bound change when it must wake.
+        let now_due = self.adaptive && !had_entries && p.entries > 0;
+        if first || now_due || p.entries >= self.entries {
             self.wake.notify_one();
         }
     }
@@ -169,6 +183,11 @@ impl Shared {
             match p.since {
                 None => p = self.wake.wait(p).unwrap_or_else(PoisonError::into_inner),
                 Some(since) => {
+                    // Adaptive: appended entries are due as soon as the flusher is here, that is
+                    // once the previous flush (which they may have arrived during) is done.
+                    if self.adaptive && p.entries > 0 {
+                        break;
+                    }
                     let waited = since.elapsed();
                     if p.entries >= self.entries || waited >= self.interval {
                         break;
