@@ -36,10 +36,10 @@
 //!
 //! # Group commit
 //! `append` never waits for the disk. A flusher thread calls `sled::Db::flush` (write + `fsync`):
-//! adaptively by default, as soon as it is free once an entry was appended, so a lone change on an
-//! idle journal is committed at once and, under load, what arrived during one flush makes the next
-//! group; without [`JournalConfig::adaptive_commit`], at most `flush_interval` after the first
-//! unflushed write, or as soon as `flush_entries` entries are waiting. Every [`Journal::durable`]
+//! adaptively by default, as soon as it is free once an entry was appended while the journal is
+//! lightly loaded, so a lone change on an idle journal is committed at once; after a large group
+//! (`flusher.rs`), and always without [`JournalConfig::adaptive_commit`], at most `flush_interval`
+//! after the first unflushed write, or as soon as `flush_entries` entries are waiting. Every [`Journal::durable`]
 //! waiter of a group is released by the same flush.
 //! Sinks only ever [`read`](Journal::read) durable events, so nothing is sent that a crash could
 //! take back. sled's own periodic flusher is turned off so this is the only cadence.
@@ -131,7 +131,8 @@ pub struct JournalConfig {
     /// Group commit: or as soon as this many entries wait to be flushed.
     pub flush_entries: usize,
     /// Group commit: flush appended entries as soon as the flusher is free (the previous flush
-    /// done) instead of waiting for `flush_interval`; cursor moves alone still wait for it.
+    /// done) instead of waiting for `flush_interval`, unless the last group was large (then the
+    /// journal is busy and batching pays); cursor moves alone still wait for it.
     /// Default `true`; tests turn it off to hold entries unflushed.
     pub adaptive_commit: bool,
     /// How long delivered events stay for replay; zero deletes an event once every sink passed it.

@@ -645,6 +645,35 @@ async fn an_idle_journal_commits_a_lone_change_without_waiting_for_the_interval(
 }
 
 #[tokio::test]
+async fn after_a_large_group_the_journal_batches_for_the_interval_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        flush_interval: Duration::from_secs(3_600),
+        flush_entries: 1_000_000,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    let big = j
+        .append(Batch {
+            stream: "pods".to_owned(),
+            events: (1..=100).map(|rv| event("pods", rv, "ns/a")).collect(),
+            ..Batch::default()
+        })
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), j.durable(big[99]))
+        .await
+        .expect("the first group goes at once")
+        .unwrap();
+    // A group of 100 means load: the next change waits for the (hour-long) interval.
+    j.append(batch("pods", 101, &["ns/a"])).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(j.durable_seq(), 100);
+    j.close().await.unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 101);
+}
+
+#[tokio::test]
 async fn retention_removes_only_events_every_cursor_passed() {
     let tmp = tempfile::tempdir().unwrap();
     let j = Journal::open(cfg(tmp.path())).unwrap();
