@@ -652,6 +652,14 @@ fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(1024)
 }
 
+/// The plain-HTTP listener: every accepted connection without Nagle's algorithm ([`tls::no_delay`]).
+fn plain(
+    l: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    use axum::serve::ListenerExt;
+    l.tap_io(tls::no_delay)
+}
+
 /// Serves until shutdown, going down and up again on restart requests.
 async fn serve(shared: Arc<http::Shared>, listener: tokio::net::TcpListener) {
     let mut listener = Some(listener);
@@ -683,7 +691,7 @@ async fn serve(shared: Arc<http::Shared>, listener: tokio::net::TcpListener) {
             },
             None => {
                 serve_until(
-                    axum::serve(l, app).with_graceful_shutdown(graceful),
+                    axum::serve(plain(l), app).with_graceful_shutdown(graceful),
                     &stopping,
                 )
                 .await
@@ -797,4 +805,20 @@ fn write_kubeconfig(path: &Path, addr: SocketAddr, tls: Option<&tls::Tls>) -> st
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(path, text + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::serve::Listener;
+
+    #[tokio::test]
+    async fn plain_listener_sets_nodelay_on_accepted_connections() {
+        let l = bind(([127, 0, 0, 1], 0).into()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut listener = plain(l);
+        let (_client, (server, _)) =
+            tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        assert!(server.nodelay().unwrap());
+    }
 }

@@ -78,6 +78,16 @@ impl Tls {
     }
 }
 
+/// Turns Nagle's algorithm off on an accepted connection, as kube-apiserver (Go's net package) does on
+/// every TCP connection: a watch event is one small write, and with Nagle on it waits for the client's
+/// delayed ACK of the previous one (tens of milliseconds) before it leaves.
+pub(crate) fn no_delay(tcp: &mut TcpStream) {
+    if let Err(error) = tcp.set_nodelay(true) {
+        // The connection still works, only slower; not worth refusing it.
+        tracing::debug!(message = "Cannot set TCP_NODELAY.", %error);
+    }
+}
+
 /// Accepts TCP connections and hands over those whose TLS handshake succeeded. Handshakes run in their
 /// own tasks, so one slow or broken client never holds up the others.
 pub(crate) struct TlsListener {
@@ -93,9 +103,10 @@ impl TlsListener {
         let acceptor = tls.acceptor.clone();
         let accept_loop = tokio::spawn(async move {
             loop {
-                let Ok((tcp, peer)) = listener.accept().await else {
+                let Ok((mut tcp, peer)) = listener.accept().await else {
                     continue;
                 };
+                no_delay(&mut tcp);
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     match acceptor.accept(tcp).await {
@@ -138,5 +149,38 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
         Ok(self.addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::serve::Listener;
+
+    #[tokio::test]
+    async fn tls_listener_sets_nodelay_on_accepted_connections() {
+        let tls = Tls::generate().unwrap();
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let mut listener = TlsListener::new(tcp, &tls).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(tls.cert_der.clone()))
+            .unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let client = async {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            connector.connect(name, tcp).await.unwrap()
+        };
+        let (_client, (server, _)) = tokio::join!(client, listener.accept());
+        assert!(server.get_ref().0.nodelay().unwrap());
     }
 }

@@ -19,8 +19,10 @@ pub struct JournalSettings {
     #[serde(default = "default_journal_path")]
     pub path: PathBuf,
     /// Group commit: how long appended events may wait before the journal is flushed to disk (and
-    /// only then checkpointed). A duration with a unit, at most `10s` (events wait up to this long
-    /// before any sink sees them); `0s` flushes every append. Default `10ms`. Example: `5ms`.
+    /// only then checkpointed). The commit is adaptive: under light load appended events are
+    /// flushed as soon as the previous flush is done; after a flush of more than 32 events they
+    /// wait up to this long again, as does delivery progress. A duration with a unit,
+    /// at most `10s`; `0s` flushes every write. Default `10ms`. Example: `5ms`.
     #[serde(
         default = "default_flush_interval",
         deserialize_with = "deserialize_duration"

@@ -1,5 +1,15 @@
 //! Group commit: one thread turns many appends into one `fsync`.
 //!
+//! Adaptive ([`super::JournalConfig::adaptive_commit`], the default): while the journal is lightly
+//! loaded, appended entries are flushed as soon as the flusher is free, so an idle journal commits
+//! a lone change at once (one `fsync`, not one commit interval, of latency) and what was appended
+//! while a flush ran goes to disk as the next group. Once a group is larger than [`BUSY_GROUP`]
+//! the journal is busy: the next group waits for the interval as before, because there flushing
+//! at every chance costs more CPU per event (more flushes, smaller delivery batches: about 10 %
+//! of catch-up throughput measured) than the milliseconds it saves. A small group switches back.
+//! Cursor moves alone always wait for the interval (they must reach disk, but nothing waits on
+//! them).
+//!
 //! A thread, not a tokio task, because `sled::Db::flush` blocks in `fsync` for as long as the disk
 //! wants, and the journal opens before (and closes after) any runtime the caller may have.
 //!
@@ -28,12 +38,18 @@ pub(super) struct Flushed {
     pub(super) stopped: bool,
 }
 
+/// A group of more appended entries than this means the journal is busy (see the module doc): at
+/// 500 changes/s each change is a group of its own, in a catch-up a group is hundreds.
+const BUSY_GROUP: usize = 32;
+
 #[derive(Debug, Default)]
 struct Pending {
     /// Entries appended since the last flush started.
     entries: usize,
     /// When the oldest unflushed write happened; `None` when nothing is waiting.
     since: Option<Instant>,
+    /// The last group was larger than [`BUSY_GROUP`]: the next one waits for the interval.
+    busy: bool,
     shutdown: bool,
 }
 
@@ -50,6 +66,9 @@ pub(super) struct Shared {
     pub(super) flushed: watch::Sender<Flushed>,
     interval: Duration,
     entries: usize,
+    /// Flush appended entries as soon as the flusher is free (see the module doc); otherwise only
+    /// after `interval` or at `entries`.
+    adaptive: bool,
     /// The head record, advanced after each good flush (`head.rs`).
     record: Mutex<super::head::Record>,
     /// The journal directory, for the failure's message.
@@ -71,6 +90,7 @@ impl Shared {
         head: u64,
         interval: Duration,
         entries: usize,
+        adaptive: bool,
         record: super::head::Record,
     ) -> Self {
         Self {
@@ -85,6 +105,7 @@ impl Shared {
             }),
             interval,
             entries: entries.max(1),
+            adaptive,
             record: Mutex::new(record),
             path: path.to_owned(),
             failure: OnceLock::new(),
@@ -142,14 +163,17 @@ impl Shared {
     /// should not hurry the flush).
     pub(super) fn note_write(&self, entries: usize) {
         let mut p = lock(&self.pending);
+        let had_entries = p.entries > 0;
         p.entries = p.entries.saturating_add(entries);
         let first = p.since.is_none();
         if first {
             p.since = Some(Instant::now());
         }
         // The flusher sleeps without a deadline while nothing is pending, and with one otherwise:
-        // only the first write and reaching the entry bound change when it must wake.
-        if first || p.entries >= self.entries {
+        // only the first write, the first appended entry (adaptive: due at once) and reaching the
+        // entry bound change when it must wake.
+        let now_due = self.adaptive && !p.busy && !had_entries && p.entries > 0;
+        if first || now_due || p.entries >= self.entries {
             self.wake.notify_one();
         }
     }
@@ -169,6 +193,11 @@ impl Shared {
             match p.since {
                 None => p = self.wake.wait(p).unwrap_or_else(PoisonError::into_inner),
                 Some(since) => {
+                    // Adaptive and not busy: appended entries are due as soon as the flusher is
+                    // here, that is once the previous flush (they may have arrived during) is done.
+                    if self.adaptive && !p.busy && p.entries > 0 {
+                        break;
+                    }
                     let waited = since.elapsed();
                     if p.entries >= self.entries || waited >= self.interval {
                         break;
@@ -181,6 +210,7 @@ impl Shared {
                 }
             }
         }
+        p.busy = p.entries > BUSY_GROUP;
         p.entries = 0;
         p.since = None;
         p.shutdown

@@ -35,9 +35,12 @@
 //! see durable events anyway.
 //!
 //! # Group commit
-//! `append` never waits for the disk. A flusher thread calls `sled::Db::flush` (write + `fsync`) at
-//! most `flush_interval` after the first unflushed write, or as soon as `flush_entries` entries
-//! are waiting; every [`Journal::durable`] waiter of that window is released by the same flush.
+//! `append` never waits for the disk. A flusher thread calls `sled::Db::flush` (write + `fsync`):
+//! adaptively by default, as soon as it is free once an entry was appended while the journal is
+//! lightly loaded, so a lone change on an idle journal is committed at once; after a large group
+//! (`flusher.rs`), and always without [`JournalConfig::adaptive_commit`], at most `flush_interval`
+//! after the first unflushed write, or as soon as `flush_entries` entries are waiting. Every [`Journal::durable`]
+//! waiter of a group is released by the same flush.
 //! Sinks only ever [`read`](Journal::read) durable events, so nothing is sent that a crash could
 //! take back. sled's own periodic flusher is turned off so this is the only cadence.
 //!
@@ -127,6 +130,11 @@ pub struct JournalConfig {
     pub flush_interval: Duration,
     /// Group commit: or as soon as this many entries wait to be flushed.
     pub flush_entries: usize,
+    /// Group commit: flush appended entries as soon as the flusher is free (the previous flush
+    /// done) instead of waiting for `flush_interval`, unless the last group was large (then the
+    /// journal is busy and batching pays); cursor moves alone still wait for it.
+    /// Default `true`; tests turn it off to hold entries unflushed.
+    pub adaptive_commit: bool,
     /// How long delivered events stay for replay; zero deletes an event once every sink passed it.
     pub retain: Duration,
     /// Bound on undelivered events (head minus the slowest cursor), see
@@ -139,13 +147,15 @@ pub struct JournalConfig {
 }
 
 impl JournalConfig {
-    /// The defaults for everything but the path: flush every 10 ms or 1000 entries, keep nothing
-    /// once delivered, one million events of backlog, a 64 MiB cache.
+    /// The defaults for everything but the path: adaptive group commit (cursor moves every 10 ms,
+    /// or at 1000 entries), keep nothing once delivered, one million events of backlog, a 64 MiB
+    /// cache.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
             flush_interval: Duration::from_millis(10),
             flush_entries: 1_000,
+            adaptive_commit: true,
             retain: Duration::ZERO,
             max_backlog: 1_000_000,
             cache_capacity: 64 * 1024 * 1024,
@@ -290,6 +300,7 @@ impl Journal {
             head,
             cfg.flush_interval,
             cfg.flush_entries,
+            cfg.adaptive_commit,
             record,
         ));
         let thread = std::thread::Builder::new()

@@ -516,6 +516,8 @@ async fn ack_is_idempotent_and_refuses_unknown_sinks_and_non_durable_seqs() {
     let j = Journal::open(JournalConfig {
         flush_interval: Duration::from_secs(3_600),
         flush_entries: 1_000_000,
+        // Holds the append unflushed: the adaptive commit would flush it at once.
+        adaptive_commit: false,
         ..cfg(tmp.path())
     })
     .unwrap();
@@ -551,6 +553,7 @@ async fn reading_never_returns_events_that_are_not_durable() {
         // Only the entry bound can trigger a flush in this test.
         flush_interval: Duration::from_secs(3_600),
         flush_entries: 5,
+        adaptive_commit: false,
         ..cfg(tmp.path())
     })
     .unwrap();
@@ -596,6 +599,8 @@ async fn the_interval_flushes_a_small_group_and_waiters_share_it() {
     let j = Journal::open(JournalConfig {
         flush_interval: Duration::from_millis(20),
         flush_entries: 1_000_000,
+        // The interval is what this test is about.
+        adaptive_commit: false,
         ..cfg(tmp.path())
     })
     .unwrap();
@@ -616,6 +621,56 @@ async fn the_interval_flushes_a_small_group_and_waiters_share_it() {
     assert_eq!(j.durable_seq(), 20);
     assert!(started.elapsed() < Duration::from_secs(5));
     j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_idle_journal_commits_a_lone_change_without_waiting_for_the_interval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        // Neither the interval nor the entry bound can trigger this flush.
+        flush_interval: Duration::from_secs(3_600),
+        flush_entries: 1_000_000,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    for rv in 1..=3 {
+        let seq = j.append(batch("pods", rv, &["ns/a"])).unwrap()[0];
+        tokio::time::timeout(Duration::from_secs(30), j.durable(seq))
+            .await
+            .expect("durable without waiting for the hour-long interval")
+            .unwrap();
+        assert_eq!(j.durable_seq(), seq);
+    }
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn after_a_large_group_the_journal_batches_for_the_interval_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        flush_interval: Duration::from_secs(3_600),
+        flush_entries: 1_000_000,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    let big = j
+        .append(Batch {
+            stream: "pods".to_owned(),
+            events: (1..=100).map(|rv| event("pods", rv, "ns/a")).collect(),
+            ..Batch::default()
+        })
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), j.durable(big[99]))
+        .await
+        .expect("the first group goes at once")
+        .unwrap();
+    // A group of 100 means load: the next change waits for the (hour-long) interval.
+    j.append(batch("pods", 101, &["ns/a"])).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(j.durable_seq(), 100);
+    j.close().await.unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 101);
 }
 
 #[tokio::test]
@@ -769,6 +824,8 @@ async fn close_refuses_later_writes_and_lets_the_journal_reopen() {
     let j = Journal::open(JournalConfig {
         flush_interval: Duration::from_secs(3_600),
         flush_entries: 1_000_000,
+        // Holds the append unflushed: the adaptive commit would flush it at once.
+        adaptive_commit: false,
         ..cfg(tmp.path())
     })
     .unwrap();
