@@ -726,7 +726,7 @@ mod tests {
         );
         assert_eq!(
             s["details"],
-            json!({"name": "foo", "group": "", "kind": "secrets"})
+            json!({"name": "foo", "kind": "secrets"})
         );
         assert_eq!(s["reason"], "Forbidden");
         let e = Attributes::NonResource {
