@@ -277,13 +277,20 @@ impl Attributes {
     }
 }
 
-/// The name a `metadata.name=x` (or `==`) field selector requires exactly, if any.
+/// The name a field selector requires exactly (`metadata.name=x` or `==`), read as the request-info
+/// factory reads it: parsed by the same parser the list handler uses (escapes, no trimming, terms in
+/// sorted order, the first match wins), and only a valid path segment name counts.
 fn name_from_field_selector(selector: &str) -> Option<String> {
-    selector.split(',').find_map(|req| {
-        let (k, v) = req.split_once("==").or_else(|| req.split_once('='))?;
-        (k.trim() == "metadata.name" && !k.ends_with('!') && !v.is_empty())
-            .then(|| v.trim().to_string())
-    })
+    let parsed = super::selector::FieldSelector::parse(selector).ok()?;
+    let name = parsed
+        .requirements()
+        .iter()
+        .find(|r| r.field == "metadata.name" && !r.negated)?
+        .value
+        .clone();
+    // `path.IsValidPathSegmentName`.
+    let valid = !matches!(name.as_str(), "." | "..") && !name.contains(['/', '%']);
+    valid.then_some(name)
 }
 
 /// One RBAC `PolicyRule`.
@@ -344,7 +351,7 @@ impl Rule {
                     && self.non_resource_urls.iter().any(|u| {
                         u == "*"
                             || u == path
-                            || u.strip_suffix('*').is_some_and(|p| path.starts_with(p))
+                            || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
                     })
             }
             Attributes::Resource {
@@ -366,27 +373,29 @@ impl Rule {
                         || (!subresource.is_empty()
                             && r.strip_prefix("*/") == Some(subresource.as_str()))
                 });
-                let name_ok = self.resource_names.is_empty()
-                    || (!name.is_empty() && self.resource_names.iter().any(|n| n == name));
+                // `ResourceNameMatches`: a list, watch or create carries no name and so only matches
+                // a rule without resourceNames (or, literally, one naming "").
+                let name_ok =
+                    self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == name);
                 has(&self.verbs, verb) && has(&self.api_groups, group) && resource_ok && name_ok
             }
         }
     }
 
-    /// The rule as a SelfSubjectRulesReview lists it: a resource rule or a non-resource rule.
-    fn to_review(&self) -> (bool, Value) {
-        if self.non_resource_urls.is_empty() {
+    /// The rule as a SelfSubjectRulesReview lists it, as the RBAC authorizer's `RulesFor` splits it:
+    /// a resource rule when it names resources, a non-resource rule when it names URLs (a ClusterRole
+    /// rule may do both, and one doing neither grants nothing and is not listed).
+    fn to_review(&self) -> (Option<Value>, Option<Value>) {
+        let resource = (!self.resources.is_empty()).then(|| {
             let mut r = json!({"verbs": self.verbs, "apiGroups": self.api_groups, "resources": self.resources});
             if !self.resource_names.is_empty() {
                 r["resourceNames"] = json!(self.resource_names);
             }
-            (true, r)
-        } else {
-            (
-                false,
-                json!({"verbs": self.verbs, "nonResourceURLs": self.non_resource_urls}),
-            )
-        }
+            r
+        });
+        let non_resource = (!self.non_resource_urls.is_empty())
+            .then(|| json!({"verbs": self.verbs, "nonResourceURLs": self.non_resource_urls}));
+        (resource, non_resource)
     }
 }
 
@@ -591,10 +600,9 @@ pub(crate) fn rules_review(state: &State, identity: &Identity, namespace: &str) 
     let (grants, errors) = grants(state, user, namespace);
     let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
     for rule in grants.iter().flat_map(|g| g.rules.iter()) {
-        match rule.to_review() {
-            (true, r) => resource_rules.push(r),
-            (false, r) => non_resource_rules.push(r),
-        }
+        let (resource, non_resource) = rule.to_review();
+        resource_rules.extend(resource);
+        non_resource_rules.extend(non_resource);
     }
     let mut status = json!({
         "resourceRules": resource_rules,
@@ -711,6 +719,71 @@ mod tests {
     }
 
     #[test]
+    fn a_field_selector_names_the_object_as_the_list_handler_reads_it() {
+        let name = |selector: &str| {
+            let q = format!("fieldSelector={}", form_urlencoded_value(selector));
+            match attrs("GET", &format!("/api/v1/namespaces/x/secrets?{q}")) {
+                Attributes::Resource { name, .. } => name,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(name("metadata.name==foo"), "foo");
+        // apimachinery sorts the terms and takes the first exact match.
+        assert_eq!(name("metadata.name=b,metadata.name=a"), "a");
+        // An escaped comma is part of the value, not a separator.
+        assert_eq!(name("metadata.name=fo\\,o"), "fo,o");
+        // No trimming: " metadata.name" is another field, and the value keeps its space.
+        assert_eq!(name(" metadata.name=foo"), "");
+        // Not a valid path segment name, or not a selector at all: no name.
+        assert_eq!(name("metadata.name=a/b"), "");
+        assert_eq!(name("metadata.name=.."), "");
+        assert_eq!(name("metadata.name=a=b"), "");
+        assert_eq!(name("metadata.name!=foo"), "");
+    }
+
+    /// `s` encoded for a query string value.
+    fn form_urlencoded_value(s: &str) -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rules_match_exactly_as_the_evaluation_helpers_do() {
+        let rule = |v: Value| Rule::from_json(&v);
+        // ResourceNameMatches compares names literally, the empty one included.
+        let empty_name = rule(
+            json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": [""], "verbs": ["list"]}),
+        );
+        assert!(empty_name.allows(&res("list", "", "secrets", "", "x", "")));
+        // NonResourceURLMatches trims every trailing '*' before the prefix test.
+        let stars = Rule::non_resource(&["get"], &["/apis/**"]);
+        assert!(stars.allows(&Attributes::NonResource {
+            verb: "get".into(),
+            path: "/apis/example.com".into()
+        }));
+        // RulesFor lists a rule naming resources and URLs in both lists, and one naming neither in none.
+        let both = rule(
+            json!({"apiGroups": [""], "resources": ["pods"], "nonResourceURLs": ["/metrics"], "verbs": ["get"]}),
+        );
+        let (r, n) = both.to_review();
+        assert_eq!(
+            r,
+            Some(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}))
+        );
+        assert_eq!(
+            n,
+            Some(json!({"verbs": ["get"], "nonResourceURLs": ["/metrics"]}))
+        );
+        assert_eq!(rule(json!({"verbs": ["get"]})).to_review(), (None, None));
+    }
+
+    #[test]
     fn forbidden_messages_are_worded_as_kube_apiserver_words_them() {
         let user = "system:serviceaccount:herald:herald";
         let e = res("list", "example.com", "widgets", "", "", "").forbidden(user, "");
@@ -724,10 +797,7 @@ mod tests {
             s["message"],
             "secrets \"foo\" is forbidden: User \"system:serviceaccount:herald:herald\" cannot get resource \"secrets\" in API group \"\" in the namespace \"herald\""
         );
-        assert_eq!(
-            s["details"],
-            json!({"name": "foo", "kind": "secrets"})
-        );
+        assert_eq!(s["details"], json!({"name": "foo", "kind": "secrets"}));
         assert_eq!(s["reason"], "Forbidden");
         let e = Attributes::NonResource {
             verb: "get".into(),
