@@ -124,6 +124,62 @@ impl Tokens {
     }
 }
 
+/// What `Impersonate-User` and `Impersonate-Group` headers (kubectl `--as`, `--as-group`) ask for,
+/// as kube-apiserver's impersonation filter reads them: the user to act as, with the groups it gets,
+/// and the `impersonate` checks the requester must pass (none for the all-powerful identity).
+/// `None` when no user is impersonated (groups alone are ignored here; the real server refuses them).
+pub(crate) fn impersonation(
+    user: Option<&str>,
+    groups: &[&str],
+) -> Option<(User, Vec<Attributes>)> {
+    let name = user.filter(|u| !u.is_empty())?;
+    let check = |resource: &str, namespace: &str, name: &str| Attributes::Resource {
+        verb: "impersonate".into(),
+        group: String::new(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let mut checks = Vec::new();
+    let mut user_groups: Vec<String> = Vec::new();
+    let service_account = name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .filter(|(ns, sa)| !ns.is_empty() && !sa.is_empty() && !sa.contains(':'));
+    match service_account {
+        Some((ns, sa)) => {
+            checks.push(check("serviceaccounts", ns, sa));
+            if groups.is_empty() {
+                // A ServiceAccount's groups are a fixed mapping: given when none are asked for.
+                user_groups = vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{ns}"),
+                ];
+            }
+        }
+        None => checks.push(check("users", "", name)),
+    }
+    for g in groups {
+        checks.push(check("groups", "", g));
+        user_groups.push((*g).to_string());
+    }
+    if name != "system:anonymous"
+        && !user_groups
+            .iter()
+            .any(|g| g == "system:authenticated" || g == "system:unauthenticated")
+    {
+        user_groups.push("system:authenticated".into());
+    }
+    Some((
+        User {
+            name: name.to_string(),
+            groups: user_groups,
+        },
+        checks,
+    ))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A map of plain values: a panic cannot leave one half-written.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -807,6 +863,42 @@ mod tests {
         assert_eq!(
             e.to_status()["message"],
             "forbidden: User \"system:serviceaccount:herald:herald\" cannot get path \"/metrics\""
+        );
+    }
+
+    #[test]
+    fn impersonation_gives_the_groups_the_real_filter_gives() {
+        assert_eq!(impersonation(None, &["g"]), None);
+        let (user, checks) =
+            impersonation(Some("system:serviceaccount:herald:herald"), &[]).unwrap();
+        assert_eq!(user.name, "system:serviceaccount:herald:herald");
+        assert_eq!(
+            user.groups,
+            [
+                "system:serviceaccounts",
+                "system:serviceaccounts:herald",
+                "system:authenticated"
+            ]
+        );
+        assert_eq!(
+            checks,
+            [res(
+                "impersonate",
+                "",
+                "serviceaccounts",
+                "",
+                "herald",
+                "herald"
+            )]
+        );
+        let (user, checks) = impersonation(Some("jane"), &["devs"]).unwrap();
+        assert_eq!(user.groups, ["devs", "system:authenticated"]);
+        assert_eq!(
+            checks,
+            [
+                res("impersonate", "", "users", "", "", "jane"),
+                res("impersonate", "", "groups", "", "", "devs")
+            ]
         );
     }
 
