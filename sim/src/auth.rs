@@ -286,7 +286,13 @@ impl Attributes {
 
     /// The 403 kube-apiserver's `responsewriters.Forbidden` writes for a refusal of `user`.
     pub(crate) fn forbidden(&self, user: &str, reason: &str) -> ApiError {
+        // Go quotes with %q (Rust's Debug quoting agrees for printable text) and the real server
+        // escapes the message, not the reason, so it never reads as HTML.
         let why = |msg: String| {
+            let msg = msg
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
             if reason.is_empty() {
                 msg
             } else {
@@ -299,7 +305,7 @@ impl Attributes {
                 "Forbidden",
                 &format!(
                     "forbidden: {}",
-                    why(format!("User \"{user}\" cannot {verb} path \"{path}\""))
+                    why(format!("User {user:?} cannot {verb} path {path:?}"))
                 ),
             )
             .with_details(json!({})),
@@ -319,13 +325,13 @@ impl Attributes {
                 let scope = if namespace.is_empty() {
                     "at the cluster scope".to_string()
                 } else {
-                    format!("in the namespace \"{namespace}\"")
+                    format!("in the namespace {namespace:?}")
                 };
                 ApiError::forbidden_verb(
                     &GroupResource::new(group.clone(), resource.clone()),
                     name,
                     &why(format!(
-                        "User \"{user}\" cannot {verb} resource \"{combined}\" in API group \"{group}\" {scope}"
+                        "User {user:?} cannot {verb} resource {combined:?} in API group {group:?} {scope}"
                     )),
                 )
             }
@@ -899,6 +905,18 @@ mod tests {
                 res("impersonate", "", "users", "", "", "jane"),
                 res("impersonate", "", "groups", "", "", "devs")
             ]
+        );
+    }
+
+    #[test]
+    fn a_refusal_quotes_like_go_and_escapes_html_as_responsewriters_does() {
+        let nr = Attributes::NonResource {
+            verb: "get".into(),
+            path: "/a<b>&\"c".into(),
+        };
+        assert_eq!(
+            nr.forbidden("u", "<reason>").to_status()["message"],
+            "forbidden: User \"u\" cannot get path \"/a&lt;b&gt;&amp;\\\"c\": <reason>"
         );
     }
 
