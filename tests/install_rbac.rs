@@ -258,10 +258,10 @@ async fn helm_installs_the_chart_and_herald_runs_with_its_service_account() {
     // herald's next watch is refused: /readyz names the verb and the resource.
     sim.drop_watches();
     let started = std::time::Instant::now();
-    let (code, text) = loop {
+    loop {
         let (code, text) = readyz(&admin).await;
         if code == 503 && text.contains(&refusal) {
-            break (code, text);
+            break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(20),
@@ -269,8 +269,7 @@ async fn helm_installs_the_chart_and_herald_runs_with_its_service_account() {
             herald.stderr_text()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(code, 503, "{text}");
+    }
 
     // `herald check --connect` with the same identity names them too.
     let out = tokio::task::spawn_blocking({

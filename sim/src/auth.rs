@@ -124,6 +124,62 @@ impl Tokens {
     }
 }
 
+/// What `Impersonate-User` and `Impersonate-Group` headers (kubectl `--as`, `--as-group`) ask for,
+/// as kube-apiserver's impersonation filter reads them: the user to act as, with the groups it gets,
+/// and the `impersonate` checks the requester must pass (none for the all-powerful identity).
+/// `None` when no user is impersonated (groups alone are ignored here; the real server refuses them).
+pub(crate) fn impersonation(
+    user: Option<&str>,
+    groups: &[&str],
+) -> Option<(User, Vec<Attributes>)> {
+    let name = user.filter(|u| !u.is_empty())?;
+    let check = |resource: &str, namespace: &str, name: &str| Attributes::Resource {
+        verb: "impersonate".into(),
+        group: String::new(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let mut checks = Vec::new();
+    let mut user_groups: Vec<String> = Vec::new();
+    let service_account = name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .filter(|(ns, sa)| !ns.is_empty() && !sa.is_empty() && !sa.contains(':'));
+    match service_account {
+        Some((ns, sa)) => {
+            checks.push(check("serviceaccounts", ns, sa));
+            if groups.is_empty() {
+                // A ServiceAccount's groups are a fixed mapping: given when none are asked for.
+                user_groups = vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{ns}"),
+                ];
+            }
+        }
+        None => checks.push(check("users", "", name)),
+    }
+    for g in groups {
+        checks.push(check("groups", "", g));
+        user_groups.push((*g).to_string());
+    }
+    if name != "system:anonymous"
+        && !user_groups
+            .iter()
+            .any(|g| g == "system:authenticated" || g == "system:unauthenticated")
+    {
+        user_groups.push("system:authenticated".into());
+    }
+    Some((
+        User {
+            name: name.to_string(),
+            groups: user_groups,
+        },
+        checks,
+    ))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A map of plain values: a panic cannot leave one half-written.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -230,7 +286,13 @@ impl Attributes {
 
     /// The 403 kube-apiserver's `responsewriters.Forbidden` writes for a refusal of `user`.
     pub(crate) fn forbidden(&self, user: &str, reason: &str) -> ApiError {
+        // Go quotes with %q (Rust's Debug quoting agrees for printable text) and the real server
+        // escapes the message, not the reason, so it never reads as HTML.
         let why = |msg: String| {
+            let msg = msg
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
             if reason.is_empty() {
                 msg
             } else {
@@ -243,7 +305,7 @@ impl Attributes {
                 "Forbidden",
                 &format!(
                     "forbidden: {}",
-                    why(format!("User \"{user}\" cannot {verb} path \"{path}\""))
+                    why(format!("User {user:?} cannot {verb} path {path:?}"))
                 ),
             )
             .with_details(json!({})),
@@ -263,13 +325,13 @@ impl Attributes {
                 let scope = if namespace.is_empty() {
                     "at the cluster scope".to_string()
                 } else {
-                    format!("in the namespace \"{namespace}\"")
+                    format!("in the namespace {namespace:?}")
                 };
                 ApiError::forbidden_verb(
                     &GroupResource::new(group.clone(), resource.clone()),
                     name,
                     &why(format!(
-                        "User \"{user}\" cannot {verb} resource \"{combined}\" in API group \"{group}\" {scope}"
+                        "User {user:?} cannot {verb} resource {combined:?} in API group {group:?} {scope}"
                     )),
                 )
             }
@@ -277,13 +339,20 @@ impl Attributes {
     }
 }
 
-/// The name a `metadata.name=x` (or `==`) field selector requires exactly, if any.
+/// The name a field selector requires exactly (`metadata.name=x` or `==`), read as the request-info
+/// factory reads it: parsed by the same parser the list handler uses (escapes, no trimming, terms in
+/// sorted order, the first match wins), and only a valid path segment name counts.
 fn name_from_field_selector(selector: &str) -> Option<String> {
-    selector.split(',').find_map(|req| {
-        let (k, v) = req.split_once("==").or_else(|| req.split_once('='))?;
-        (k.trim() == "metadata.name" && !k.ends_with('!') && !v.is_empty())
-            .then(|| v.trim().to_string())
-    })
+    let parsed = super::selector::FieldSelector::parse(selector).ok()?;
+    let name = parsed
+        .requirements()
+        .iter()
+        .find(|r| r.field == "metadata.name" && !r.negated)?
+        .value
+        .clone();
+    // `path.IsValidPathSegmentName`.
+    let valid = !matches!(name.as_str(), "." | "..") && !name.contains(['/', '%']);
+    valid.then_some(name)
 }
 
 /// One RBAC `PolicyRule`.
@@ -344,7 +413,7 @@ impl Rule {
                     && self.non_resource_urls.iter().any(|u| {
                         u == "*"
                             || u == path
-                            || u.strip_suffix('*').is_some_and(|p| path.starts_with(p))
+                            || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
                     })
             }
             Attributes::Resource {
@@ -366,27 +435,29 @@ impl Rule {
                         || (!subresource.is_empty()
                             && r.strip_prefix("*/") == Some(subresource.as_str()))
                 });
-                let name_ok = self.resource_names.is_empty()
-                    || (!name.is_empty() && self.resource_names.iter().any(|n| n == name));
+                // `ResourceNameMatches`: a list, watch or create carries no name and so only matches
+                // a rule without resourceNames (or, literally, one naming "").
+                let name_ok =
+                    self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == name);
                 has(&self.verbs, verb) && has(&self.api_groups, group) && resource_ok && name_ok
             }
         }
     }
 
-    /// The rule as a SelfSubjectRulesReview lists it: a resource rule or a non-resource rule.
-    fn to_review(&self) -> (bool, Value) {
-        if self.non_resource_urls.is_empty() {
+    /// The rule as a SelfSubjectRulesReview lists it, as the RBAC authorizer's `RulesFor` splits it:
+    /// a resource rule when it names resources, a non-resource rule when it names URLs (a ClusterRole
+    /// rule may do both, and one doing neither grants nothing and is not listed).
+    fn to_review(&self) -> (Option<Value>, Option<Value>) {
+        let resource = (!self.resources.is_empty()).then(|| {
             let mut r = json!({"verbs": self.verbs, "apiGroups": self.api_groups, "resources": self.resources});
             if !self.resource_names.is_empty() {
                 r["resourceNames"] = json!(self.resource_names);
             }
-            (true, r)
-        } else {
-            (
-                false,
-                json!({"verbs": self.verbs, "nonResourceURLs": self.non_resource_urls}),
-            )
-        }
+            r
+        });
+        let non_resource = (!self.non_resource_urls.is_empty())
+            .then(|| json!({"verbs": self.verbs, "nonResourceURLs": self.non_resource_urls}));
+        (resource, non_resource)
     }
 }
 
@@ -591,10 +662,9 @@ pub(crate) fn rules_review(state: &State, identity: &Identity, namespace: &str) 
     let (grants, errors) = grants(state, user, namespace);
     let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
     for rule in grants.iter().flat_map(|g| g.rules.iter()) {
-        match rule.to_review() {
-            (true, r) => resource_rules.push(r),
-            (false, r) => non_resource_rules.push(r),
-        }
+        let (resource, non_resource) = rule.to_review();
+        resource_rules.extend(resource);
+        non_resource_rules.extend(non_resource);
     }
     let mut status = json!({
         "resourceRules": resource_rules,
@@ -711,6 +781,71 @@ mod tests {
     }
 
     #[test]
+    fn a_field_selector_names_the_object_as_the_list_handler_reads_it() {
+        let name = |selector: &str| {
+            let q = format!("fieldSelector={}", form_urlencoded_value(selector));
+            match attrs("GET", &format!("/api/v1/namespaces/x/secrets?{q}")) {
+                Attributes::Resource { name, .. } => name,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(name("metadata.name==foo"), "foo");
+        // apimachinery sorts the terms and takes the first exact match.
+        assert_eq!(name("metadata.name=b,metadata.name=a"), "a");
+        // An escaped comma is part of the value, not a separator.
+        assert_eq!(name("metadata.name=fo\\,o"), "fo,o");
+        // No trimming: " metadata.name" is another field, and the value keeps its space.
+        assert_eq!(name(" metadata.name=foo"), "");
+        // Not a valid path segment name, or not a selector at all: no name.
+        assert_eq!(name("metadata.name=a/b"), "");
+        assert_eq!(name("metadata.name=.."), "");
+        assert_eq!(name("metadata.name=a=b"), "");
+        assert_eq!(name("metadata.name!=foo"), "");
+    }
+
+    /// `s` encoded for a query string value.
+    fn form_urlencoded_value(s: &str) -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rules_match_exactly_as_the_evaluation_helpers_do() {
+        let rule = |v: Value| Rule::from_json(&v);
+        // ResourceNameMatches compares names literally, the empty one included.
+        let empty_name = rule(
+            json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": [""], "verbs": ["list"]}),
+        );
+        assert!(empty_name.allows(&res("list", "", "secrets", "", "x", "")));
+        // NonResourceURLMatches trims every trailing '*' before the prefix test.
+        let stars = Rule::non_resource(&["get"], &["/apis/**"]);
+        assert!(stars.allows(&Attributes::NonResource {
+            verb: "get".into(),
+            path: "/apis/example.com".into()
+        }));
+        // RulesFor lists a rule naming resources and URLs in both lists, and one naming neither in none.
+        let both = rule(
+            json!({"apiGroups": [""], "resources": ["pods"], "nonResourceURLs": ["/metrics"], "verbs": ["get"]}),
+        );
+        let (r, n) = both.to_review();
+        assert_eq!(
+            r,
+            Some(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}))
+        );
+        assert_eq!(
+            n,
+            Some(json!({"verbs": ["get"], "nonResourceURLs": ["/metrics"]}))
+        );
+        assert_eq!(rule(json!({"verbs": ["get"]})).to_review(), (None, None));
+    }
+
+    #[test]
     fn forbidden_messages_are_worded_as_kube_apiserver_words_them() {
         let user = "system:serviceaccount:herald:herald";
         let e = res("list", "example.com", "widgets", "", "", "").forbidden(user, "");
@@ -724,10 +859,7 @@ mod tests {
             s["message"],
             "secrets \"foo\" is forbidden: User \"system:serviceaccount:herald:herald\" cannot get resource \"secrets\" in API group \"\" in the namespace \"herald\""
         );
-        assert_eq!(
-            s["details"],
-            json!({"name": "foo", "group": "", "kind": "secrets"})
-        );
+        assert_eq!(s["details"], json!({"name": "foo", "kind": "secrets"}));
         assert_eq!(s["reason"], "Forbidden");
         let e = Attributes::NonResource {
             verb: "get".into(),
@@ -737,6 +869,54 @@ mod tests {
         assert_eq!(
             e.to_status()["message"],
             "forbidden: User \"system:serviceaccount:herald:herald\" cannot get path \"/metrics\""
+        );
+    }
+
+    #[test]
+    fn impersonation_gives_the_groups_the_real_filter_gives() {
+        assert_eq!(impersonation(None, &["g"]), None);
+        let (user, checks) =
+            impersonation(Some("system:serviceaccount:herald:herald"), &[]).unwrap();
+        assert_eq!(user.name, "system:serviceaccount:herald:herald");
+        assert_eq!(
+            user.groups,
+            [
+                "system:serviceaccounts",
+                "system:serviceaccounts:herald",
+                "system:authenticated"
+            ]
+        );
+        assert_eq!(
+            checks,
+            [res(
+                "impersonate",
+                "",
+                "serviceaccounts",
+                "",
+                "herald",
+                "herald"
+            )]
+        );
+        let (user, checks) = impersonation(Some("jane"), &["devs"]).unwrap();
+        assert_eq!(user.groups, ["devs", "system:authenticated"]);
+        assert_eq!(
+            checks,
+            [
+                res("impersonate", "", "users", "", "", "jane"),
+                res("impersonate", "", "groups", "", "", "devs")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refusal_quotes_like_go_and_escapes_html_as_responsewriters_does() {
+        let nr = Attributes::NonResource {
+            verb: "get".into(),
+            path: "/a<b>&\"c".into(),
+        };
+        assert_eq!(
+            nr.forbidden("u", "<reason>").to_status()["message"],
+            "forbidden: User \"u\" cannot get path \"/a&lt;b&gt;&amp;\\\"c\": <reason>"
         );
     }
 

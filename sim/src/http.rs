@@ -126,17 +126,43 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         let state = shared.store.read();
-        match shared.tokens.identify(&state, authorization) {
-            Ok(Identity::User(user)) => {
-                let attrs = Attributes::from_request(parts.method.as_str(), path, &query);
-                if let Err(reason) = auth::authorize(&state, &user, &attrs) {
-                    return attrs.forbidden(&user.name, &reason).into_response();
+        let requester = match shared.tokens.identify(&state, authorization) {
+            Ok(identity) => identity,
+            Err(e) => return e.into_response(),
+        };
+        let impersonated = auth::impersonation(
+            parts
+                .headers
+                .get("impersonate-user")
+                .and_then(|v| v.to_str().ok()),
+            &parts
+                .headers
+                .get_all("impersonate-group")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect::<Vec<_>>(),
+        );
+        // kubectl `--as`: the all-powerful identity may act as anyone; a token's user only as whom
+        // RBAC lets it `impersonate`. The request is then authorized as the impersonated user.
+        let identity = match (requester, impersonated) {
+            (Identity::User(requester), Some((user, checks))) => {
+                for check in &checks {
+                    if let Err(reason) = auth::authorize(&state, &requester, check) {
+                        return check.forbidden(&requester.name, &reason).into_response();
+                    }
                 }
                 Identity::User(user)
             }
-            Ok(admin) => admin,
-            Err(e) => return e.into_response(),
+            (Identity::Admin, Some((user, _))) => Identity::User(user),
+            (identity, None) => identity,
+        };
+        if let Identity::User(user) = &identity {
+            let attrs = Attributes::from_request(parts.method.as_str(), path, &query);
+            if let Err(reason) = auth::authorize(&state, user, &attrs) {
+                return attrs.forbidden(&user.name, &reason).into_response();
+            }
         }
+        identity
     };
     if let Some(delay) = shared.faults.latency_for(path) {
         tokio::time::sleep(delay).await;

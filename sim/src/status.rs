@@ -275,7 +275,11 @@ impl ApiError {
         } else {
             format!("{} \"{name}\"", gr.qualified())
         };
-        let mut details = json!({"group": gr.group, "kind": gr.resource});
+        // StatusDetails' fields are all `omitempty`: the core group and a list's name are left out.
+        let mut details = json!({"kind": gr.resource});
+        if !gr.group.is_empty() {
+            details["group"] = json!(gr.group);
+        }
         if !name.is_empty() {
             details["name"] = json!(name);
         }

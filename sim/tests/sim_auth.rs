@@ -132,10 +132,7 @@ async fn a_service_account_token_is_refused_what_rbac_does_not_grant() {
             "secrets \"foo\" is forbidden: User \"{USER}\" cannot get resource \"secrets\" in API group \"\" in the namespace \"herald\""
         )
     );
-    assert_eq!(
-        body["details"],
-        json!({"group": "", "kind": "secrets", "name": "foo"})
-    );
+    assert_eq!(body["details"], json!({"kind": "secrets", "name": "foo"}));
 
     // A Role granting list (not watch) on widgets, bound to the ServiceAccount in "herald".
     let r = raw
@@ -332,6 +329,52 @@ async fn a_service_account_token_is_refused_what_rbac_does_not_grant() {
     sim.shutdown().await;
 }
 
+/// One GET with `Impersonate-User: as` (and `token` as the bearer, when given); returns (status, body).
+async fn get_as(raw: &Raw, token: Option<&str>, as_user: &str, path: &str) -> (u16, Value) {
+    let mut req = raw
+        .http
+        .get(format!("{}{path}", raw.base))
+        .header("Impersonate-User", as_user);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn impersonation_acts_as_the_user_and_needs_the_impersonate_verb() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    setup(&raw).await;
+    let token = token_for(&raw, "herald", "herald").await;
+
+    // The all-powerful identity acting as the ServiceAccount (kubectl --as) gets its refusals.
+    let (code, body) = get_as(&raw, None, USER, "/api/v1/namespaces/herald/secrets").await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        format!(
+            "secrets is forbidden: User \"{USER}\" cannot list resource \"secrets\" in API group \"\" in the namespace \"herald\""
+        )
+    );
+    // And its grants: discovery through system:authenticated.
+    let (code, body) = get_as(&raw, None, USER, "/api/v1").await;
+    assert_eq!(code, 200, "{body}");
+
+    // A token's user may not impersonate without the impersonate verb.
+    let (code, body) = get_as(&raw, Some(&token), "jane", "/api/v1").await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        format!(
+            "users \"jane\" is forbidden: User \"{USER}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+        )
+    );
+    sim.shutdown().await;
+}
+
 #[tokio::test]
 async fn kubectl_creates_a_token_and_asks_can_i_with_it() {
     let Some(bin) = kubectl_path() else { return };
@@ -381,6 +424,33 @@ async fn kubectl_creates_a_token_and_asks_can_i_with_it() {
     let (ok, out, _) = run(can_i(&["watch", "widgets.example.com", "-n", "herald"])).await;
     assert_eq!((ok, out.trim()), (false, "no"));
     let (ok, out, _) = run(can_i(&["list", "widgets.example.com", "-n", "other"])).await;
+    assert_eq!((ok, out.trim()), (false, "no"));
+    // `--as` instead of the token: the same answers, as a cluster admin checking a role sees them.
+    let (_, out, err) = kubectl
+        .run(&[
+            "auth",
+            "can-i",
+            "list",
+            "widgets.example.com",
+            "-n",
+            "herald",
+            "--as",
+            USER,
+        ])
+        .await;
+    assert_eq!(out.trim(), "yes", "{err}");
+    let (ok, out, _) = kubectl
+        .run(&[
+            "auth",
+            "can-i",
+            "watch",
+            "widgets.example.com",
+            "-n",
+            "herald",
+            "--as",
+            USER,
+        ])
+        .await;
     assert_eq!((ok, out.trim()), (false, "no"));
     let (_, out, err) = run(can_i(&["--list", "-n", "herald"])).await;
     let line = out
