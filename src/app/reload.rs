@@ -161,6 +161,9 @@ pub struct Reloader {
     current: Config,
     /// The file's fingerprint when it was last read, for [`Reloader::changed`].
     seen: Option<u64>,
+    /// Each running sink's secret files' content hash when it was built: a rotated secret (same
+    /// reference, new content) makes the sink changed.
+    secrets: Vec<(String, u64)>,
     /// Sinks removed by a reload, whose cursors are kept for `journal.retain` in case they come
     /// back.
     removed: Vec<(String, Instant)>,
@@ -178,10 +181,16 @@ impl Reloader {
         drain_timeout: Duration,
     ) -> Self {
         let seen = fingerprint(&path);
+        let secrets = current
+            .sinks
+            .iter()
+            .map(|s| (s.name.clone(), secret_fingerprint(s)))
+            .collect();
         Self {
             path,
             current,
             seen,
+            secrets,
             removed: Vec::new(),
             drain_timeout,
             status,
@@ -287,7 +296,13 @@ impl Reloader {
         for name in &running_sinks {
             let new_cfg = new.sinks.iter().find(|s| s.name == *name);
             let old_cfg = self.current.sinks.iter().find(|s| s.name == *name);
-            let same = !base_changed && new_cfg.is_some() && new_cfg == old_cfg;
+            let rotated = new_cfg.is_some_and(|cfg| {
+                self.secrets
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .is_none_or(|(_, before)| *before != secret_fingerprint(cfg))
+            });
+            let same = !base_changed && !rotated && new_cfg.is_some() && new_cfg == old_cfg;
             if same {
                 continue;
             }
@@ -296,7 +311,7 @@ impl Reloader {
                 errors.push(e.to_string());
             }
             if let Some(cfg) = new_cfg {
-                tracing::info!(message = "Reload: restarting a changed sink from its cursor.", sink = %name);
+                tracing::info!(message = "Reload: restarting a changed sink from its cursor.", sink = %name, secrets_rotated = rotated);
                 start_sinks.push(cfg.clone());
             } else {
                 tracing::info!(message = "Reload: sink removed; its cursor is kept for journal.retain.", sink = %name);
@@ -326,6 +341,11 @@ impl Reloader {
                 errors.push(e.to_string());
             }
         }
+        self.secrets = new
+            .sinks
+            .iter()
+            .map(|s| (s.name.clone(), secret_fingerprint(s)))
+            .collect();
         self.current = new;
         if errors.is_empty() {
             Ok(self.status.applied())
@@ -402,6 +422,28 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
     fields
 }
 
+/// A hash of the content of every secret file `sink` references (`{fromFile: path}`), so that a
+/// rotated secret, the reference unchanged, rebuilds the sink and it reads the new value. An
+/// environment variable cannot change under a running process, so only files count.
+///
+/// The references are found in the sink's `Debug` form, where a [`config::SecretRef::File`] is
+/// `File("<path>")` whatever the sink type: the sink crates own their keys, and this needs no
+/// accessor in each of them (a unit test pins that form).
+fn secret_fingerprint(sink: &config::SinkConfig) -> u64 {
+    let text = format!("{:?}", sink.kind);
+    let mut h = DefaultHasher::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("File(\"") {
+        rest = &rest[at + "File(\"".len()..];
+        let Some(end) = rest.find("\")") else { break };
+        let path = &rest[..end];
+        path.hash(&mut h);
+        std::fs::read(path).ok().hash(&mut h);
+        rest = &rest[end..];
+    }
+    h.finish()
+}
+
 /// The file's content hash, read through any symlinks; `None` when it cannot be read (a reload
 /// then reports why).
 fn fingerprint(path: &Path) -> Option<u64> {
@@ -409,4 +451,58 @@ fn fingerprint(path: &Path) -> Option<u64> {
     let mut h = DefaultHasher::new();
     bytes.hash(&mut h);
     Some(h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(dir: &Path) -> config::SinkConfig {
+        let text = format!(
+            "resources: [{{group: example.com, kind: Widget}}]\nsinks:\n  - name: hook\n    type: webhook\n    url: http://127.0.0.1:1/\n    auth:\n      bearer: {{fromFile: {}}}\n",
+            dir.join("token").display()
+        );
+        config::from_str(&text).unwrap().sinks.remove(0)
+    }
+
+    #[test]
+    fn a_rotated_secret_file_changes_the_sinks_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "one\n").unwrap();
+        let sink = sink(dir.path());
+        let before = secret_fingerprint(&sink);
+        assert_eq!(before, secret_fingerprint(&sink));
+        std::fs::write(dir.path().join("token"), "two\n").unwrap();
+        assert_ne!(before, secret_fingerprint(&sink));
+    }
+
+    #[test]
+    fn a_secret_files_reference_reads_as_the_fingerprint_expects() {
+        let secret = config::SecretRef::File("/run/secrets/x".into());
+        assert_eq!(format!("{secret:?}"), r#"File("/run/secrets/x")"#);
+    }
+
+    #[test]
+    fn journal_admin_and_cluster_source_changes_need_a_restart() {
+        let base = "resources: [{group: example.com, kind: Widget}]\nsinks: [{name: out, type: file, path: /tmp/o}]\n";
+        let old = config::from_str(base).unwrap();
+        let same = config::from_str(&format!(
+            "{base}journal: {{maxDeadLetters: 5}}\ncluster: {{name: other}}\n"
+        ))
+        .unwrap();
+        assert_eq!(needs_restart(&old, &same), Vec::<String>::new());
+        let moved = config::from_str(&format!(
+            "{base}journal: {{path: /elsewhere, retain: 1h}}\nadmin: {{listen: 127.0.0.1:1}}\ncluster: {{embedded: }}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            needs_restart(&old, &moved),
+            [
+                "cluster (how herald reaches the API server)",
+                "journal.path",
+                "journal.retain",
+                "admin.listen"
+            ]
+        );
+    }
 }
