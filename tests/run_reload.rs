@@ -162,14 +162,14 @@ const WIDGETS: &str = "  - group: example.com\n    kind: Widget\n";
 const GADGETS: &str = "  - group: example.com\n    kind: Gadget\n";
 
 /// Starts `herald run -c config` (a path already written).
-fn start(dir: &Path, config: PathBuf) -> Herald {
+fn start(dir: &Path, config: PathBuf, args: &[&str]) -> Herald {
     let mut h = Herald {
         child: None,
         config,
         events: dir.join("out.jsonl"),
         stderr: dir.join("herald.stderr"),
         bin: None,
-        args: Vec::new(),
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
     };
     h.restart();
     h
@@ -185,25 +185,41 @@ async fn sighup_adds_a_resource_and_a_sink_removes_a_sink_and_changes_others_whi
     let base = Base::new(&sim, dir.path());
     let (out, old) = (dir.path().join("out.jsonl"), dir.path().join("old.jsonl"));
     let receiver = Receiver::start().await;
+    let lag = Receiver::start().await;
+    let lag_sink = |timeout: &str| {
+        format!(
+            "  - name: lag\n    type: webhook\n    url: {}\n    timeout: {timeout}\n",
+            lag.url
+        )
+    };
     let config = dir.path().join("herald.yaml");
     std::fs::write(
         &config,
         base.config(
             WIDGETS,
-            &format!("{}{}", file_sink("out", &out), file_sink("old", &old)),
+            &format!(
+                "{}{}{}",
+                file_sink("out", &out),
+                file_sink("old", &old),
+                lag_sink("2s")
+            ),
         ),
     )
     .unwrap();
-    let herald = start(dir.path(), config.clone());
+    // A short drain: the reload stops `lag` while its receiver fails.
+    let herald = start(dir.path(), config.clone(), &["--drain-timeout", "1s"]);
     let addr = base.listen.clone();
 
     for i in 0..5 {
         create(&raw, "widgets", &format!("w{i}")).await;
     }
-    wait_until(&herald, "the first five reach both sinks", || {
-        file_ids(&out).len() == 5 && file_ids(&old).len() == 5
+    wait_until(&herald, "the first five reach every sink", || {
+        file_ids(&out).len() == 5 && file_ids(&old).len() == 5 && lag.taken_ids().len() == 5
     })
     .await;
+    // `lag` falls behind: what it has not delivered when the reload changes it must still come,
+    // from its cursor, once its receiver is back.
+    lag.status.store(503, Ordering::SeqCst);
 
     // Changes keep flowing while the reload happens.
     let reloaded = Arc::new(AtomicBool::new(false));
@@ -235,7 +251,11 @@ async fn sighup_adds_a_resource_and_a_sink_removes_a_sink_and_changes_others_whi
         &config,
         base.config(
             &format!("{WIDGETS}    skipStatusOnlyUpdates: true\n{GADGETS}"),
-            &format!("{}    fsyncInterval: 50ms\n{hook}", file_sink("out", &out)),
+            &format!(
+                "{}    fsyncInterval: 50ms\n{hook}{}",
+                file_sink("out", &out),
+                lag_sink("3s")
+            ),
         ),
     )
     .unwrap();
@@ -252,16 +272,19 @@ async fn sighup_adds_a_resource_and_a_sink_removes_a_sink_and_changes_others_whi
     })
     .await;
     reloaded.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lag.status.store(204, Ordering::SeqCst);
     let old_at_reload = file_ids(&old);
     let doc = status(&addr).await;
     assert_eq!(doc["config"]["lastReloadError"], Value::Null, "{doc:#}");
-    let sinks: Vec<&str> = doc["sinks"]
+    let mut sinks: Vec<&str> = doc["sinks"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| s["sink"].as_str().unwrap())
         .collect();
-    assert_eq!(sinks, ["out", "hook"], "{doc:#}");
+    sinks.sort_unstable();
+    assert_eq!(sinks, ["hook", "lag", "out"], "{doc:#}");
     assert_eq!(doc["resources"].as_array().unwrap().len(), 2, "{doc:#}");
 
     for i in 0..3 {
@@ -285,6 +308,18 @@ async fn sighup_adds_a_resource_and_a_sink_removes_a_sink_and_changes_others_whi
     expected.extend((0..3).map(|i| format!("g{i}")));
     let names: BTreeSet<String> = file_names(&out).into_iter().collect();
     assert_eq!(names, expected);
+
+    // `lag` (changed while behind) resumed from its cursor: everything, once.
+    wait_until(&herald, "lag catches up", || lag.taken_ids().len() >= 43).await;
+    let lag_names: BTreeSet<String> = lag
+        .taken
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|t| t.1.rsplit('/').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(lag_names, expected);
+    assert_eq!(unique(&lag.taken_ids()).len(), 43);
 
     // `hook` is new: it starts at the journal head, so none of the first five, and it gets
     // everything created after the reload, each once.
@@ -367,7 +402,7 @@ async fn a_configmap_swap_reloads_a_broken_file_is_refused_and_herald_reload_nee
     let cm = dir.path().join("cm");
     let good = base.config(WIDGETS, &file_sink("out", &out));
     let config = configmap(&cm, "..2026_01_01_00_00_00.1", &good);
-    let herald = start(dir.path(), config.clone());
+    let herald = start(dir.path(), config.clone(), &[]);
     let addr = base.listen.clone();
 
     create(&raw, "widgets", "w0").await;
