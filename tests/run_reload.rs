@@ -51,18 +51,18 @@ async fn status(addr: &str) -> Value {
 async fn status_until(herald: &Herald, addr: &str, what: &str, check: impl Fn(&Value) -> bool) {
     let started = Instant::now();
     loop {
-        if let Ok(r) = reqwest::get(format!("http://{addr}/status")).await
-            && let Ok(doc) = r.json::<Value>().await
-        {
-            if check(&doc) {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "{what}: /status {doc:#}\n--- herald stderr ---\n{}",
-                herald.stderr_text()
-            );
+        let doc = match reqwest::get(format!("http://{addr}/status")).await {
+            Ok(r) => r.json::<Value>().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if doc.as_ref().is_ok_and(&check) {
+            return;
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what}: /status {doc:#?}\n--- herald stderr ---\n{}",
+            herald.stderr_text()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
