@@ -330,6 +330,8 @@ mod tests {
                 "herald_journal_writable",
                 "herald_change_to_delivery_seconds",
                 "herald_open_files_exhausted_total",
+                "herald_config_reload_failures_total",
+                "herald_config_last_reload_success",
             ]
         );
     }
