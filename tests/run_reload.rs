@@ -503,3 +503,88 @@ async fn a_configmap_swap_reloads_a_broken_file_is_refused_and_herald_reload_nee
     assert_eq!(file_names(&out), ["w0", "w1", "w2", "w3"]);
     assert_eq!(file_names(&second), ["w2", "w3"]);
 }
+
+#[tokio::test]
+async fn a_removed_sink_that_comes_back_within_retain_resumes_and_a_restart_only_change_is_refused()
+{
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let base = Base::new(&sim, dir.path());
+    let (out, back) = (dir.path().join("out.jsonl"), dir.path().join("back.jsonl"));
+    let config = dir.path().join("herald.yaml");
+    let write = |sinks: &str| {
+        let text = base.config(WIDGETS, sinks).replace(
+            "  flushInterval: 2ms\n",
+            "  flushInterval: 2ms\n  retain: 1h\n",
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    let both = format!("{}{}", file_sink("out", &out), file_sink("back", &back));
+    write(&both);
+    let herald = start(dir.path(), config.clone(), &[]);
+    let addr = base.listen.clone();
+    create(&raw, "widgets", "w0").await;
+    wait_until(&herald, "w0 reaches both", || {
+        file_ids(&out).len() == 1 && file_ids(&back).len() == 1
+    })
+    .await;
+
+    // `back` removed: its cursor stays (journal.retain is 1h) while events pass it by.
+    write(&file_sink("out", &out));
+    let removed = reload_cli(&config);
+    assert_eq!(removed.status.code(), Some(0), "{removed:?}");
+    create(&raw, "widgets", "w1").await;
+    create(&raw, "widgets", "w2").await;
+    wait_until(&herald, "w1 and w2 reach out", || file_ids(&out).len() == 3).await;
+    assert_eq!(file_names(&back), ["w0"]);
+    // Past a few of the once-a-second passes that drop the cursors of removed sinks past retain.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    // Back again: it resumes from its cursor, so it gets what it missed, once. (The file poll may
+    // apply a write before `herald reload` does: generations are compared, not counted.)
+    let before = status(&addr).await["config"]["generation"]
+        .as_u64()
+        .unwrap();
+    write(&both);
+    let added = reload_cli(&config);
+    assert_eq!(added.status.code(), Some(0), "{added:?}");
+    let answer: Value = serde_json::from_slice(&added.stdout).unwrap();
+    let generation = answer["generation"].as_u64().unwrap();
+    assert!(generation > before, "{answer}");
+    wait_until(&herald, "back catches up", || file_ids(&back).len() >= 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    unique(&file_ids(&back));
+    assert_eq!(file_names(&back), ["w0", "w1", "w2"]);
+
+    // Moving the journal needs a restart: refused (exit 10, naming the field), nothing changes.
+    std::fs::write(
+        &config,
+        std::fs::read_to_string(&config).unwrap().replace(
+            &format!("path: {}", base.journal.display()),
+            "path: /elsewhere",
+        ),
+    )
+    .unwrap();
+    let refused = reload_cli(&config);
+    assert_eq!(refused.status.code(), Some(10), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("journal.path") && stderr.contains("restart"),
+        "{stderr}"
+    );
+    let doc = status(&addr).await;
+    assert_eq!(doc["config"]["generation"], generation, "{doc:#}");
+    assert!(
+        doc["config"]["lastReloadError"]
+            .as_str()
+            .is_some_and(|e| e.contains("journal.path")),
+        "{doc:#}"
+    );
+    create(&raw, "widgets", "w3").await;
+    wait_until(&herald, "w3 reaches both", || {
+        file_ids(&out).len() == 4 && file_ids(&back).len() == 4
+    })
+    .await;
+}
