@@ -12,7 +12,7 @@ use super::AdminState;
 
 /// What a call that needs the token does, for the 403 that says why it is disabled.
 #[derive(Debug, Clone, Copy)]
-enum Call {
+pub(super) enum Call {
     /// `GET /dlq/<sink>`: dead letters carry whole events, payloads included.
     Read,
     /// Replays and purges.
@@ -21,7 +21,7 @@ enum Call {
 
 /// Checks the bearer token of a DLQ read or a mutating call: 403 when none is configured, 401 when
 /// it is wrong.
-fn authorize(
+pub(super) fn authorize(
     s: &AdminState,
     headers: &axum::http::HeaderMap,
     call: Call,

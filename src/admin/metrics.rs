@@ -97,6 +97,8 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
         MetricName::JournalWriteErrorsTotal => one(s.journal.write_errors()),
         MetricName::JournalWritable => one(u64::from(s.journal.write_failure().is_none())),
         MetricName::OpenFilesExhaustedTotal => one(crate::telemetry::fds::exhausted_total()),
+        MetricName::ConfigReloadFailuresTotal => one(s.config.failures()),
+        MetricName::ConfigLastReloadSuccess => one(u64::from(s.config.last_ok())),
         MetricName::ChangeToDeliverySeconds => Samples::Histograms(
             s.registry
                 .sinks()
@@ -194,6 +196,8 @@ mod tests {
             alive: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             token: None,
             router: Arc::new(crate::route::Router::new(Vec::new())),
+            config: Arc::default(),
+            reload: None,
         }
     }
 
@@ -429,6 +433,12 @@ herald_change_to_delivery_seconds_count{sink="hook\"x"} 0
 # HELP herald_open_files_exhausted_total Connections, files and accepts that failed for want of a file descriptor (EMFILE, ENFILE).
 # TYPE herald_open_files_exhausted_total counter
 herald_open_files_exhausted_total N
+# HELP herald_config_reload_failures_total Configuration reloads refused (invalid file, a change that needs a restart) or applied only in part.
+# TYPE herald_config_reload_failures_total counter
+herald_config_reload_failures_total 0
+# HELP herald_config_last_reload_success 1 while the last configuration reload was applied (or none was tried); 0 after a refused one.
+# TYPE herald_config_last_reload_success gauge
+herald_config_last_reload_success 1
 "#;
 
     #[tokio::test]

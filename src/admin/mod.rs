@@ -7,12 +7,14 @@
 //! - `metrics`: `/metrics`, Prometheus text rendered from
 //!   [`MetricName`](herald_sink_core::MetricName);
 //! - `status`: `/status` (JSON);
-//! - `dlq`: the dead-letter and replay calls, which need the bearer token.
+//! - `dlq`: the dead-letter and replay calls, which need the bearer token;
+//! - `reload`: `POST /reload`, which needs the bearer token too.
 
 mod dlq;
 mod health;
 mod listener;
 mod metrics;
+mod reload;
 mod status;
 
 use std::net::SocketAddr;
@@ -42,6 +44,10 @@ pub struct AdminState {
     pub token: Option<String>,
     /// The routes, so a replay only queues what the sink would have received.
     pub router: Arc<crate::route::Router>,
+    /// The configuration generation in force and the last reload's outcome.
+    pub config: Arc<crate::app::ConfigStatus>,
+    /// Where `POST /reload` asks for a reload; `None` where nothing reloads (tests).
+    pub reload: Option<tokio::sync::mpsc::Sender<crate::app::ReloadReply>>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -65,6 +71,7 @@ pub async fn serve(listener: Headroom, state: AdminState, stop: CancellationToke
         .route("/dlq/{sink}/replay", post(dlq::dlq_replay))
         .route("/dlq/{sink}/purge", post(dlq::dlq_purge))
         .route("/replay", post(dlq::replay))
+        .route("/reload", post(reload::reload))
         .with_state(state);
     if let Err(error) = axum::serve(listener, app)
         .with_graceful_shutdown(stop.cancelled_owned())

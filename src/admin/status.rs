@@ -52,6 +52,11 @@ pub fn status_json(s: &AdminState) -> Value {
         })
         .collect();
     json!({
+        "config": {
+            "generation": s.config.generation(),
+            "lastReloadError": s.config.last_error(),
+            "lastReloadAt": s.config.last_at().map(|t| t.to_string()),
+        },
         "resources": resources,
         "sinks": sinks,
         "journal": {

@@ -18,10 +18,14 @@ use crate::watch::{self, WatchSpec};
 
 mod cluster;
 mod deferred;
+mod reload;
 mod sinks;
 mod supervisor;
 
 pub use cluster::{Cluster, client};
+pub use reload::{
+    ConfigStatus, POLL_EVERY, ReloadError, ReloadReply, ReloadRequests, Reloader, needs_restart,
+};
 pub use sinks::check_sink;
 pub use supervisor::{DeliveryBase, Registry, Supervisor, SupervisorError};
 
@@ -151,6 +155,9 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         stop_retention.clone(),
     ));
     let (admin_addr, listener) = admin;
+    let config_status = Arc::new(ConfigStatus::default());
+    // A few requests may wait: each gets the outcome of the reload that serves it.
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(8);
     let stop_admin = CancellationToken::new();
     let admin_task = tokio::spawn(crate::admin::serve(
         listener,
@@ -160,6 +167,8 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
             alive: supervisor.alive().clone(),
             router: supervisor.router().clone(),
             token,
+            config: config_status.clone(),
+            reload: Some(reload_tx),
         },
         stop_admin.clone(),
     ));
@@ -176,6 +185,8 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         retention: (stop_retention, retention),
         journal,
         sim,
+        config_status,
+        reload_requests: Some(reload_rx),
     })
 }
 
@@ -214,6 +225,8 @@ pub struct Running {
     retention: (CancellationToken, JoinHandle<()>),
     journal: Journal,
     sim: Option<Simulator>,
+    config_status: Arc<ConfigStatus>,
+    reload_requests: Option<ReloadRequests>,
 }
 
 impl std::fmt::Debug for Running {
@@ -254,6 +267,17 @@ impl Running {
     /// The running set, to add or remove watchers, sinks and routes while herald runs.
     pub fn supervisor(&mut self) -> &mut Supervisor {
         &mut self.supervisor
+    }
+
+    /// What `/status` and `/metrics` show of the configuration in force, for a [`Reloader`].
+    pub fn config_status(&self) -> &Arc<ConfigStatus> {
+        &self.config_status
+    }
+
+    /// The reloads asked for through the admin endpoint (`POST /reload`), for the loop that runs
+    /// the [`Reloader`]; `None` once taken. Without a taker such a request gets no answer.
+    pub fn take_reload_requests(&mut self) -> Option<ReloadRequests> {
+        self.reload_requests.take()
     }
 
     /// The journal (for status and benchmarks).

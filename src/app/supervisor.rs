@@ -164,7 +164,7 @@ struct SinkSlot {
 }
 
 /// What every sink's delivery shares, whatever the sink; its own keys are laid over the defaults.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeliveryBase {
     /// Dead letters kept per sink at most (`journal.maxDeadLetters`).
     pub max_dead_letters: usize,
@@ -405,6 +405,26 @@ impl Supervisor {
         name: &str,
         drain_timeout: Duration,
     ) -> Result<(), SupervisorError> {
+        self.detach_sink(name, drain_timeout).await?;
+        self.journal
+            .remove_sink(name)
+            .map_err(|source| SupervisorError::CursorFailed {
+                sink: name.to_owned(),
+                source,
+            })
+    }
+
+    /// Stops a sink as [`Supervisor::remove_sink`] does but keeps its cursor in the journal: a sink
+    /// added again under the same name resumes where this one stopped (a reload that changes a
+    /// sink, or removes one that may come back within `journal.retain`).
+    ///
+    /// # Errors
+    /// [`SupervisorError::NoSuchSink`].
+    pub async fn detach_sink(
+        &mut self,
+        name: &str,
+        drain_timeout: Duration,
+    ) -> Result<(), SupervisorError> {
         let i = self
             .sinks
             .iter()
@@ -427,12 +447,13 @@ impl Supervisor {
             tracing::warn!(message = "Drain timed out; the removed sink missed what it had not delivered.", sink = %name);
         }
         slot.sink.close().await;
-        self.journal
-            .remove_sink(name)
-            .map_err(|source| SupervisorError::CursorFailed {
-                sink: name.to_owned(),
-                source,
-            })
+        Ok(())
+    }
+
+    /// Replaces what every sink's delivery shares; sinks added from now on get it (a running
+    /// delivery keeps the base it started with).
+    pub fn set_base(&mut self, base: DeliveryBase) {
+        self.base = base;
     }
 
     /// Replaces every route; deliveries apply them to the events they read from the journal from now

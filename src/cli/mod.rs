@@ -21,6 +21,7 @@ mod dlq;
 mod journal;
 mod out;
 mod rbac;
+mod reload;
 mod run;
 mod sim;
 mod status;
@@ -67,6 +68,8 @@ pub enum Command {
     Replay(dlq::ReplayArgs),
     /// The journal of a stopped herald: verify it, or salvage a damaged one.
     Journal(journal::JournalArgs),
+    /// Make a running herald load its configuration file again (as SIGHUP does; needs admin.token).
+    Reload(reload::ReloadArgs),
     /// Show where herald stands (from its admin endpoint, or its journal when it is stopped).
     Status(status::StatusArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
@@ -105,6 +108,9 @@ pub enum CliError {
     /// A running herald's admin endpoint refused or failed a request.
     #[error("{0}")]
     AdminFailed(String),
+    /// A running herald refused to reload its configuration (it keeps the one in force).
+    #[error("the running herald refused the reload: {0}")]
+    ReloadRefused(String),
     /// A `--sink` that names no sink (not in the configuration, and no dead letters kept for it).
     #[error("no sink named {sink:?} (the configured sinks: {})", if .known.is_empty() { "none".to_owned() } else { .known.join(", ") })]
     UnknownSink {
@@ -136,9 +142,10 @@ impl CliError {
             CliError::SimStartFailed(herald_sim::SimError::BindFailed { .. }) => {
                 exit_code::BIND_FAILED
             }
-            CliError::SimLoadFailed(_) | CliError::ConfigInvalid(_) | CliError::RbacRefused(_) => {
-                exit_code::CONFIG_INVALID
-            }
+            CliError::SimLoadFailed(_)
+            | CliError::ConfigInvalid(_)
+            | CliError::RbacRefused(_)
+            | CliError::ReloadRefused(_) => exit_code::CONFIG_INVALID,
             CliError::StartFailed(e) => match e {
                 crate::app::StartError::ClusterUnreachable(_) => exit_code::CLUSTER_UNREACHABLE,
                 crate::app::StartError::JournalFailed(_)
@@ -205,6 +212,7 @@ async fn run(command: Command) -> Result<(), CliError> {
         Command::Run(args) => run::run(args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Status(args) => status::run(args).await,
+        Command::Reload(args) => reload::run(args).await,
         Command::Dlq(args) => dlq::dlq(args).await,
         Command::Replay(args) => dlq::replay(args).await,
         Command::Journal(args) => journal::run(args).await,

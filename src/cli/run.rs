@@ -1,6 +1,7 @@
 //! `herald run -c FILE`: watches, normalizes, journals and delivers until SIGTERM or SIGINT; then stops
 //! the watches, drains what was journaled into the sinks, flushes and exits 0. A second signal exits at
-//! once (the journal is crash-safe by design, so nothing is damaged).
+//! once (the journal is crash-safe by design, so nothing is damaged). SIGHUP, `POST /reload` and a
+//! change of the file reload the configuration ([`app::Reloader`]).
 //!
 //! A journal write that fails (a full disk) ends it too, with exit 12: sled cannot write again in
 //! this process, a restart reopens the store and resumes from its last durable checkpoint (ADR 0005).
@@ -73,8 +74,18 @@ impl Signals {
     }
 }
 
+/// The next reload asked for through the admin endpoint; never, once the endpoint is gone.
+async fn next_request(requests: &mut Option<app::ReloadRequests>) -> Option<app::ReloadReply> {
+    match requests {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
     let mut signals = Signals::listen().map_err(CliError::RuntimeFailed)?;
+    // SIGHUP reloads the configuration; listened for from here, as by default it ends the process.
+    let mut hup = signal(SignalKind::hangup()).map_err(CliError::RuntimeFailed)?;
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
     // Before anything starts: a missing secret is the configuration's fault (exit 10), not a
     // sink's failed health check.
@@ -83,12 +94,41 @@ pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
         stall_timeout: args.watch_stall_timeout,
         ..crate::watch::Tuning::default()
     };
-    let running = app::start(&cfg, Some(tuning))
+    let mut running = app::start(&cfg, Some(tuning))
         .await
         .map_err(CliError::StartFailed)?;
-    let failed = tokio::select! {
-        () = signals.next() => None,
-        failure = running.journal_failed() => Some(failure),
+    let mut reloader = app::Reloader::new(
+        args.config.clone(),
+        cfg,
+        running.config_status().clone(),
+        args.drain_timeout,
+    );
+    let mut requests = running.take_reload_requests();
+    let mut poll = tokio::time::interval(app::POLL_EVERY);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One loop owns the running set, so reloads (SIGHUP, `POST /reload`, a changed file) happen
+    // one at a time; the outcome is logged and shown on /status and /metrics by the reloader.
+    let failed = loop {
+        tokio::select! {
+            () = signals.next() => break None,
+            failure = running.journal_failed() => break Some(failure),
+            _ = hup.recv() => {
+                tracing::info!(message = "SIGHUP: reloading the configuration.");
+                let _ = reloader.reload(&mut running).await;
+            }
+            Some(reply) = next_request(&mut requests) => {
+                let outcome = reloader.reload(&mut running).await;
+                // The caller may have given up waiting; the outcome is on /status anyway.
+                let _ = reply.send(outcome.map_err(|e| e.to_string()));
+            }
+            _ = poll.tick() => {
+                if reloader.changed() {
+                    tracing::info!(message = "Configuration file changed: reloading.", path = %args.config.display());
+                    let _ = reloader.reload(&mut running).await;
+                }
+                reloader.expire_removed(running.journal());
+            }
+        }
     };
     if let Some(failure) = failed {
         tracing::error!(

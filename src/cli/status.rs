@@ -124,6 +124,13 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
             );
         }
     }
+    // Only a running herald has a configuration generation (issue 23's live reload).
+    if let Some(generation) = doc["config"]["generation"].as_u64() {
+        match doc["config"]["lastReloadError"].as_str() {
+            Some(error) => outln!("config: generation {generation}; last reload refused: {error}"),
+            None => outln!("config: generation {generation}"),
+        }
+    }
     outln!(
         "journal: head {}, backlog {}, {:.1} MiB",
         doc["journal"]["head"],

@@ -5,7 +5,7 @@ use crate::config::{self, Config, Namespaces, ResourceConfig};
 use crate::event::{self, Op};
 
 /// What to watch, resolved from one `resources[i]` entry (and one namespace of its list).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WatchSpec {
     /// Position in `resources`, for messages (`resources[1]`).
     pub index: usize,

@@ -85,11 +85,15 @@ pub enum MetricName {
     ChangeToDeliverySeconds,
     /// `herald_open_files_exhausted_total`, a counter.
     OpenFilesExhaustedTotal,
+    /// `herald_config_reload_failures_total`, a counter.
+    ConfigReloadFailuresTotal,
+    /// `herald_config_last_reload_success`, a gauge.
+    ConfigLastReloadSuccess,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 24] = [
+    pub const ALL: [MetricName; 26] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -114,6 +118,8 @@ impl MetricName {
         Self::JournalWritable,
         Self::ChangeToDeliverySeconds,
         Self::OpenFilesExhaustedTotal,
+        Self::ConfigReloadFailuresTotal,
+        Self::ConfigLastReloadSuccess,
     ];
 
     /// The exported name.
@@ -146,6 +152,8 @@ impl MetricName {
             Self::JournalWritable => "herald_journal_writable",
             Self::ChangeToDeliverySeconds => "herald_change_to_delivery_seconds",
             Self::OpenFilesExhaustedTotal => "herald_open_files_exhausted_total",
+            Self::ConfigReloadFailuresTotal => "herald_config_reload_failures_total",
+            Self::ConfigLastReloadSuccess => "herald_config_last_reload_success",
         }
     }
 
@@ -166,7 +174,8 @@ impl MetricName {
             | Self::SinkTruncatedEventsTotal
             | Self::JournalAppendsTotal
             | Self::JournalWriteErrorsTotal
-            | Self::OpenFilesExhaustedTotal => MetricKind::Counter,
+            | Self::OpenFilesExhaustedTotal
+            | Self::ConfigReloadFailuresTotal => MetricKind::Counter,
             Self::WatchSynced
             | Self::DeadLetterQueueSize
             | Self::DeadLetterQueueFull
@@ -175,7 +184,8 @@ impl MetricName {
             | Self::JournalOldestUndeliveredAgeSeconds
             | Self::JournalBacklogEvents
             | Self::JournalSizeBytes
-            | Self::JournalWritable => MetricKind::Gauge,
+            | Self::JournalWritable
+            | Self::ConfigLastReloadSuccess => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -207,7 +217,9 @@ impl MetricName {
             | Self::JournalSizeBytes
             | Self::JournalWriteErrorsTotal
             | Self::JournalWritable
-            | Self::OpenFilesExhaustedTotal => &[],
+            | Self::OpenFilesExhaustedTotal
+            | Self::ConfigReloadFailuresTotal
+            | Self::ConfigLastReloadSuccess => &[],
         }
     }
 
@@ -263,6 +275,12 @@ impl MetricName {
             Self::OpenFilesExhaustedTotal => {
                 "Connections, files and accepts that failed for want of a file descriptor (EMFILE, ENFILE)."
             }
+            Self::ConfigReloadFailuresTotal => {
+                "Configuration reloads refused (invalid file, a change that needs a restart) or applied only in part."
+            }
+            Self::ConfigLastReloadSuccess => {
+                "1 while the last configuration reload was applied (or none was tried); 0 after a refused one."
+            }
         }
     }
 }
@@ -312,6 +330,8 @@ mod tests {
                 "herald_journal_writable",
                 "herald_change_to_delivery_seconds",
                 "herald_open_files_exhausted_total",
+                "herald_config_reload_failures_total",
+                "herald_config_last_reload_success",
             ]
         );
     }
