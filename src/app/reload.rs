@@ -422,24 +422,15 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
     fields
 }
 
-/// A hash of the content of every secret file `sink` references (`{fromFile: path}`), so that a
-/// rotated secret, the reference unchanged, rebuilds the sink and it reads the new value. An
-/// environment variable cannot change under a running process, so only files count.
-///
-/// The references are found in the sink's `Debug` form, where a [`config::SecretRef::File`] is
-/// `File("<path>")` whatever the sink type: the sink crates own their keys, and this needs no
-/// accessor in each of them (a unit test pins that form).
+/// A hash of the content of every secret file `sink` reads (`{fromFile: path}`, a NATS
+/// credentials file), so that a rotated secret, the reference unchanged, rebuilds the sink and it
+/// reads the new value. An environment variable cannot change under a running process, so only
+/// files count.
 fn secret_fingerprint(sink: &config::SinkConfig) -> u64 {
-    let text = format!("{:?}", sink.kind);
     let mut h = DefaultHasher::new();
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("File(\"") {
-        rest = &rest[at + "File(\"".len()..];
-        let Some(end) = rest.find("\")") else { break };
-        let path = &rest[..end];
+    for path in sink.secret_files() {
         path.hash(&mut h);
         std::fs::read(path).ok().hash(&mut h);
-        rest = &rest[end..];
     }
     h.finish()
 }
@@ -477,9 +468,38 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_files_reference_reads_as_the_fingerprint_expects() {
-        let secret = config::SecretRef::File("/run/secrets/x".into());
-        assert_eq!(format!("{secret:?}"), r#"File("/run/secrets/x")"#);
+    fn every_sink_type_names_the_secret_files_it_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = |name: &str| dir.path().join(name).display().to_string();
+        let text = format!(
+            "resources: [{{group: example.com, kind: Widget}}]\nsinks:\n\
+             - {{name: w, type: webhook, url: 'http://127.0.0.1:1/', auth: {{basic: {{username: u, password: {{fromFile: {a}}}}}}}, signing: {{secret: {{fromFile: {b}}}}}}}\n\
+             - {{name: k, type: kafka, brokers: ['127.0.0.1:1'], topic: t, secretProperties: {{sasl.password: {{fromFile: {c}}}, sasl.username: '${{USER}}'}}}}\n\
+             - {{name: n, type: nats, servers: ['nats://127.0.0.1:1'], subject: s, auth: {{credentialsFile: {d}}}}}\n\
+             - {{name: m, type: nats, servers: ['nats://127.0.0.1:1'], subject: s, auth: {{nkeySeed: {{fromFile: {e}}}}}}}\n\
+             - {{name: o, type: file, path: {g}}}\n",
+            a = f("a"),
+            b = f("b"),
+            c = f("c"),
+            d = f("d"),
+            e = f("e"),
+            g = f("out"),
+        );
+        let config = config::from_str(&text).unwrap();
+        let files: Vec<Vec<String>> = config
+            .sinks
+            .iter()
+            .map(|s| {
+                s.secret_files()
+                    .iter()
+                    .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            files,
+            [vec!["a", "b"], vec!["c"], vec!["d"], vec!["e"], vec![]]
+        );
     }
 
     #[test]

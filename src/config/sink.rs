@@ -135,6 +135,12 @@ impl SinkKind {
 impl SinkConfig {
     /// The secrets (and credentials files) this sink references that cannot be used now; keys
     /// below the sink.
+    /// Every file this sink reads a secret from when it is built (see
+    /// [`herald_sink_core::config::SinkConfig::secret_files`]).
+    pub(crate) fn secret_files(&self) -> Vec<&std::path::Path> {
+        with_config!(&self.kind, config => config.secret_files())
+    }
+
     pub(crate) fn secret_problems(&self, env: EnvLookup<'_>) -> Problems {
         let mut problems = Problems::default();
         with_config!(&self.kind, config => config.check_secrets(env, &mut problems));

@@ -179,6 +179,13 @@ impl SinkConfig for KafkaConfig {
     }
 
     /// Every secret property.
+    fn secret_files(&self) -> Vec<&std::path::Path> {
+        self.secret_properties
+            .values()
+            .filter_map(SecretRef::file)
+            .collect()
+    }
+
     fn check_secrets(&self, env: EnvLookup<'_>, problems: &mut Problems) {
         for (key, secret) in &self.secret_properties {
             check_secret(problems, &format!("secretProperties.{key}"), secret, env);

@@ -425,6 +425,20 @@ impl SinkConfig for NatsConfig {
     }
 
     /// The credential's secret, or its credentials file (read whole, as connecting will).
+    fn secret_files(&self) -> Vec<&std::path::Path> {
+        match &self.auth {
+            None => vec![],
+            Some(
+                NatsAuth::Token(secret)
+                | NatsAuth::UserPassword {
+                    password: secret, ..
+                }
+                | NatsAuth::NkeySeed(secret),
+            ) => secret.file().into_iter().collect(),
+            Some(NatsAuth::CredentialsFile(path)) => vec![path.as_path()],
+        }
+    }
+
     fn check_secrets(&self, env: EnvLookup<'_>, problems: &mut Problems) {
         match &self.auth {
             None => {}

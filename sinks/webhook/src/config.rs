@@ -259,6 +259,18 @@ impl SinkConfig for WebhookConfig {
         );
     }
 
+    fn secret_files(&self) -> Vec<&std::path::Path> {
+        let auth = match &self.auth {
+            None => None,
+            Some(WebhookAuth::Bearer(token)) => Some(token),
+            Some(WebhookAuth::Basic(basic)) => Some(&basic.password),
+        };
+        auth.into_iter()
+            .chain(self.signing.as_ref().map(|s| &s.secret))
+            .filter_map(SecretRef::file)
+            .collect()
+    }
+
     /// The auth secrets, and the signing secret in its `whsec_` form.
     fn check_secrets(&self, env: EnvLookup<'_>, problems: &mut Problems) {
         match &self.auth {

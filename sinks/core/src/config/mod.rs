@@ -55,6 +55,13 @@ pub trait SinkConfig {
         let _ = (env, problems);
     }
 
+    /// Every file `build` reads a secret from (`{fromFile: …}` references, credentials files),
+    /// so that a configuration reload can tell a rotated secret from an unchanged one.
+    /// Default: none.
+    fn secret_files(&self) -> Vec<&std::path::Path> {
+        Vec::new()
+    }
+
     /// The most events the driver gives one send call: `batchMaxEvents` by default; a sink that
     /// uses it only in some modes says `None` otherwise, leaving the driver's default.
     fn batch_max_events(&self, delivery: &DeliveryOptions) -> Option<usize> {

@@ -73,6 +73,15 @@ pub enum SecretError {
 }
 
 impl SecretRef {
+    /// The file a `{fromFile: …}` reference reads; `None` for an environment variable.
+    #[must_use]
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            Self::File(path) => Some(path),
+            Self::Env(_) => None,
+        }
+    }
+
     /// Reads the secret now; call it at start-up so a missing secret fails `herald check`, not the
     /// first delivery.
     ///
