@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use herald_sim::{LoadError, SimError, Simulator};
 
 use crate::config::Config;
-use crate::delivery::{self, OversizePolicy};
+use crate::delivery;
 use crate::journal::{self, Journal, JournalConfig, JournalError};
 use crate::route::Router;
 use crate::watch::{self, WatchSpec};
@@ -131,10 +131,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     let Cluster { client, sim, .. } = client(cfg).await?;
     drop_stale_cursors(&journal, cfg)?;
 
-    let base = DeliveryBase {
-        max_dead_letters: cfg.journal.max_dead_letters,
-        oversize: OversizePolicy::from_resources(&cfg.resources),
-    };
+    let base = DeliveryBase::from_config(cfg);
     let router = Router::from_config(&cfg.routes).map_err(StartError::Invalid)?;
     let mut supervisor = Supervisor::new(
         client,

@@ -27,7 +27,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{DeliveryBase, Running};
 use crate::config::{self, Config, ConfigError};
-use crate::delivery::OversizePolicy;
 use crate::journal::Journal;
 use crate::route::routes_from_config;
 use crate::watch::WatchSpec;
@@ -181,11 +180,7 @@ impl Reloader {
         drain_timeout: Duration,
     ) -> Self {
         let seen = fingerprint(&path);
-        let secrets = current
-            .sinks
-            .iter()
-            .map(|s| (s.name.clone(), secret_fingerprint(s)))
-            .collect();
+        let secrets = secret_fingerprints(&current);
         Self {
             path,
             current,
@@ -253,10 +248,7 @@ impl Reloader {
         let mut errors = Vec::new();
         let old_specs = WatchSpec::from_config(&self.current);
         let new_specs = WatchSpec::from_config(&new);
-        let base = DeliveryBase {
-            max_dead_letters: new.journal.max_dead_letters,
-            oversize: OversizePolicy::from_resources(&new.resources),
-        };
+        let base = DeliveryBase::from_config(&new);
         let drain = self.drain_timeout;
         let sup = running.supervisor();
 
@@ -290,7 +282,7 @@ impl Reloader {
         }
 
         // Sinks: a changed base (dead-letter bound, oversize policy) changes every sink.
-        let base_changed = base != self.current_base();
+        let base_changed = base != DeliveryBase::from_config(&self.current);
         let mut start_sinks = Vec::new();
         let running_sinks = sup.sink_names();
         for name in &running_sinks {
@@ -341,11 +333,7 @@ impl Reloader {
                 errors.push(e.to_string());
             }
         }
-        self.secrets = new
-            .sinks
-            .iter()
-            .map(|s| (s.name.clone(), secret_fingerprint(s)))
-            .collect();
+        self.secrets = secret_fingerprints(&new);
         self.current = new;
         if errors.is_empty() {
             Ok(self.status.applied())
@@ -354,13 +342,6 @@ impl Reloader {
                 path: self.path.clone(),
                 errors,
             })
-        }
-    }
-
-    fn current_base(&self) -> DeliveryBase {
-        DeliveryBase {
-            max_dead_letters: self.current.journal.max_dead_letters,
-            oversize: OversizePolicy::from_resources(&self.current.resources),
         }
     }
 
@@ -433,6 +414,14 @@ fn secret_fingerprint(sink: &config::SinkConfig) -> u64 {
         std::fs::read(path).ok().hash(&mut h);
     }
     h.finish()
+}
+
+/// Each sink of `cfg` with its [`secret_fingerprint`].
+fn secret_fingerprints(cfg: &Config) -> Vec<(String, u64)> {
+    cfg.sinks
+        .iter()
+        .map(|s| (s.name.clone(), secret_fingerprint(s)))
+        .collect()
 }
 
 /// The file's content hash, read through any symlinks; `None` when it cannot be read (a reload

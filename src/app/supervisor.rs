@@ -172,6 +172,17 @@ pub struct DeliveryBase {
     pub oversize: delivery::OversizePolicy,
 }
 
+impl DeliveryBase {
+    /// The shared delivery settings `cfg` gives (`journal.maxDeadLetters`, each resource's
+    /// `onOversize`).
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
+        Self {
+            max_dead_letters: cfg.journal.max_dead_letters,
+            oversize: delivery::OversizePolicy::from_resources(&cfg.resources),
+        }
+    }
+}
+
 /// Owns the running watchers, sinks and deliveries, and the router they share.
 pub struct Supervisor {
     client: kube::Client,
