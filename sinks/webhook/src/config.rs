@@ -479,7 +479,7 @@ mod tests {
     fn unknown_keys_are_refused_with_every_key_a_webhook_takes() {
         assert_eq!(
             flat(json!({"url": "https://events.example.com/herald", "path": "x"})).unwrap_err(),
-            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `replies`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `replies`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `rateLimit`, `debounce`, `start`",
         );
     }
 
