@@ -65,7 +65,7 @@ pub fn classify_at(
 }
 
 /// How one sink reads its receiver's answers (`replies` in its configuration); the default is
-/// DECISIONS.md's table (see the module documentation).
+/// the table in the module documentation (DECISIONS.md's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyRules {
     /// Statuses retried whatever the table says (a receiver's 409 "try again").

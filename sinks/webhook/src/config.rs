@@ -83,7 +83,8 @@ pub struct WebhookConfig {
     #[serde(default)]
     pub signing: Option<WebhookSigning>,
     /// How this receiver's answers are read: statuses to retry or reject, rate-limit headers, a
-    /// 2xx body check (see [`WebhookReplies`]). Default: DECISIONS.md's table.
+    /// 2xx body check (see [`WebhookReplies`]). Default: 2xx delivered; 408, 429, 5xx
+    /// except 501 retried with `Retry-After`; every other status refused.
     /// Example: `{rateLimited: [403], rateLimitHeaders: [retryAfter, xRateLimitReset]}`.
     #[serde(default)]
     pub replies: Option<WebhookReplies>,

@@ -11,7 +11,7 @@ use crate::classify::{BodyCheck, ReplyRules};
 
 /// `replies` of a webhook sink: which statuses retry, which reject, which rate-limit headers give
 /// the wait, and what a 2xx body is checked for. Every key is optional; what is left out keeps
-/// DECISIONS.md's table (408, 429, 5xx except 501 retried with `Retry-After`; 3xx, 501, other 4xx
+/// the default table (408, 429, 5xx except 501 retried with `Retry-After`; 3xx, 501, other 4xx
 /// dead-lettered).
 ///
 /// ```

@@ -43,7 +43,7 @@ pub(crate) struct Settings {
     /// Most requests one `send` call has in flight at once in binary and structured mode (the
     /// driver's `concurrency` multiplies it). Default [`DEFAULT_PARALLEL_REQUESTS`]; 0 counts as 1.
     pub parallel_requests: usize,
-    /// How the receiver's answers are read (`replies`). Default: DECISIONS.md's table.
+    /// How the receiver's answers are read (`replies`). Default: the table in [`crate::classify`].
     pub replies: crate::classify::ReplyRules,
 }
 
