@@ -381,6 +381,18 @@ async fn reply_rules_retry_and_reject_the_statuses_they_list() {
             ("default/limited", 0) => Answer::status(403)
                 .header("retry-after", "1")
                 .body("secondary rate limit"),
+            // GitHub's primary rate limit: 403, no requests left until the reset (epoch seconds).
+            ("default/reset", 0) => {
+                let reset = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs()
+                    + 3;
+                Answer::status(403)
+                    .header("x-ratelimit-remaining", "0")
+                    .header("x-ratelimit-reset", &reset.to_string())
+                    .body("API rate limit exceeded")
+            }
             // A 403 without a rate-limit header is a refusal.
             ("default/forbidden", _) => Answer::status(403).body("no permission"),
             _ => Answer::status(204),
@@ -394,13 +406,13 @@ async fn reply_rules_retry_and_reject_the_statuses_they_list() {
         &[(
             "hook",
             &hook.url,
-            "    replies:\n      retry: [409]\n      reject: [503]\n      rateLimited: [403]\n",
+            "    replies:\n      retry: [409]\n      reject: [503]\n      rateLimited: [403]\n      rateLimitHeaders: [retryAfter, xRateLimitReset]\n",
         )],
     );
     let admin = admin_addr(&config);
     let mut herald = Herald::start(dir.path(), &config);
     let mut ids = BTreeMap::new();
-    for name in ["conflict", "gone", "limited", "forbidden", "plain"] {
+    for name in ["conflict", "gone", "limited", "reset", "forbidden", "plain"] {
         let created = raw
             .post(WIDGETS, &widget(name, json!({}), json!({})))
             .await
@@ -410,10 +422,10 @@ async fn reply_rules_retry_and_reject_the_statuses_they_list() {
     until(
         &herald,
         30,
-        "conflict, limited and plain taken",
+        "conflict, limited, reset and plain taken",
         async || {
             let taken = hook.taken();
-            ["conflict", "limited", "plain"]
+            ["conflict", "limited", "reset", "plain"]
                 .iter()
                 .all(|n| taken.contains(&ids[*n]))
         },
@@ -441,14 +453,19 @@ async fn reply_rules_retry_and_reject_the_statuses_they_list() {
         [403, 204],
         "a rate-limited 403 is retried"
     );
+    assert_eq!(statuses("reset"), [403, 204], "so is one out of requests");
     assert_eq!(statuses("forbidden"), [403], "a plain 403 is not");
     assert_eq!(statuses("plain"), [204]);
-    let limited = hook.with("default/limited");
-    let waited = limited[1].at.duration_since(limited[0].at);
-    assert!(
-        waited >= Duration::from_millis(950),
-        "the retry after `403` with Retry-After: 1 came after {waited:?}"
-    );
+    // Each retry waits what the header says, far above herald's own first backoff (under
+    // 100 ms): Retry-After: 1, and a reset 3 s ahead in whole seconds (so over 2 s).
+    for name in ["limited", "reset"] {
+        let tries = hook.with(&format!("default/{name}"));
+        let waited = tries[1].at.duration_since(tries[0].at);
+        assert!(
+            waited >= Duration::from_millis(950),
+            "{name}: the retry came after {waited:?}"
+        );
+    }
     assert_eq!(herald.terminate().await, Some(0));
     let letters = dead_letters(&herald.config, "hook");
     let summary: BTreeMap<String, (String, String, String)> = letters
