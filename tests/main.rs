@@ -29,6 +29,7 @@ mod run_events;
 mod run_filters;
 mod run_rbac;
 mod run_reload;
+mod run_replies;
 mod run_retry_after;
 mod run_supervisor;
 mod run_webhook;

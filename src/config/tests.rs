@@ -411,7 +411,7 @@ fn unknown_keys_are_errors_at_every_depth() {
         ),
         (
             sink("fsyncIntervall: 1s"),
-            "sinks[0].fsyncIntervall: unknown field `fsyncIntervall`, expected one of `path`, `fsync`, `fsyncInterval`, `rotate`, `start`",
+            "sinks[0].fsyncIntervall: unknown field `fsyncIntervall`, expected one of `path`, `fsync`, `fsyncInterval`, `rotate`, `rateLimit`, `debounce`, `start`",
         ),
         (
             sink("rotate: {maxSize: 1MiB, maxFile: 3}"),
@@ -1290,6 +1290,8 @@ fn webhook_sink_defaults() {
             max_age: None,
             dead_letter_sink: None,
             start: SinkStart::Head,
+            rate_limit: None,
+            debounce: None,
         }
     );
 }
