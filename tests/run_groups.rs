@@ -644,3 +644,123 @@ fn rbac_grants_what_patterns_need() {
         "{stderr}"
     );
 }
+
+/// `herald rbac`'s output alone lets a group pattern run under a ServiceAccount the simulator's RBAC
+/// authorizer holds to it: the CRDs are followed, a kind installed later is read.
+#[tokio::test]
+async fn rbac_output_alone_lets_a_group_pattern_run() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    for (path, doc) in [
+        (
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ops"}}),
+        ),
+        (
+            "/api/v1/namespaces/ops/serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "watcher"}}),
+        ),
+    ] {
+        create(&raw, path, &doc).await;
+    }
+    let token = raw
+        .post(
+            "/api/v1/namespaces/ops/serviceaccounts/watcher/token",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await
+        .body["status"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("token.kubeconfig");
+    std::fs::write(
+        &kc,
+        json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "sim", "cluster": {"server": sim.url()}}],
+            "users": [{"name": "sa", "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "sim", "user": "sa"}}],
+            "current-context": "sa",
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]\n    namespaces: {exclude: [\"kube-*\"]}",
+    )
+    .replace(
+        &sim.kubeconfig_path().display().to_string(),
+        &kc.display().to_string(),
+    );
+    let path = dir.path().join("herald.yaml");
+    std::fs::write(&path, &config).unwrap();
+
+    // Without the rules, the ServiceAccount may not even list CRDs.
+    let denied = raw
+        .http
+        .get(format!("{}{CRDS}", raw.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(denied, 403);
+
+    let (code, stdout, stderr) = herald_cmd(
+        &[
+            "rbac",
+            "--json",
+            "--service-account",
+            "watcher",
+            "--namespace",
+            "ops",
+        ],
+        &path,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let list: Value = serde_json::from_str(&stdout).unwrap();
+    for item in list["items"].as_array().unwrap() {
+        let collection = match item["kind"].as_str().unwrap() {
+            "ClusterRole" => "clusterroles",
+            "ClusterRoleBinding" => "clusterrolebindings",
+            other => panic!("unexpected {other}"),
+        };
+        create(
+            &raw,
+            &format!("/apis/rbac.authorization.k8s.io/v1/{collection}"),
+            item,
+        )
+        .await;
+    }
+
+    let w = create(&raw, &widgets("default"), &widget_in("default", "w")).await;
+    let herald = Herald::start(dir.path(), &config);
+    assert_eq!(ids(&herald.wait_for(1).await), [id_of(&w, "created")]);
+    raw.install_crd(&gadgets_crd()).await;
+    wait_watched(
+        &herald,
+        &admin_addr(&config),
+        &[
+            "*.example.com",
+            "widgets.example.com",
+            "gadgets.example.com",
+        ],
+    )
+    .await;
+    let g = create(&raw, GADGETS, &gadget("g")).await;
+    let events = herald.wait_for(2).await;
+    assert_eq!(
+        ids(&events)[1],
+        id_of(&g, "created"),
+        "{}",
+        herald.stderr_text()
+    );
+    let (code, body) = admin_get(&admin_addr(&config), "/readyz").await;
+    assert_eq!(code, 200, "{body}");
+}

@@ -69,13 +69,16 @@ pub(super) async fn run(
     let mut listing: Option<BTreeMap<String, CustomResourceDefinition>> = None;
     let mut children: BTreeMap<String, Child> = BTreeMap::new();
     let mut collect = tokio::time::interval(COLLECT_EVERY);
+    // After the first complete view, a new CRD is new: its objects are all reported, whatever
+    // `initialState` says (that is for what existed when herald first started).
+    let mut late = false;
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => break,
             _ = collect.tick() => {
                 if collect_finished(&ctx, &mut children, &spec) {
                     // A CRD installed again while its old watcher was ending gets a new one.
-                    reconcile(&ctx, &spec, &stop, &known, &mut children);
+                    reconcile(&ctx, &spec, &stop, &known, &mut children, late);
                 }
                 continue;
             }
@@ -123,7 +126,8 @@ pub(super) async fn run(
             }
         };
         if changed {
-            reconcile(&ctx, &spec, &stop, &known, &mut children);
+            reconcile(&ctx, &spec, &stop, &known, &mut children, late);
+            late = true;
         }
     }
     // Stopping: the children's tokens are children of `stop`, so they stop with it.
@@ -140,14 +144,17 @@ fn crd_name(crd: &CustomResourceDefinition) -> String {
     crd.metadata.name.clone().unwrap_or_default()
 }
 
-/// Starts a watcher for each newly matched kind; retires the watchers of kinds no longer matched
-/// (their CRD is being deleted or gone): they end once their resource is no longer served.
+/// Starts a watcher for each newly matched kind (`late`: found after the first complete view of
+/// the CRDs, so its objects are reported whatever `initialState` says); retires the watchers of
+/// kinds no longer matched (their CRD is being deleted or gone): they end once their resource is
+/// no longer served.
 fn reconcile(
     ctx: &Context,
     spec: &WatchSpec,
     stop: &CancellationToken,
     crds: &BTreeMap<String, CustomResourceDefinition>,
     children: &mut BTreeMap<String, Child>,
+    late: bool,
 ) {
     let want: BTreeMap<String, MatchedKind> = matched_kinds(spec, crds.values())
         .into_iter()
@@ -163,12 +170,8 @@ fn reconcile(
         if children.contains_key(&label) {
             continue;
         }
-        if ctx.registry.has_watcher(&label) {
-            // Validation keeps patterns from overlapping other entries; a leftover of a reload
-            // that is still stopping is not run twice.
-            continue;
-        }
-        let child_spec = spec.for_kind(&m.kind, &m.plural);
+        let mut child_spec = spec.for_kind(&m.kind, &m.plural);
+        child_spec.initial_emit |= late;
         tracing::info!(message = "Kind of a watched group found; starting its watcher.", resource = %label, pattern = %spec.label());
         let child_health = Arc::new(watch::Health::default());
         let child_stop = stop.child_token();

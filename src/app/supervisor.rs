@@ -97,13 +97,10 @@ impl Registry {
         self.sinks.contains(name)
     }
 
-    /// Whether a watcher of this label runs.
-    pub fn has_watcher(&self, label: &str) -> bool {
-        self.watchers.contains(label)
-    }
-
-    /// Lists a watcher a group pattern started.
+    /// Lists a watcher a group pattern started, in place of any entry of that label a stopped
+    /// pattern left behind (a pattern abandoned while stopping cannot unlist its watchers).
     pub(super) fn add_watcher(&self, label: String, health: Arc<watch::Health>) {
+        self.watchers.remove(&label);
         self.watchers.push(label, health);
     }
 
