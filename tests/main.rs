@@ -27,6 +27,7 @@ mod run_delivery;
 mod run_dlq;
 mod run_events;
 mod run_filters;
+mod run_leader;
 mod run_rbac;
 mod run_reload;
 mod run_retry_after;

@@ -198,6 +198,7 @@ mod tests {
             router: Arc::new(crate::route::Router::new(Vec::new())),
             config: Arc::default(),
             reload: None,
+            leadership: None,
         }
     }
 
