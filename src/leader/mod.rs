@@ -101,7 +101,8 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    fn new(identity: String, lease: String, namespace: String) -> Self {
+    /// A standby that has not read the Lease yet.
+    pub fn new(identity: String, lease: String, namespace: String) -> Self {
         Self {
             identity,
             lease,

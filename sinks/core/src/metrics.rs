@@ -89,11 +89,13 @@ pub enum MetricName {
     ConfigReloadFailuresTotal,
     /// `herald_config_last_reload_success`, a gauge.
     ConfigLastReloadSuccess,
+    /// `herald_leader_election_leader{holder}`, a gauge.
+    LeaderElectionLeader,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 26] = [
+    pub const ALL: [MetricName; 27] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -120,6 +122,7 @@ impl MetricName {
         Self::OpenFilesExhaustedTotal,
         Self::ConfigReloadFailuresTotal,
         Self::ConfigLastReloadSuccess,
+        Self::LeaderElectionLeader,
     ];
 
     /// The exported name.
@@ -154,6 +157,7 @@ impl MetricName {
             Self::OpenFilesExhaustedTotal => "herald_open_files_exhausted_total",
             Self::ConfigReloadFailuresTotal => "herald_config_reload_failures_total",
             Self::ConfigLastReloadSuccess => "herald_config_last_reload_success",
+            Self::LeaderElectionLeader => "herald_leader_election_leader",
         }
     }
 
@@ -185,7 +189,8 @@ impl MetricName {
             | Self::JournalBacklogEvents
             | Self::JournalSizeBytes
             | Self::JournalWritable
-            | Self::ConfigLastReloadSuccess => MetricKind::Gauge,
+            | Self::ConfigLastReloadSuccess
+            | Self::LeaderElectionLeader => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -220,6 +225,7 @@ impl MetricName {
             | Self::OpenFilesExhaustedTotal
             | Self::ConfigReloadFailuresTotal
             | Self::ConfigLastReloadSuccess => &[],
+            Self::LeaderElectionLeader => &["holder"],
         }
     }
 
@@ -281,6 +287,9 @@ impl MetricName {
             Self::ConfigLastReloadSuccess => {
                 "1 while the last configuration reload was applied (or none was tried); 0 after a refused one."
             }
+            Self::LeaderElectionLeader => {
+                "1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read."
+            }
         }
     }
 }
@@ -332,6 +341,7 @@ mod tests {
                 "herald_open_files_exhausted_total",
                 "herald_config_reload_failures_total",
                 "herald_config_last_reload_success",
+                "herald_leader_election_leader",
             ]
         );
     }
