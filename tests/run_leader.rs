@@ -170,7 +170,7 @@ impl Load {
             let mut created: Vec<u64> = Vec::new();
             let mut n = 0u64;
             while !halt.load(Ordering::SeqCst) {
-                let id = if n % 3 == 0 || created.len() < 10 {
+                let id = if n.is_multiple_of(3) || created.len() < 10 {
                     let o = raw
                         .post(
                             WIDGETS,

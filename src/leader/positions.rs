@@ -313,3 +313,105 @@ impl Positions {
         Ok(passed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use herald_sink_core::event::ExtensionValue;
+
+    use super::*;
+    use crate::journal::{Batch, JournalConfig};
+
+    fn event(uid: &str, rv: u64) -> Vec<u8> {
+        CloudEvent::new(
+            format!("{uid}:{rv}:updated"),
+            "k8s://c/example.com/widgets",
+            "dev.herald.resource.updated",
+        )
+        .extension("k8suid", ExtensionValue::String(uid.into()))
+        .extension("resourceversion", ExtensionValue::String(rv.to_string()))
+        .extension(
+            "partitionkey",
+            ExtensionValue::String(format!("default/{uid}")),
+        )
+        .to_structured_json()
+    }
+
+    async fn journal(dir: &std::path::Path, events: &[(&str, u64)]) -> Journal {
+        let mut cfg = JournalConfig::new(dir.join("journal"));
+        cfg.flush_interval = Duration::from_millis(1);
+        let j = Journal::open(cfg).unwrap();
+        j.register_sink("out", true).unwrap();
+        let seqs = j
+            .append(Batch {
+                stream: "s".into(),
+                events: events.iter().map(|(uid, rv)| event(uid, *rv)).collect(),
+                index: vec![],
+                checkpoint: None,
+            })
+            .unwrap();
+        j.durable(*seqs.last().unwrap()).await.unwrap();
+        j
+    }
+
+    fn positions(j: &Journal) -> Positions {
+        // Never asked: these tests publish and fetch nothing.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        Positions::new(
+            j.clone(),
+            Arc::new(Router::new(Vec::new())),
+            Api::namespaced(client, "default"),
+            "herald-positions".into(),
+            Duration::from_secs(1),
+        )
+    }
+
+    /// The leader's journal and a standby's hold the same changes in a different order (a list
+    /// journals objects in its own order): per object, what the leader finished marks the
+    /// standby's events of that object at or below it, and nothing else.
+    #[tokio::test]
+    async fn a_standby_marks_what_the_leader_finished_per_object() {
+        let (dl, ds) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = journal(
+            dl.path(),
+            &[("a", 5), ("b", 3), ("a", 7), ("c", 9), ("b", 8)],
+        )
+        .await;
+        // The leader finished seq 1-2 (a@5, b@3) and seq 4 (c@9) above its cursor; a@7 is stuck.
+        leader.acknowledge("out", 2, &[(4, 4)]).unwrap();
+        let mut lp = positions(&leader);
+        lp.lead();
+        lp.counted.insert("out".into(), 0);
+        lp.collect().unwrap();
+        let doc = lp.published("herald-a");
+        assert_eq!(
+            doc.sinks["out"],
+            BTreeMap::from([("a".into(), 5), ("b".into(), 3), ("c".into(), 9)])
+        );
+
+        // The standby saw b@3 first, and a@6, which the leader's watch coalesced away: it is above
+        // the published a@5, so it stays, to be sent after a takeover.
+        let standby = journal(
+            ds.path(),
+            &[("b", 3), ("a", 5), ("a", 6), ("a", 7), ("b", 8), ("c", 9)],
+        )
+        .await;
+        standby.acknowledge("out", 0, &[]).unwrap();
+        let mut sp = positions(&standby);
+        let now = Instant::now();
+        for (uid, rv) in &doc.sinks["out"] {
+            sp.note("out", uid.clone(), *rv, now);
+        }
+        assert_eq!(sp.apply().unwrap(), 2);
+        assert_eq!(standby.cursor("out").unwrap(), 2, "b@3 and a@5 are done");
+        assert_eq!(
+            standby.acked("out").unwrap(),
+            [(6, 6)],
+            "c@9 is done; a@6, a@7 and b@8 are not"
+        );
+        // Applying again changes nothing.
+        assert_eq!(sp.apply().unwrap(), 0);
+        assert_eq!(standby.cursor("out").unwrap(), 2);
+    }
+}
