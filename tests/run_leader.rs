@@ -214,11 +214,22 @@ struct Pair {
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
+/// `HERALD_BIN` names the herald binary to run (default: this build's), to check these tests
+/// against another build.
 async fn pair(sim: &herald_sim::Simulator, log: &Log) -> Pair {
+    let bin = std::env::var("HERALD_BIN").ok().filter(|b| !b.is_empty());
     let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = Herald::start(da.path(), &config(sim, da.path(), &log.url, "herald-a"));
+    let start = |dir: &Path, identity: &str| {
+        Herald::start_bin(
+            dir,
+            &config(sim, dir, &log.url, identity),
+            bin.as_deref(),
+            &[],
+        )
+    };
+    let a = start(da.path(), "herald-a");
     wait_role(&a, "leader").await;
-    let b = Herald::start(db.path(), &config(sim, db.path(), &log.url, "herald-b"));
+    let b = start(db.path(), "herald-b");
     let s = wait_role(&b, "standby").await;
     assert_eq!(s["leaderElection"]["holder"], "herald-a", "{s}");
     Pair {
@@ -284,6 +295,21 @@ async fn kill_the_leader_under_load() -> Takeover {
         .expect("the standby took over");
     let s = wait_role(&p.b, "leader").await;
     assert_eq!(s["leaderElection"]["holder"], "herald-b", "{s}");
+    assert!(
+        s["leaderElection"]["transitions"].as_u64() >= Some(1),
+        "the Lease changed holder: {s}"
+    );
+    let addr = crate::support::admin_addr(&std::fs::read_to_string(&p.b.config).unwrap());
+    let metrics = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("\nherald_leader_election_leader{holder=\"herald-b\"} 1\n"),
+        "{metrics}"
+    );
     let counts = counts(&arrivals);
     let duplicates = counts.values().map(|c| c - 1).sum();
     let window = PUBLISH * 2;

@@ -391,7 +391,7 @@ fn unknown_keys_are_errors_at_every_depth() {
     for (yaml, expected) in [
         (
             base("sink: []\n"),
-            "sink: unknown field `sink`, expected one of `cluster`, `resources`, `sinks`, `routes`, `journal`, `admin`",
+            "sink: unknown field `sink`, expected one of `cluster`, `resources`, `sinks`, `routes`, `journal`, `admin`, `leaderElection`",
         ),
         (
             base("cluster: {nmae: x}\n"),

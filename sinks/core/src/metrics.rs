@@ -366,7 +366,7 @@ mod tests {
                 metric
                     .labels()
                     .iter()
-                    .all(|l| ["resource", "sink"].contains(l)),
+                    .all(|l| ["resource", "sink", "holder"].contains(l)),
                 "labels come from the fixed set: {name}"
             );
             assert_eq!(metric.to_string(), name);
