@@ -188,7 +188,7 @@ where
 /// The settings of the election, resolved.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Identity, Lease name and namespace.
+    /// This replica's identity (the Lease's `holderIdentity`).
     pub identity: String,
     /// The Lease's name.
     pub lease: String,
