@@ -545,7 +545,10 @@ mod tests {
         let pods = "k8s://c/core/pods";
         let mut w = Window::new(0);
         // The synthesized pair of a replacement missed during a gap: deleted(u1), created(u2).
-        assert_eq!(w.push_debounced(obj(1, "ns/p", pods, "u1"), t0, window), None);
+        assert_eq!(
+            w.push_debounced(obj(1, "ns/p", pods, "u1"), t0, window),
+            None
+        );
         assert_eq!(
             w.push_debounced(obj(2, "ns/p", pods, "u2"), t0, window),
             None,

@@ -849,7 +849,11 @@ mod tests {
             ..ReplyRules::default()
         };
         let cap = Duration::from_secs(3600);
-        for retry_after in ["18446744073709551615", "86400", "Wed, 21 Oct 2099 07:28:00 GMT"] {
+        for retry_after in [
+            "18446744073709551615",
+            "86400",
+            "Wed, 21 Oct 2099 07:28:00 GMT",
+        ] {
             let headers = ReplyHeaders {
                 retry_after: Some(retry_after),
                 ..ReplyHeaders::default()
@@ -868,7 +872,11 @@ mod tests {
                 rate_limit_reset: Some(reset),
                 rate_limit_remaining: Some("0"),
             };
-            assert_eq!(rules.hint(&headers, now), None, "X-RateLimit-Reset: {reset}");
+            assert_eq!(
+                rules.hint(&headers, now),
+                None,
+                "X-RateLimit-Reset: {reset}"
+            );
         }
         let headers = ReplyHeaders {
             retry_after: None,
