@@ -1,7 +1,7 @@
 //! Issue 20, items 3 and 4, end to end (the binary, the simulator, receivers on 127.0.0.1): a
 //! burst against a rate-limited receiver ends delivered with no dead letters, with `rateLimit` and
 //! with the 429 handling alone; `debounce` delivers each object's latest state and counts the
-//! rest; `replies` retries and rejects the statuses it lists and reads GitHub's rate-limited 403;
+//! rest, and never lets a re-created object replace the deletion of the one it replaced; `replies` retries and rejects the statuses it lists and reads GitHub's rate-limited 403;
 //! an Elasticsearch `_bulk` 200 with `errors: true` retries or dead-letters exactly its failed
 //! items.
 
@@ -283,13 +283,8 @@ async fn a_burst_paced_by_rate_limit_is_delivered_without_a_single_429() {
     // 48 changes journaled at once, a receiver taking 12 requests in any second: unpaced, the
     // burst meets 429s. herald sends at most burst + perSecond = 2 + 8 = 10 in any second.
     let hook = rate_limited(12).await;
-    let (created, taken, dead) = burst_into(
-        &hook,
-        "    rateLimit: {perSecond: 8, burst: 2}\n",
-        48,
-        true,
-    )
-    .await;
+    let (created, taken, dead) =
+        burst_into(&hook, "    rateLimit: {perSecond: 8, burst: 2}\n", 48, true).await;
     assert_eq!(taken.iter().cloned().collect::<BTreeSet<_>>(), created);
     assert_eq!(dead, 0.0, "no dead letters");
     let got = hook.got();
@@ -373,7 +368,11 @@ async fn debounce_sends_each_objects_latest_state_and_counts_the_rest() {
         dir.path(),
         &[
             ("every", &every.url, ""),
-            ("latest", &latest.url, "    debounce: 3s\n    start: earliest\n"),
+            (
+                "latest",
+                &latest.url,
+                "    debounce: 3s\n    start: earliest\n",
+            ),
         ],
     );
     let admin = admin_addr(&config);
@@ -401,6 +400,68 @@ async fn debounce_sends_each_objects_latest_state_and_counts_the_rest() {
     assert_eq!(
         metric(&admin, "herald_sink_debounced_events_total{sink=\"every\"}").await,
         Some(0.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debounce_never_replaces_a_deletion_by_the_re_creation_under_its_name() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let every = Hook::start(|_, _| Answer::status(204)).await;
+    let latest = Hook::start(|_, _| Answer::status(204)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // As above: the debounced sink joins later and reads every change at once.
+    let config = webhook_config(&sim, dir.path(), &[("every", &every.url, "")]);
+    let herald = Herald::start(dir.path(), &config);
+    herald.wait_for_log("Listed and reconciled").await;
+    let first = raw
+        .post(WIDGETS, &widget("again", json!({}), json!({})))
+        .await
+        .body;
+    let old_uid = first["metadata"]["uid"].as_str().unwrap().to_owned();
+    raw.delete(&format!("{WIDGETS}/again")).await;
+    let second = raw
+        .post(WIDGETS, &widget("again", json!({}), json!({})))
+        .await
+        .body;
+    assert_ne!(second["metadata"]["uid"].as_str(), Some(old_uid.as_str()));
+    until(&herald, 30, "every change at `every`", async || {
+        every.taken().len() >= 3
+    })
+    .await;
+    drop(herald);
+    let config = webhook_config(
+        &sim,
+        dir.path(),
+        &[
+            ("every", &every.url, ""),
+            (
+                "latest",
+                &latest.url,
+                "    debounce: 3s\n    start: earliest\n",
+            ),
+        ],
+    );
+    let admin = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    caught_up(&herald, &admin, "latest").await;
+    // The old object's deletion is its latest state and the new object's creation is another
+    // object's: both are sent, in order; only the old object's `created` is replaced.
+    let sent = latest.taken();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent[0].starts_with(&format!("{old_uid}:")) && sent[0].ends_with(":deleted"),
+        "{sent:?}"
+    );
+    assert_eq!(sent[1], id_of(&second, "created"));
+    assert_eq!(
+        metric(
+            &admin,
+            "herald_sink_debounced_events_total{sink=\"latest\"}"
+        )
+        .await,
+        Some(1.0)
     );
 }
 
