@@ -176,6 +176,8 @@ pub struct Stats {
     pub paused: AtomicBool,
     /// Why the sink is paused, while it is: the failure that paused it, then the last probe's.
     pub pause_reason: std::sync::Mutex<Option<String>>,
+    /// Route `when` evaluations that failed for this sink (handled by the route's `onError`).
+    pub route_filter_errors: AtomicU64,
     /// Change-to-delivery latency: from the event's `time` (herald's observation) to the sink's Ok.
     pub latency: Histogram,
 }
@@ -378,6 +380,7 @@ pub async fn run<S: Sink>(
         name.clone(),
         journal.clone(),
         router.clone(),
+        stats.clone(),
         cursor,
         reads_tx,
     )));
@@ -704,6 +707,7 @@ async fn read_ahead(
     name: String,
     journal: Journal,
     router: Arc<Router>,
+    stats: Arc<Stats>,
     mut after: u64,
     out: tokio::sync::mpsc::Sender<Read>,
 ) {
@@ -722,7 +726,9 @@ async fn read_ahead(
         for (seq, bytes) in rows {
             after = seq;
             let read = match CloudEvent::from_structured_json(&bytes) {
-                Ok(event) if router.wants(&name, &event) => {
+                Ok(event)
+                    if router.wants_counting(&name, &event, Some(&stats.route_filter_errors)) =>
+                {
                     Read::Event(journaled(seq, event, &bytes))
                 }
                 Ok(_) => Read::Skipped(seq),
