@@ -613,7 +613,12 @@ mod tests {
         new["status"]["lastHeartbeatTime"] = json!("t2");
         assert!(meaningful_update(&old, &new, &[], &[]));
         let heartbeat = FieldPath::parse("status.lastHeartbeatTime").unwrap();
-        assert!(!meaningful_update(&old, &new, &[], std::slice::from_ref(&heartbeat)));
+        assert!(!meaningful_update(
+            &old,
+            &new,
+            &[],
+            std::slice::from_ref(&heartbeat)
+        ));
         let status = FieldPath::parse("status").unwrap();
         new["status"]["phase"] = json!("Failed");
         // `changed: [status]` ignores the heartbeat within it but sees the phase.
@@ -624,9 +629,19 @@ mod tests {
             std::slice::from_ref(&heartbeat)
         ));
         let spec = FieldPath::parse("spec").unwrap();
-        assert!(!meaningful_update(&old, &new, std::slice::from_ref(&spec), &[]));
+        assert!(!meaningful_update(
+            &old,
+            &new,
+            std::slice::from_ref(&spec),
+            &[]
+        ));
         new["metadata"]["labels"]["a"] = json!("2");
-        assert!(!meaningful_update(&old, &new, std::slice::from_ref(&spec), &[]));
+        assert!(!meaningful_update(
+            &old,
+            &new,
+            std::slice::from_ref(&spec),
+            &[]
+        ));
         new["spec"]["v"] = json!(2);
         assert!(meaningful_update(&old, &new, &[spec], &[]));
         // A field that appears or disappears is a change.
