@@ -11,6 +11,9 @@
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
 #![allow(clippy::expect_used)]
 
+#[path = "../sim/benches/support/mod.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
 use herald_sim::{ResourceRef, SimConfig, Simulator};
@@ -41,14 +44,15 @@ fn main() {
     rt.block_on(run());
 }
 
-/// One herald from an empty journal: initial sync, then `changes` changes; the stream's events/s.
+/// One herald from an empty journal: initial sync, then `changes` changes; the stream's events/s
+/// and CPU-seconds per 1,000 events (the whole process, the simulator's writes included).
 async fn one_run(
     sim: &Simulator,
     widgets: &ResourceRef,
     names: &[String],
     changes: u64,
     when: Option<&str>,
-) -> f64 {
+) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let filter = when.map_or(String::new(), |w| format!("    when: \"{w}\"\n"));
     let config = format!(
@@ -61,15 +65,47 @@ async fn one_run(
     let objects = names.len() as u64;
     let running = herald::app::start(&cfg, None).await.expect("herald starts");
     wait_delivered(&running, objects).await;
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), support::cpu_seconds());
     sim.churn(widgets, names, 0, changes).await.expect("churn");
     wait_delivered(&running, objects + changes).await;
     let rate = changes as f64 / t.elapsed().as_secs_f64();
+    let cpu_per_k = (support::cpu_seconds() - cpu) / (changes as f64 / 1000.0);
     running
         .stop(Duration::from_secs(30))
         .await
         .expect("clean stop");
-    rate
+    (rate, cpu_per_k)
+}
+
+/// CPU-seconds of one evaluation of [`WHEN`] on a bench object and its previous state, alone.
+fn evaluation_cost() -> f64 {
+    use herald::event::{Op, filter::Expression, filter::Vars};
+    let e = Expression::compile(WHEN).expect("compiles");
+    let object = |churn: i64| {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": "widget-00001", "namespace": "default", "uid": "u", "resourceVersion": "7",
+                            "generation": 1, "labels": {"app": "bench", "tier": "gold"}},
+               "spec": {"replicas": 3, "image": "registry.example/app:1.2.3", "churn": churn,
+                        "env": [{"name": "MODE", "value": "production"}, {"name": "REGION", "value": "eu-west-1"}]},
+               "status": {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True"}]}})
+    };
+    let (new, old) = (object(2), object(1));
+    let n = 200_000;
+    let cpu = support::cpu_seconds();
+    let mut passed = 0u32;
+    for _ in 0..n {
+        let vars = Vars {
+            object: Some(&new),
+            old_object: Some(&old),
+            op: Op::Updated,
+            resync: false,
+            namespace: "default",
+            name: "widget-00001",
+        };
+        passed += u32::from(e.evaluate(std::hint::black_box(&vars)).expect("evaluates"));
+    }
+    assert_eq!(passed, n);
+    (support::cpu_seconds() - cpu) / f64::from(n)
 }
 
 /// min, median, max.
@@ -108,6 +144,7 @@ async fn run() {
     .expect("preload");
 
     let (mut plain, mut filtered) = (Vec::new(), Vec::new());
+    let (mut plain_cpu, mut filtered_cpu) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Alternate which goes first, so neither always meets a warmer (or fuller) simulator.
         let order: [Option<&str>; 2] = if round % 2 == 0 {
@@ -116,14 +153,21 @@ async fn run() {
             [Some(WHEN), None]
         };
         for when in order {
-            let rate = one_run(&sim, &widgets, &names, changes, when).await;
+            let (rate, cpu) = one_run(&sim, &widgets, &names, changes, when).await;
             match when {
-                None => plain.push(rate),
-                Some(_) => filtered.push(rate),
+                None => {
+                    plain.push(rate);
+                    plain_cpu.push(cpu);
+                }
+                Some(_) => {
+                    filtered.push(rate);
+                    filtered_cpu.push(cpu);
+                }
             }
         }
     }
     let (p, f) = (spread(plain), spread(filtered));
+    let (pc, fc) = (spread(plain_cpu), spread(filtered_cpu));
     println!(
         "herald → file sink, durable journal: change stream with and without a resource `when` \
          ({objects} objects, {changes} changes per run, {rounds} interleaved rounds)"
@@ -142,9 +186,25 @@ async fn run() {
         "with `when`", f.0, f.1, f.2
     );
     println!(
-        "median with `when` / without: {:.3} (overhead {:.1} %)",
+        "{:<28} {:>12.4} {:>12.4} {:>12.4}",
+        "cpu-s/1k events, no filter", pc.0, pc.1, pc.2
+    );
+    println!(
+        "{:<28} {:>12.4} {:>12.4} {:>12.4}",
+        "cpu-s/1k events, `when`", fc.0, fc.1, fc.2
+    );
+    println!(
+        "median events/s with `when` / without: {:.3} (overhead {:.1} %); median CPU per event: {:+.1} %",
         f.1 / p.1,
-        (1.0 - f.1 / p.1) * 100.0
+        (1.0 - f.1 / p.1) * 100.0,
+        (fc.1 / pc.1 - 1.0) * 100.0
+    );
+    let each = evaluation_cost();
+    println!(
+        "one evaluation alone: {:.2} µs CPU ({:.1} % of herald's median {:.1} µs CPU per event without a filter)",
+        each * 1e6,
+        each / (pc.1 / 1000.0) * 100.0,
+        pc.1 * 1000.0
     );
     sim.shutdown().await;
 }

@@ -62,6 +62,165 @@ pub struct Expression {
     program: Arc<Program>,
     /// Which of [`VARIABLES`] it reads: only those are converted for an evaluation.
     uses: [bool; 6],
+    /// What of `object` and `oldObject` the expression reads (see [`Reads`]).
+    reads: [Reads; 2],
+}
+
+/// What an expression reads of an object variable. Converting a whole object into CEL values costs
+/// more than most expressions; an expression that only selects fields (`object.status.phase`,
+/// `has(object.spec.x)`) and compares the variable with `null` needs only those fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reads {
+    /// The variable is used as a whole (passed to a function, iterated, compared with an object):
+    /// convert all of it.
+    All,
+    /// Only these field paths, each converted whole (none: only whether it is `null`).
+    Fields(Vec<Vec<String>>),
+}
+
+impl Reads {
+    fn add(&mut self, path: Vec<String>) {
+        if let Self::Fields(paths) = self {
+            paths.push(path);
+        }
+    }
+}
+
+/// The variable and field path a chain of field selections spells: `object.status.phase` is
+/// (`object`, [status, phase]).
+fn selection(e: &IdedExpr) -> Option<(&str, Vec<String>)> {
+    match &e.expr {
+        Expr::Ident(name) => Some((name, Vec::new())),
+        Expr::Select(s) => {
+            let (root, mut path) = selection(&s.operand)?;
+            path.push(s.field.clone());
+            Some((root, path))
+        }
+        _ => None,
+    }
+}
+
+/// Fills in what `e` reads of `object` (`reads[0]`) and `oldObject` (`reads[1]`).
+fn object_reads(e: &IdedExpr, reads: &mut [Reads; 2]) {
+    let slot = |name: &str| BINDINGS[..2].iter().position(|b| *b == name);
+    if let Some((root, path)) = selection(e)
+        && let Some(i) = slot(root)
+    {
+        if path.is_empty() {
+            // The bare variable anywhere but in a comparison with null (handled below).
+            reads[i] = Reads::All;
+        } else {
+            reads[i].add(path);
+        }
+        return;
+    }
+    match &e.expr {
+        Expr::Call(call) => {
+            let null = |a: &IdedExpr| {
+                matches!(&a.expr, Expr::Literal(cel::common::ast::LiteralValue::Null))
+            };
+            if matches!(call.func_name.as_str(), "_==_" | "_!=_")
+                && call.target.is_none()
+                && let [a, b] = call.args.as_slice()
+            {
+                let bare = |x: &IdedExpr| match &x.expr {
+                    Expr::Ident(name) => slot(name),
+                    _ => None,
+                };
+                if let Some(i) = bare(a).filter(|_| null(b)).or(bare(b).filter(|_| null(a))) {
+                    // Only null or not: any conversion of a present object answers that.
+                    reads[i].add(Vec::new());
+                    return;
+                }
+            }
+            if let Some(target) = &call.target {
+                object_reads(target, reads);
+            }
+            for arg in &call.args {
+                object_reads(arg, reads);
+            }
+        }
+        Expr::Comprehension(c) => {
+            let binds = |v: &str| slot(v).is_some();
+            if binds(&c.iter_var) || c.iter_var2.as_deref().is_some_and(binds) {
+                // A macro variable that hides one of ours: do not guess.
+                *reads = [Reads::All, Reads::All];
+                return;
+            }
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                object_reads(part, reads);
+            }
+        }
+        Expr::List(list) => {
+            for el in &list.elements {
+                object_reads(el, reads);
+            }
+        }
+        Expr::Map(m) => entry_reads(&m.entries, reads),
+        Expr::Struct(s) => entry_reads(&s.entries, reads),
+        // A selection from something that is not a variable (`{'a': object}.a.b`).
+        Expr::Select(s) => object_reads(&s.operand, reads),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+fn entry_reads(list: &[cel::common::ast::IdedEntryExpr], reads: &mut [Reads; 2]) {
+    for entry in list {
+        match &entry.expr {
+            EntryExpr::StructField(f) => object_reads(&f.value, reads),
+            EntryExpr::MapEntry(m) => {
+                object_reads(&m.key, reads);
+                object_reads(&m.value, reads);
+            }
+        }
+    }
+}
+
+/// `v` as CEL sees it, reduced to what `reads` needs: the listed paths (each converted whole),
+/// and the maps on the way to them with only those keys. A selection or `has()` along a listed
+/// path gives what it gives on the whole object; nothing else is read.
+fn to_cel_reading(v: &Value, reads: &Reads) -> cel::Value {
+    match reads {
+        Reads::All => to_cel(v),
+        Reads::Fields(paths) => {
+            let paths: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
+            pruned(v, &paths)
+        }
+    }
+}
+
+fn pruned(v: &Value, paths: &[&[String]]) -> cel::Value {
+    let Value::Object(o) = v else {
+        // Selecting a field of a scalar or list fails whatever it holds; converting it whole keeps
+        // the error the same.
+        return to_cel(v);
+    };
+    // At the top, an empty path is a null check and needs no key; below, the caller converts a
+    // value whose path ends there whole and never gets here with one.
+    let mut map: HashMap<Key, cel::Value> = HashMap::new();
+    for (k, child) in o {
+        let below: Vec<&[String]> = paths
+            .iter()
+            .filter(|p| p.first() == Some(k))
+            .map(|p| &p[1..])
+            .collect();
+        if below.is_empty() {
+            continue;
+        }
+        let value = if below.iter().any(|p| p.is_empty()) {
+            to_cel(child)
+        } else {
+            pruned(child, &below)
+        };
+        map.insert(Key::String(Arc::new(k.clone())), value);
+    }
+    cel::Value::Map(Map { map: Arc::new(map) })
 }
 
 impl fmt::Debug for Expression {
@@ -184,10 +343,13 @@ impl Expression {
         }
         let refs = program.references();
         let uses = BINDINGS.map(|v| refs.has_variable(v));
+        let mut reads = [Reads::Fields(Vec::new()), Reads::Fields(Vec::new())];
+        object_reads(program.expression(), &mut reads);
         Ok(Self {
             source: source.to_owned(),
             program: Arc::new(program),
             uses,
+            reads,
         })
     }
 
@@ -209,8 +371,14 @@ impl Expression {
     pub fn evaluate(&self, vars: &Vars<'_>) -> Result<bool, EvalError> {
         let mut ctx = Context::with_env(ENV.clone());
         let values: [Option<cel::Value>; 6] = [
-            self.uses[0].then(|| vars.object.map_or(cel::Value::Null, to_cel)),
-            self.uses[1].then(|| vars.old_object.map_or(cel::Value::Null, to_cel)),
+            self.uses[0].then(|| {
+                vars.object
+                    .map_or(cel::Value::Null, |v| to_cel_reading(v, &self.reads[0]))
+            }),
+            self.uses[1].then(|| {
+                vars.old_object
+                    .map_or(cel::Value::Null, |v| to_cel_reading(v, &self.reads[1]))
+            }),
             self.uses[2].then(|| cel::Value::from(vars.op.as_str())),
             self.uses[3].then_some(cel::Value::Bool(vars.resync)),
             self.uses[4].then(|| cel::Value::from(vars.namespace)),
@@ -600,6 +768,57 @@ mod tests {
         assert!(Expression::compile("object.spec.l.exists(x, x == 1)").is_ok());
         let err = Expression::compile("object.spec.l.exists(x, x == 1) && x == 2").unwrap_err();
         assert!(err.message.contains("`x`"), "{err}");
+    }
+
+    /// Reading only the selected fields gives every expression the answer the whole object gives.
+    #[test]
+    fn selected_fields_answer_as_the_whole_object_does() {
+        let obj = json!({"metadata": {"name": "a", "labels": {"tier": "gold"}},
+                         "spec": {"replicas": 3, "items": [1, 2], "nested": {"x": {"y": 1}}},
+                         "status": {"phase": "Failed"}});
+        let old = json!({"spec": {"replicas": 2}, "status": {}});
+        let cases = [
+            (
+                "object.metadata.labels.tier == 'gold' && oldObject != null",
+                Some(true),
+            ),
+            (
+                "has(object.status.phase) && !has(oldObject.status.phase)",
+                Some(true),
+            ),
+            ("has(object.spec.nested.x.z)", Some(false)),
+            (
+                "object.spec.items.all(i, i > 0) && size(object.spec.items) == 2",
+                Some(true),
+            ),
+            ("object.spec.nested == {'x': {'y': 1}}", Some(true)),
+            ("object.metadata.labels['tier'] == 'gold'", Some(true)),
+            ("size(object) == 3 && 'status' in oldObject", Some(true)),
+            ("object.spec.replicas > oldObject.spec.replicas", Some(true)),
+            ("oldObject.status.phase == 'x'", None),
+            ("object.spec.items.x == 1", None),
+            (
+                "[object.spec, oldObject.spec].all(s, s.replicas > 1)",
+                Some(true),
+            ),
+            ("object.spec.items.exists(object, object == 2)", Some(true)),
+        ];
+        for (src, want) in cases {
+            let e = Expression::compile(src).unwrap();
+            let got = e.evaluate(&vars(&obj, Some(&old), Op::Updated)).ok();
+            assert_eq!(got, want, "{src} with {:?}", e.reads);
+        }
+        let reads = |src: &str| Expression::compile(src).unwrap().reads;
+        assert_eq!(
+            reads(
+                "object.status.phase == 'Failed' && (oldObject == null || oldObject.status.phase != 'Failed')"
+            ),
+            [
+                Reads::Fields(vec![vec!["status".into(), "phase".into()]]),
+                Reads::Fields(vec![vec![], vec!["status".into(), "phase".into()]]),
+            ]
+        );
+        assert_eq!(reads("size(object) > 1")[0], Reads::All);
     }
 
     #[test]
