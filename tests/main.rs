@@ -28,6 +28,7 @@ mod run_dlq;
 mod run_events;
 mod run_filters;
 mod run_groups;
+mod run_leader;
 mod run_rbac;
 mod run_reload;
 mod run_replies;

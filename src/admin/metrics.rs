@@ -100,6 +100,17 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
         MetricName::OpenFilesExhaustedTotal => one(crate::telemetry::fds::exhausted_total()),
         MetricName::ConfigReloadFailuresTotal => one(s.config.failures()),
         MetricName::ConfigLastReloadSuccess => one(u64::from(s.config.last_ok())),
+        MetricName::LeaderElectionLeader => Samples::Values(
+            s.leadership
+                .iter()
+                .map(|l| {
+                    (
+                        Some(l.holder().unwrap_or_default()),
+                        u64::from(l.is_leader()).to_string(),
+                    )
+                })
+                .collect(),
+        ),
         MetricName::ChangeToDeliverySeconds => Samples::Histograms(
             s.registry
                 .sinks()
@@ -200,6 +211,11 @@ mod tests {
             router: Arc::new(crate::route::Router::new(Vec::new())),
             config: Arc::default(),
             reload: None,
+            leadership: Some(Arc::new(crate::leader::Leadership::new(
+                "herald-1".into(),
+                "herald".into(),
+                "default".into(),
+            ))),
         }
     }
 
@@ -445,6 +461,9 @@ herald_config_reload_failures_total 0
 # HELP herald_config_last_reload_success 1 while the last configuration reload was applied (or none was tried); 0 after a refused one.
 # TYPE herald_config_last_reload_success gauge
 herald_config_last_reload_success 1
+# HELP herald_leader_election_leader 1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read.
+# TYPE herald_leader_election_leader gauge
+herald_leader_election_leader{holder=""} 0
 "#;
 
     #[tokio::test]

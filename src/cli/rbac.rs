@@ -55,12 +55,13 @@ pub(super) async fn run(args: RbacArgs) -> Result<(), CliError> {
         name: args.service_account,
         namespace: args.namespace,
     };
-    let objects = if args.namespace_scoped {
+    let mut objects = if args.namespace_scoped {
         let per_ns = rbac::namespace_rules(&targets).map_err(CliError::RbacRefused)?;
         rbac::namespace_objects(&per_ns, &subject)
     } else {
         rbac::cluster_objects(&rbac::cluster_rules(&targets), &subject)
     };
+    objects.extend(rbac::leader_election_objects(&cfg, &subject));
     if args.json {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
         outln!(

@@ -391,7 +391,7 @@ fn unknown_keys_are_errors_at_every_depth() {
     for (yaml, expected) in [
         (
             base("sink: []\n"),
-            "sink: unknown field `sink`, expected one of `cluster`, `resources`, `sinks`, `routes`, `journal`, `admin`",
+            "sink: unknown field `sink`, expected one of `cluster`, `resources`, `sinks`, `routes`, `journal`, `admin`, `leaderElection`",
         ),
         (
             base("cluster: {nmae: x}\n"),
@@ -1857,5 +1857,57 @@ fn routes_may_name_a_group_pattern() {
             "routes[0].resources[0]: \"*.other.example\" matches no configured resource",
             "routes[0].resources[1]: \"Backup.example.com\" matches no configured resource",
         ]
+// ----- leaderElection ---------------------------------------------------------------------------
+
+#[test]
+fn leader_election_is_off_by_default_with_client_go_durations() {
+    let c = ok(&base(""));
+    assert!(!c.leader_election.enabled);
+    assert_eq!(c.leader_election.lease_name, "herald");
+    assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));
+    assert_eq!(c.leader_election.renew_deadline, Duration::from_secs(10));
+    assert_eq!(c.leader_election.retry_period, Duration::from_secs(2));
+    assert_eq!(c.leader_election.publish_interval, Duration::from_secs(2));
+    let on = ok(&base(
+        "leaderElection:\n  enabled: true\n  identity: herald-0\n  namespace: ops\n  leaseDuration: 3s\n  renewDeadline: 2s\n  retryPeriod: 500ms\n",
+    ));
+    assert!(on.leader_election.enabled);
+    assert_eq!(on.leader_election.identity.as_deref(), Some("herald-0"));
+    assert_eq!(on.leader_election.retry_period, Duration::from_millis(500));
+}
+
+#[test]
+fn leader_election_refuses_a_renew_deadline_the_lease_cannot_cover() {
+    assert_eq!(
+        error(&base(
+            "leaderElection:\n  leaseDuration: 10s\n  renewDeadline: 10s\n"
+        )),
+        "leaderElection.renewDeadline: must be less than leaderElection.leaseDuration: the leader stops delivering before another replica may take over"
+    );
+    assert!(
+        error(&base("leaderElection:\n  retryPeriod: 9s\n"))
+            .starts_with("leaderElection.retryPeriod: must be greater than zero and less than")
+    );
+    let all = errors(&base(
+        "leaderElection:\n  leaseName: Not_A_Name\n  namespace: \"a b\"\n  identity: \"\"\n  publishInterval: 0s\n",
+    ));
+    let paths: Vec<&str> = all
+        .iter()
+        .map(|e| e.split(':').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "leaderElection.leaseName",
+            "leaderElection.namespace",
+            "leaderElection.identity",
+            "leaderElection.publishInterval"
+        ],
+        "{all:#?}"
+    );
+    let unknown = error(&base("leaderElection:\n  lease: x\n"));
+    assert!(
+        unknown.starts_with("leaderElection") && unknown.contains("unknown field `lease`"),
+        "{unknown}"
     );
 }

@@ -33,6 +33,7 @@ pub(crate) fn check(config: &Config, problems: &mut Problems) {
     check_sinks(config, problems);
     check_routes(config, problems);
     check_journal(config, problems);
+    check_leader_election(config, problems);
 }
 
 /// Resolves every secret reference: each sink's, then `admin.token`. Not part of [`check`]: a
@@ -526,6 +527,50 @@ fn check_journal(config: &Config, problems: &mut Problems) {
     }
     if journal.max_backlog == 0 {
         problems.add("journal.maxBacklog", "must be at least 1");
+    }
+}
+
+/// client-go's rules: the leader must give up (`renewDeadline`) before another replica may take
+/// the Lease (`leaseDuration`), and must get several renewal attempts in before it gives up.
+fn check_leader_election(config: &Config, problems: &mut Problems) {
+    let le = &config.leader_election;
+    if !is_dns_subdomain(&le.lease_name) || le.lease_name.len() > 240 {
+        problems.add(
+            "leaderElection.leaseName",
+            format!("{:?} is not a valid object name (lower-case letters, digits, '-' and '.'; at most 240 characters, as `-positions` is appended)", le.lease_name),
+        );
+    }
+    if let Some(ns) = &le.namespace
+        && !is_dns_label(ns)
+    {
+        problems.add(
+            "leaderElection.namespace",
+            format!("{ns:?} is not a valid namespace name"),
+        );
+    }
+    if le.identity.as_deref().is_some_and(str::is_empty) {
+        problems.add("leaderElection.identity", "must not be empty");
+    }
+    if le.lease_duration < Duration::from_secs(1) {
+        problems.add("leaderElection.leaseDuration", "must be at least 1s");
+    }
+    if le.renew_deadline >= le.lease_duration {
+        problems.add(
+            "leaderElection.renewDeadline",
+            "must be less than leaderElection.leaseDuration: the leader stops delivering before another replica may take over",
+        );
+    }
+    if le.retry_period.is_zero() || le.retry_period.mul_f64(1.2) >= le.renew_deadline {
+        problems.add(
+            "leaderElection.retryPeriod",
+            "must be greater than zero and less than leaderElection.renewDeadline / 1.2 (client-go's rule: the leader gets more than one renewal attempt)",
+        );
+    }
+    if le.publish_interval.is_zero() {
+        problems.add(
+            "leaderElection.publishInterval",
+            "must be greater than zero",
+        );
     }
 }
 

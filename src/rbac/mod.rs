@@ -336,6 +336,54 @@ pub fn cluster_objects(rules: &[Rule], subject: &Subject) -> Vec<Value> {
     ]
 }
 
+/// The rules leader election needs in the Lease's namespace: the Lease (read, created once,
+/// renewed by replace) and the positions ConfigMap beside it (read by standbys, created once and
+/// patched by the leader). `create` cannot be narrowed to names, so these are not `resourceNames`
+/// rules.
+pub fn leader_election_rules() -> Vec<Rule> {
+    vec![
+        Rule {
+            api_group: String::new(),
+            resources: BTreeSet::from(["configmaps".to_owned()]),
+            verbs: vec!["get", "create", "patch"],
+        },
+        Rule {
+            api_group: "coordination.k8s.io".to_owned(),
+            resources: BTreeSet::from(["leases".to_owned()]),
+            verbs: vec!["get", "create", "update"],
+        },
+    ]
+}
+
+/// With `leaderElection.enabled`: a Role `<name>-leader-election` and its RoleBinding in the
+/// Lease's namespace (`leaderElection.namespace`, else the ServiceAccount's); nothing otherwise.
+pub fn leader_election_objects(cfg: &Config, subject: &Subject) -> Vec<Value> {
+    if !cfg.leader_election.enabled {
+        return Vec::new();
+    }
+    let name = format!("{}-leader-election", subject.name);
+    let ns = cfg
+        .leader_election
+        .namespace
+        .clone()
+        .unwrap_or_else(|| subject.namespace.clone());
+    vec![
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": ns},
+            "rules": leader_election_rules().iter().map(Rule::to_json).collect::<Vec<_>>(),
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subject.to_json(),
+        }),
+    ]
+}
+
 /// A Role and a RoleBinding in each namespace.
 pub fn namespace_objects(per_ns: &BTreeMap<String, Vec<Rule>>, subject: &Subject) -> Vec<Value> {
     let mut out = Vec::new();

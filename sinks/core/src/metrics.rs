@@ -91,6 +91,8 @@ pub enum MetricName {
     ConfigReloadFailuresTotal,
     /// `herald_config_last_reload_success`, a gauge.
     ConfigLastReloadSuccess,
+    /// `herald_leader_election_leader{holder}`, a gauge.
+    LeaderElectionLeader,
 }
 
 impl MetricName {
@@ -123,6 +125,7 @@ impl MetricName {
         Self::OpenFilesExhaustedTotal,
         Self::ConfigReloadFailuresTotal,
         Self::ConfigLastReloadSuccess,
+        Self::LeaderElectionLeader,
     ];
 
     /// The exported name.
@@ -158,6 +161,7 @@ impl MetricName {
             Self::OpenFilesExhaustedTotal => "herald_open_files_exhausted_total",
             Self::ConfigReloadFailuresTotal => "herald_config_reload_failures_total",
             Self::ConfigLastReloadSuccess => "herald_config_last_reload_success",
+            Self::LeaderElectionLeader => "herald_leader_election_leader",
         }
     }
 
@@ -190,7 +194,8 @@ impl MetricName {
             | Self::JournalBacklogEvents
             | Self::JournalSizeBytes
             | Self::JournalWritable
-            | Self::ConfigLastReloadSuccess => MetricKind::Gauge,
+            | Self::ConfigLastReloadSuccess
+            | Self::LeaderElectionLeader => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -226,6 +231,7 @@ impl MetricName {
             | Self::OpenFilesExhaustedTotal
             | Self::ConfigReloadFailuresTotal
             | Self::ConfigLastReloadSuccess => &[],
+            Self::LeaderElectionLeader => &["holder"],
         }
     }
 
@@ -290,6 +296,9 @@ impl MetricName {
             Self::ConfigLastReloadSuccess => {
                 "1 while the last configuration reload was applied (or none was tried); 0 after a refused one."
             }
+            Self::LeaderElectionLeader => {
+                "1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read."
+            }
         }
     }
 }
@@ -342,6 +351,7 @@ mod tests {
                 "herald_open_files_exhausted_total",
                 "herald_config_reload_failures_total",
                 "herald_config_last_reload_success",
+                "herald_leader_election_leader",
             ]
         );
     }
@@ -366,7 +376,7 @@ mod tests {
                 metric
                     .labels()
                     .iter()
-                    .all(|l| ["resource", "sink"].contains(l)),
+                    .all(|l| ["resource", "sink", "holder"].contains(l)),
                 "labels come from the fixed set: {name}"
             );
             assert_eq!(metric.to_string(), name);

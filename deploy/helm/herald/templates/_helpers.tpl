@@ -92,7 +92,31 @@ configuration that contradicts it. Rendered as YAML.
 {{- $_ := set $admin "token" (dict "fromFile" (printf "%s/%s" (include "herald.adminTokenDir" .) .Values.adminToken.key)) }}
 {{- end }}
 {{- $_ := set $cfg "admin" $admin }}
+{{- if gt (int .Values.replicas) 1 }}
+{{- $le := default (dict) $cfg.leaderElection }}
+{{- if and (hasKey $le "enabled") (not $le.enabled) }}
+{{- fail "config.leaderElection.enabled: replicas > 1 needs leader election (every replica would deliver every event); remove it or set it to true" }}
+{{- end }}
+{{- if .Values.persistence.existingClaim }}
+{{- fail "persistence.existingClaim: replicas > 1 needs one journal volume per replica; remove existingClaim (each replica gets its own claim)" }}
+{{- end }}
+{{- $_ := set $le "enabled" true }}
+{{- if not (hasKey $le "leaseName") }}{{- $_ := set $le "leaseName" (include "herald.fullname" .) }}{{- end }}
+{{- if not (hasKey $le "namespace") }}{{- $_ := set $le "namespace" .Release.Namespace }}{{- end }}
+{{- $_ := set $cfg "leaderElection" $le }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+Whether herald runs with leader election (replicas > 1, or config.leaderElection.enabled), and its
+namespace: the chart's leader-election Role goes there.
+*/}}
+{{- define "herald.leaderElectionNamespace" -}}
+{{- $le := default (dict) .Values.config.leaderElection }}
+{{- if or (gt (int .Values.replicas) 1) $le.enabled }}
+{{- default .Release.Namespace $le.namespace }}
+{{- end }}
 {{- end }}
 
 {{/*
