@@ -15,6 +15,7 @@ pub mod delivery;
 pub mod event;
 pub mod exit_code;
 pub mod journal;
+pub mod leader;
 pub mod rbac;
 pub mod route;
 pub mod telemetry;

@@ -205,7 +205,7 @@ const SINK: &str = "  sinks:\n    - {name: out, type: webhook, url: \"http://rec
 fn deploy_chart_rbac_agrees_with_herald_rbac() {
     let Some(helm) = deploy::helm() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str, bool); 7] = [
+    let cases: [(&str, &str, bool); 9] = [
         (
             "all namespaces",
             "  resources:\n    - {group: example.com, kind: Widget}\n    - {group: example.com, kind: Database, namespaces: all}\n",
@@ -224,6 +224,16 @@ fn deploy_chart_rbac_agrees_with_herald_rbac() {
         (
             "namespace selector",
             "  resources:\n    - {group: example.com, kind: Gateway, namespaces: {selector: \"team=platform\"}}\n    - {group: example.com, kind: Widget}\n",
+            false,
+        ),
+        (
+            "namespace name patterns",
+            "  resources:\n    - {group: example.com, kind: Gateway, namespaces: {include: [\"team-*\"], exclude: [\"kube-*\"]}}\n    - {group: example.com, kind: Widget, namespaces: {exclude: [\"kube-*\"]}}\n",
+            false,
+        ),
+        (
+            "group patterns",
+            "  resources:\n    - {group: example.com, kinds: [\"*\"]}\n    - {group: other.example.com, kinds: [Policy, Box], namespaces: {selector: \"team=a\", exclude: [\"kube-*\"]}}\n    - {group: \"\", kind: ConfigMap}\n",
             false,
         ),
         (
@@ -271,6 +281,45 @@ fn deploy_chart_rbac_agrees_with_herald_rbac() {
             );
         }
     }
+}
+
+/// `replicas: 2` turns leader election on: the chart's StatefulSet runs two pods with a claim each,
+/// and its RBAC (the ClusterRole plus the leader-election Role in the release's namespace) is
+/// exactly what `herald rbac` prints for the chart's own `herald.yaml`.
+#[test]
+fn deploy_chart_replicas_turn_leader_election_on_with_its_rbac() {
+    let Some(helm) = deploy::helm() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let values = format!(
+        "replicas: 2\nconfig:\n  resources:\n    - {{group: example.com, kind: Widget}}\n{SINK}"
+    );
+    let objects = documents(
+        &render_text(&helm, dir.path(), &values)
+            .ok("helm template (replicas 2)")
+            .stdout,
+    );
+    let yaml = herald_yaml(&objects);
+    let config: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    assert_eq!(config["leaderElection"]["enabled"], true, "{yaml}");
+    assert_eq!(config["leaderElection"]["namespace"], NAMESPACE, "{yaml}");
+    let sts = of_kind(&objects, "StatefulSet");
+    assert_eq!(sts[0]["spec"]["replicas"], 2);
+    assert_eq!(
+        sts[0]["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "journal",
+        "one claim per replica"
+    );
+    let path = dir.path().join("herald.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let printed = herald_rbac(&path, "herald", false).ok("herald rbac");
+    let list: Value = serde_json::from_str(&printed.stdout).unwrap();
+    let want = rbac_of(list["items"].as_array().unwrap());
+    let got = rbac_of(&objects);
+    assert!(
+        want.roles
+            .contains_key(&("Role".to_owned(), NAMESPACE.to_owned())),
+        "herald rbac printed no leader-election Role: {want:?}"
+    );
+    assert_eq!(got, want, "the chart's RBAC differs from herald rbac's");
 }
 
 /// `helm lint --strict` passes with the default values and with every example, and helm_sdkpy's
@@ -587,9 +636,24 @@ fn deploy_chart_refuses_contradictions() {
             format!("{}persistence: {{size: lots}}\n", resources("all")),
             "at '/persistence/size': 'lots' does not match pattern",
         ),
+        // Issue 22: `replicas` > 1 is leader election, which needs a volume per replica.
         (
-            format!("{}replicas: 2\n", resources("all")),
-            "additional properties 'replicas' not allowed",
+            format!(
+                "{}replicas: 2\npersistence: {{existingClaim: journal}}\n",
+                resources("all")
+            ),
+            "persistence.existingClaim: replicas > 1 needs one journal volume per replica",
+        ),
+        (
+            format!(
+                "{}  leaderElection: {{enabled: false}}\nreplicas: 2\n",
+                resources("all")
+            ),
+            "config.leaderElection.enabled: replicas > 1 needs leader election",
+        ),
+        (
+            format!("{}replicas: 0\n", resources("all")),
+            "at '/replicas'",
         ),
     ];
     for (values, message) in cases {
@@ -602,7 +666,7 @@ fn deploy_chart_refuses_contradictions() {
         );
     }
     // The namespace-scoped refusals are herald rbac's own words.
-    for ns in ["all", "{selector: \"team=a\"}"] {
+    for ns in ["all", "{selector: \"team=a\"}", "{exclude: [\"kube-*\"]}"] {
         let file = dir.path().join("refused.yaml");
         let config = resources(ns).replace("config:\n", "").replace("\n  ", "\n");
         std::fs::write(&file, config.trim_start()).unwrap();

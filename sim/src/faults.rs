@@ -36,6 +36,47 @@ pub struct FailRule {
     /// `Retry-After` in seconds (and `details.retryAfterSeconds`), for 429, 503 and 504.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u64>,
+    /// Only the requests of this client; every client's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientSelector>,
+}
+
+/// Which client a rule applies to, so that one of several clients (two herald replicas) can be
+/// cut off while the others are not. Absent members match anything.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientSelector {
+    /// Requests whose `User-Agent` contains this text (herald with leader election sends
+    /// `herald/<version> (<identity>)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
+    /// Requests authenticated as this user (a ServiceAccount token's
+    /// `system:serviceaccount:<namespace>:<name>`, or the impersonated user); requests without a
+    /// token are `system:admin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// Who sent a request, as [`ClientSelector`] sees it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Client<'a> {
+    /// The `User-Agent` header, when there is one.
+    pub(crate) user_agent: Option<&'a str>,
+    /// The authenticated (or impersonated) user's name.
+    pub(crate) user: &'a str,
+}
+
+impl ClientSelector {
+    fn matches(&self, client: Client<'_>) -> bool {
+        self.user_agent
+            .as_deref()
+            .is_none_or(|want| client.user_agent.is_some_and(|ua| ua.contains(want)))
+            && self.user.as_deref().is_none_or(|want| want == client.user)
+    }
+}
+
+fn selects(selector: Option<&ClientSelector>, client: Client<'_>) -> bool {
+    selector.is_none_or(|s| s.matches(client))
 }
 
 fn one() -> u32 {
@@ -51,6 +92,9 @@ pub struct LatencyRule {
     /// The delay, e.g. `250ms`.
     #[serde(with = "humantime_serde")]
     pub delay: Duration,
+    /// Only the requests of this client; every client's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientSelector>,
 }
 
 /// Deny a request (and answer SelfSubjectAccessReviews accordingly), as a missing RBAC rule would.
@@ -159,10 +203,10 @@ impl Faults {
     }
 
     /// The latency to add before answering `path`.
-    pub(crate) fn latency_for(&self, path: &str) -> Option<Duration> {
+    pub(crate) fn latency_for(&self, path: &str, client: Client<'_>) -> Option<Duration> {
         lock(&self.latency)
             .iter()
-            .filter(|r| path.starts_with(&r.path_prefix))
+            .filter(|r| path.starts_with(&r.path_prefix) && selects(r.client.as_ref(), client))
             .map(|r| r.delay)
             .max()
     }
@@ -174,11 +218,13 @@ impl Faults {
         path: &str,
         is_watch: bool,
         current_rv: u64,
+        client: Client<'_>,
     ) -> Option<ApiError> {
         let mut rules = lock(&self.fail);
         let idx = rules.iter().position(|r| {
             r.count > 0
                 && path.starts_with(&r.path_prefix)
+                && selects(r.client.as_ref(), client)
                 && r.method
                     .as_deref()
                     .is_none_or(|m| m.eq_ignore_ascii_case(method))
@@ -260,6 +306,7 @@ mod tests {
             status,
             count,
             retry_after_seconds: Some(2),
+            client: None,
         }
     }
 
@@ -267,13 +314,22 @@ mod tests {
     fn fail_rules_are_spent_after_count_matches() {
         let f = Faults::default();
         f.add_fail(rule("/apis/x", 503, 2));
-        assert!(f.take_failure("GET", "/api/v1", false, 5).is_none());
+        assert!(
+            f.take_failure("GET", "/api/v1", false, 5, Client::default())
+                .is_none()
+        );
         let e = f
-            .take_failure("GET", "/apis/x/v1/things", false, 5)
+            .take_failure("GET", "/apis/x/v1/things", false, 5, Client::default())
             .unwrap();
         assert_eq!((e.code, e.reason), (503, "ServiceUnavailable"));
-        assert!(f.take_failure("POST", "/apis/x", false, 5).is_some());
-        assert!(f.take_failure("GET", "/apis/x", false, 5).is_none());
+        assert!(
+            f.take_failure("POST", "/apis/x", false, 5, Client::default())
+                .is_some()
+        );
+        assert!(
+            f.take_failure("GET", "/apis/x", false, 5, Client::default())
+                .is_none()
+        );
     }
 
     #[test]
@@ -284,9 +340,58 @@ mod tests {
             watch: Some(true),
             ..rule("/", 500, 5)
         });
-        assert!(f.take_failure("GET", "/apis", false, 1).is_none());
-        assert!(f.take_failure("POST", "/apis", true, 1).is_none());
-        assert!(f.take_failure("GET", "/apis", true, 1).is_some());
+        assert!(
+            f.take_failure("GET", "/apis", false, 1, Client::default())
+                .is_none()
+        );
+        assert!(
+            f.take_failure("POST", "/apis", true, 1, Client::default())
+                .is_none()
+        );
+        assert!(
+            f.take_failure("GET", "/apis", true, 1, Client::default())
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn client_selectors_pick_one_client() {
+        let f = Faults::default();
+        f.add_fail(FailRule {
+            client: Some(ClientSelector {
+                user_agent: Some("(herald-a)".into()),
+                user: None,
+            }),
+            ..rule("/", 503, 5)
+        });
+        let a = Client {
+            user_agent: Some("herald/0.1.0 (herald-a)"),
+            user: "system:admin",
+        };
+        let b = Client {
+            user_agent: Some("herald/0.1.0 (herald-b)"),
+            user: "system:admin",
+        };
+        assert!(f.take_failure("GET", "/apis", false, 1, b).is_none());
+        assert!(
+            f.take_failure("GET", "/apis", false, 1, Client::default())
+                .is_none()
+        );
+        assert!(f.take_failure("GET", "/apis", false, 1, a).is_some());
+        f.add_latency(LatencyRule {
+            path_prefix: "/".into(),
+            delay: Duration::from_millis(5),
+            client: Some(ClientSelector {
+                user_agent: None,
+                user: Some("system:serviceaccount:herald:herald".into()),
+            }),
+        });
+        assert_eq!(f.latency_for("/apis", a), None);
+        let sa = Client {
+            user_agent: None,
+            user: "system:serviceaccount:herald:herald",
+        };
+        assert_eq!(f.latency_for("/apis", sa), Some(Duration::from_millis(5)));
     }
 
     #[test]

@@ -164,7 +164,17 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         }
         identity
     };
-    if let Some(delay) = shared.faults.latency_for(path) {
+    let client = super::faults::Client {
+        user_agent: parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok()),
+        user: match &identity {
+            Identity::User(user) => &user.name,
+            Identity::Admin => "system:admin",
+        },
+    };
+    if let Some(delay) = shared.faults.latency_for(path, client) {
         tokio::time::sleep(delay).await;
     }
     let is_watch = query.bool("watch").unwrap_or(false) || path.contains("/watch/");
@@ -172,7 +182,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     if let Some(injected) =
         shared
             .faults
-            .take_failure(parts.method.as_str(), path, is_watch, current_rv)
+            .take_failure(parts.method.as_str(), path, is_watch, current_rv, client)
     {
         return injected.into_response();
     }

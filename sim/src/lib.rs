@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use faults::{DenyRule, FailRule, LatencyRule};
+pub use faults::{ClientSelector, DenyRule, FailRule, LatencyRule};
 pub use load::LoadError;
 pub use resource::GroupResource;
 pub use status::ApiError;

@@ -21,6 +21,7 @@ fn fail(prefix: &str, status: u16, count: u32) -> FailRule {
         status,
         count,
         retry_after_seconds: Some(1),
+        client: None,
     }
 }
 
@@ -129,6 +130,7 @@ async fn latency_delays_matching_requests() {
     sim.add_latency(LatencyRule {
         path_prefix: "/api/v1".into(),
         delay: Duration::from_millis(300),
+        client: None,
     });
     let t = Instant::now();
     assert_eq!(raw.get("/api/v1/namespaces").await.status, 200);
@@ -441,4 +443,38 @@ async fn any_name_hook_stores_what_the_name_rules_refuse_and_serves_it_intact() 
     w["metadata"]["namespace"] = json!("odd\tns");
     let w = sim.create_with_any_name(&in_odd, w).unwrap();
     assert_eq!(w["metadata"]["namespace"], "odd\tns");
+}
+
+#[tokio::test]
+async fn a_client_selector_cuts_off_one_client_only() {
+    let sim = sim().await;
+    let client = |agent: &str| Raw {
+        base: sim.url(),
+        http: reqwest::Client::builder()
+            .user_agent(agent)
+            .build()
+            .unwrap(),
+    };
+    let (a, b) = (
+        client("herald/0.1.0 (herald-a)"),
+        client("herald/0.1.0 (herald-b)"),
+    );
+    // Through the admin API, as a test of separate processes adds it.
+    let added = Raw::new(&sim)
+        .post(
+            "/_herald/fail",
+            &json!({"pathPrefix": "/", "status": 503, "count": 1000,
+                    "client": {"userAgent": "(herald-a)"}}),
+        )
+        .await;
+    assert!(added.status < 300, "{}", added.body);
+    assert_eq!(a.get("/api/v1/namespaces").await.status, 503);
+    assert_eq!(b.get("/api/v1/namespaces").await.status, 200);
+    assert_eq!(a.get("/apis").await.status, 503);
+    let described = Raw::new(&sim).get("/_herald/faults").await;
+    assert_eq!(
+        described.body["fail"][0]["client"]["userAgent"], "(herald-a)",
+        "{}",
+        described.body
+    );
 }

@@ -82,6 +82,7 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
             per_sink(&count(|st| load(&st.forward_failed)))
         }
         MetricName::SinkTruncatedEventsTotal => per_sink(&count(|st| load(&st.truncated))),
+        MetricName::SinkDebouncedEventsTotal => per_sink(&count(|st| load(&st.debounced))),
         MetricName::SinkPaused => per_sink(&count(|st| flag(&st.paused))),
         MetricName::JournalLagEvents => {
             let head = s.journal.head();
@@ -101,6 +102,17 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
         MetricName::OpenFilesExhaustedTotal => one(crate::telemetry::fds::exhausted_total()),
         MetricName::ConfigReloadFailuresTotal => one(s.config.failures()),
         MetricName::ConfigLastReloadSuccess => one(u64::from(s.config.last_ok())),
+        MetricName::LeaderElectionLeader => Samples::Values(
+            s.leadership
+                .iter()
+                .map(|l| {
+                    (
+                        Some(l.holder().unwrap_or_default()),
+                        u64::from(l.is_leader()).to_string(),
+                    )
+                })
+                .collect(),
+        ),
         MetricName::ChangeToDeliverySeconds => Samples::Histograms(
             s.registry
                 .sinks()
@@ -183,6 +195,7 @@ mod tests {
         out.forwarded.store(6, Ordering::Relaxed);
         out.forward_failed.store(7, Ordering::Relaxed);
         out.truncated.store(8, Ordering::Relaxed);
+        out.debounced.store(9, Ordering::Relaxed);
         out.latency.observe(Duration::from_millis(3));
         out.latency.observe(Duration::from_millis(40));
         out.latency.observe(Duration::from_secs(60));
@@ -200,6 +213,11 @@ mod tests {
             router: Arc::new(crate::route::Router::new(Vec::new())),
             config: Arc::default(),
             reload: None,
+            leadership: Some(Arc::new(crate::leader::Leadership::new(
+                "herald-1".into(),
+                "herald".into(),
+                "default".into(),
+            ))),
         }
     }
 
@@ -380,6 +398,10 @@ herald_dead_letters_forward_rejected_total{sink="hook\"x"} 0
 # TYPE herald_sink_truncated_events_total counter
 herald_sink_truncated_events_total{sink="out"} 8
 herald_sink_truncated_events_total{sink="hook\"x"} 0
+# HELP herald_sink_debounced_events_total Events replaced by a newer event of their object within the sink's debounce: acknowledged, not sent.
+# TYPE herald_sink_debounced_events_total counter
+herald_sink_debounced_events_total{sink="out"} 9
+herald_sink_debounced_events_total{sink="hook\"x"} 0
 # HELP herald_sink_paused 1 while a sink fails everything and is being probed.
 # TYPE herald_sink_paused gauge
 herald_sink_paused{sink="out"} 0
@@ -448,6 +470,9 @@ herald_config_reload_failures_total 0
 # HELP herald_config_last_reload_success 1 while the last configuration reload was applied (or none was tried); 0 after a refused one.
 # TYPE herald_config_last_reload_success gauge
 herald_config_last_reload_success 1
+# HELP herald_leader_election_leader 1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read.
+# TYPE herald_leader_election_leader gauge
+herald_leader_election_leader{holder=""} 0
 "#;
 
     #[tokio::test]

@@ -48,6 +48,8 @@ pub struct AdminState {
     pub config: Arc<crate::app::ConfigStatus>,
     /// Where `POST /reload` asks for a reload; `None` where nothing reloads (tests).
     pub reload: Option<tokio::sync::mpsc::Sender<crate::app::ReloadReply>>,
+    /// Leader election's role and holder; `None` when it is off.
+    pub leadership: Option<Arc<crate::leader::Leadership>>,
 }
 
 impl std::fmt::Debug for AdminState {

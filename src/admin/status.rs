@@ -51,7 +51,7 @@ pub fn status_json(s: &AdminState) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut doc = json!({
         "config": {
             "generation": s.config.generation(),
             "lastReloadError": s.config.last_error(),
@@ -65,7 +65,18 @@ pub fn status_json(s: &AdminState) -> Value {
             "sizeBytes": s.journal.size_on_disk().unwrap_or(0),
             "writeError": s.journal.write_failure().map(|f| f.to_string()),
         },
-    })
+    });
+    if let Some(l) = &s.leadership {
+        doc["leaderElection"] = json!({
+            "role": l.role(),
+            "identity": l.identity,
+            "holder": l.holder(),
+            "lease": format!("{}/{}", l.namespace, l.lease),
+            "transitions": l.transitions(),
+            "positionsAt": l.positions_at(),
+        });
+    }
+    doc
 }
 
 pub(super) async fn status(State(s): State<AdminState>) -> Response {

@@ -64,7 +64,7 @@ pub async fn client(cfg: &Config) -> Result<Cluster, StartError> {
                 .url()
                 .parse()
                 .map_err(|e| StartError::EmbeddedFailed(herald_sim::SimError::InvalidUrl(e)))?;
-            let cluster = connect(kube::Config::new(url))?;
+            let cluster = connect(kube::Config::new(url), cfg)?;
             Ok(Cluster {
                 sim: Some(sim),
                 ..cluster
@@ -73,7 +73,7 @@ pub async fn client(cfg: &Config) -> Result<Cluster, StartError> {
         ClusterSource::InCluster => {
             let kc = kube::Config::incluster()
                 .map_err(|e| unreachable(format!("in-cluster configuration: {e}")))?;
-            connect(kc)
+            connect(kc, cfg)
         }
         ClusterSource::Kubeconfig(source) => {
             let options = kube::config::KubeConfigOptions {
@@ -89,14 +89,26 @@ pub async fn client(cfg: &Config) -> Result<Cluster, StartError> {
                 None => kube::Config::from_kubeconfig(&options).await,
             }
             .map_err(|e| unreachable(format!("kubeconfig: {e}")))?;
-            connect(kc)
+            connect(kc, cfg)
         }
     }
 }
 
 /// The client for `kc`, with herald's read timeout.
-fn connect(mut kc: kube::Config) -> Result<Cluster, StartError> {
+fn connect(mut kc: kube::Config, cfg: &Config) -> Result<Cluster, StartError> {
     kc.read_timeout = Some(API_READ_TIMEOUT);
+    if cfg.leader_election.enabled {
+        // With several replicas, the API server's audit log (and the simulator's fault rules)
+        // tell them apart by their User-Agent.
+        let agent = format!(
+            "herald/{} ({})",
+            env!("CARGO_PKG_VERSION"),
+            crate::leader::identity(&cfg.leader_election)
+        );
+        if let Ok(value) = axum::http::HeaderValue::from_str(&agent) {
+            kc.headers.push((axum::http::header::USER_AGENT, value));
+        }
+    }
     let url = kc.cluster_url.to_string();
     Ok(Cluster {
         client: kube::Client::try_from(kc)

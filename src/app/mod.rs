@@ -18,6 +18,7 @@ use crate::watch::{self, WatchSpec};
 
 mod cluster;
 mod deferred;
+mod group;
 mod reload;
 mod sinks;
 mod supervisor;
@@ -130,6 +131,14 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
     })?;
     let Cluster { client, sim, .. } = client(cfg).await?;
     drop_stale_cursors(&journal, cfg)?;
+    let election = cfg
+        .leader_election
+        .enabled
+        .then(|| crate::leader::Settings::from_config(&cfg.leader_election));
+    let leadership = election
+        .as_ref()
+        .map(|settings| crate::leader::prepare(settings, &journal));
+    let election_client = client.clone();
 
     let base = DeliveryBase::from_config(cfg);
     let router = Router::from_config(&cfg.routes).map_err(StartError::Invalid)?;
@@ -140,10 +149,22 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         base,
         tuning.unwrap_or_default(),
     );
+    if let Some(leadership) = &leadership {
+        supervisor.set_gate(leadership.gate());
+    }
     if let Err(e) = start_all(&mut supervisor, cfg).await {
         supervisor.stop(Duration::ZERO).await;
         return Err(e);
     }
+    let election = election.zip(leadership).map(|(settings, leadership)| {
+        crate::leader::start(
+            settings,
+            election_client,
+            journal.clone(),
+            supervisor.router().clone(),
+            leadership,
+        )
+    });
 
     let stop_retention = CancellationToken::new();
     let retention = tokio::spawn(journal::retention::run(
@@ -166,6 +187,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
             token,
             config: config_status.clone(),
             reload: Some(reload_tx),
+            leadership: election.as_ref().map(|e| e.leadership.clone()),
         },
         stop_admin.clone(),
     ));
@@ -184,6 +206,7 @@ pub async fn start(cfg: &Config, tuning: Option<watch::Tuning>) -> Result<Runnin
         sim,
         config_status,
         reload_requests: Some(reload_rx),
+        election,
     })
 }
 
@@ -224,6 +247,8 @@ pub struct Running {
     sim: Option<Simulator>,
     config_status: Arc<ConfigStatus>,
     reload_requests: Option<ReloadRequests>,
+    /// Leader election, when on: stopped after the deliveries (a leader releases the Lease).
+    election: Option<crate::leader::Running>,
 }
 
 impl std::fmt::Debug for Running {
@@ -277,6 +302,11 @@ impl Running {
         self.reload_requests.take()
     }
 
+    /// Leader election's role and holder, when it is on.
+    pub fn leadership(&self) -> Option<&Arc<crate::leader::Leadership>> {
+        self.election.as_ref().map(|e| &e.leadership)
+    }
+
     /// The journal (for status and benchmarks).
     pub fn journal(&self) -> &Journal {
         &self.journal
@@ -316,6 +346,9 @@ impl Running {
         hold: impl std::future::Future<Output = ()>,
     ) -> Result<(), JournalError> {
         self.supervisor.stop(drain_timeout).await;
+        if let Some(election) = self.election {
+            election.stop().await;
+        }
         let (stop, task) = self.retention;
         stop.cancel();
         let _ = task.await;

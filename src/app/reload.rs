@@ -400,6 +400,7 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
     check(o.max_backlog != n.max_backlog, "journal.maxBacklog");
     check(old.admin.listen != new.admin.listen, "admin.listen");
     check(old.admin.token != new.admin.token, "admin.token");
+    check(old.leader_election != new.leader_election, "leaderElection");
     fields
 }
 

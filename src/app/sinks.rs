@@ -16,6 +16,7 @@ use crate::journal::Journal;
 use crate::route::Router;
 
 /// A configured sink, built and health-checked.
+#[derive(Clone)]
 pub(super) enum Built {
     File(Arc<herald_sink_file::FileSink>),
     Webhook(Arc<herald_sink_webhook::WebhookSink>),
@@ -68,7 +69,18 @@ async fn checked(built: Built) -> Result<(Built, Option<String>), String> {
 async fn open_kind(sink: &config::SinkConfig) -> Result<Built, String> {
     Ok(match &sink.kind {
         SinkKind::File(c) => Built::File(open(c, sink).await?),
-        SinkKind::Webhook(c) => Built::Webhook(open(c, sink).await?),
+        SinkKind::Webhook(c) => match crate::leader::instance() {
+            // Leader election: the receiver can tell which replica sent a request.
+            Some(identity) => {
+                let mut c = c.clone();
+                c.headers.insert(
+                    crate::leader::INSTANCE_HEADER.to_owned(),
+                    identity.to_owned(),
+                );
+                Built::Webhook(open(&c, sink).await?)
+            }
+            None => Built::Webhook(open(c, sink).await?),
+        },
         SinkKind::Kafka(c) => Built::Kafka(open(c, sink).await?),
         SinkKind::Nats(c) => Built::Nats(open(c, sink).await?),
     })
@@ -102,7 +114,17 @@ async fn check<S: Sink>(sink: &S) -> Result<(), Unhealthy> {
 
 /// The delivery settings a sink's configuration asks for.
 pub(super) fn settings(sink: &config::SinkConfig) -> delivery::Settings {
-    delivery::Settings::from_options(&sink.delivery, sink.kind.batch_max_events(&sink.delivery))
+    delivery::Settings {
+        // `rateLimit` counts requests: a `batched` webhook sends one per call.
+        one_request_per_call: matches!(
+            &sink.kind,
+            SinkKind::Webhook(c) if c.mode == herald_sink_webhook::WebhookMode::Batched
+        ),
+        ..delivery::Settings::from_options(
+            &sink.delivery,
+            sink.kind.batch_max_events(&sink.delivery),
+        )
+    }
 }
 
 /// Calls `$body` with `$s` bound to the concrete sink, whatever its type.

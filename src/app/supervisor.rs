@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -95,6 +96,18 @@ impl Registry {
     /// Whether a sink of this name runs.
     pub fn has_sink(&self, name: &str) -> bool {
         self.sinks.contains(name)
+    }
+
+    /// Lists a watcher a group pattern started, in place of any entry of that label a stopped
+    /// pattern left behind (a pattern abandoned while stopping cannot unlist its watchers).
+    pub(super) fn add_watcher(&self, label: String, health: Arc<watch::Health>) {
+        self.watchers.remove(&label);
+        self.watchers.push(label, health);
+    }
+
+    /// Unlists a watcher a group pattern stopped.
+    pub(super) fn remove_watcher(&self, label: &str) {
+        self.watchers.remove(label);
     }
 }
 
@@ -198,6 +211,8 @@ pub struct Supervisor {
     stop_delivery: CancellationToken,
     watchers: Vec<WatcherSlot>,
     sinks: Vec<SinkSlot>,
+    /// Leader election: deliveries and forwarders run only while it is open.
+    gate: Option<crate::leader::Gate>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -231,6 +246,34 @@ impl Supervisor {
             stop_delivery: CancellationToken::new(),
             watchers: Vec::new(),
             sinks: Vec::new(),
+            gate: None,
+        }
+    }
+
+    /// Leader election: sinks started from now on deliver only while `gate` is open (ADR 0013).
+    pub fn set_gate(&mut self, gate: crate::leader::Gate) {
+        self.gate = Some(gate);
+    }
+
+    /// `task` as is, or behind the leader election's gate: `make` builds it again each time the
+    /// gate opens.
+    fn behind_gate<F>(
+        &self,
+        stop: &CancellationToken,
+        name: &str,
+        make: F,
+    ) -> BoxFuture<'static, ()>
+    where
+        F: Fn() -> BoxFuture<'static, ()> + Send + 'static,
+    {
+        match &self.gate {
+            None => make(),
+            Some(gate) => Box::pin(crate::leader::gated(
+                gate.clone(),
+                stop.clone(),
+                name.to_owned(),
+                make,
+            )),
         }
     }
 
@@ -246,18 +289,34 @@ impl Supervisor {
         }
         let health = Arc::new(watch::Health::default());
         let stop = self.stop_watch.child_token();
-        let handle = tokio::spawn(guarded(
-            self.alive.clone(),
-            stop.clone(),
-            watch::run(
-                self.client.clone(),
-                self.journal.clone(),
-                spec,
-                self.tuning.clone(),
+        let handle = if spec.kinds.is_some() {
+            // A group pattern: a set of watchers, one per matching CRD, that changes as CRDs do.
+            let ctx = super::group::Context {
+                client: self.client.clone(),
+                journal: self.journal.clone(),
+                tuning: self.tuning.clone(),
+                alive: self.alive.clone(),
+                registry: self.registry.clone(),
+            };
+            tokio::spawn(guarded(
+                self.alive.clone(),
                 stop.clone(),
-                health.clone(),
-            ),
-        ));
+                super::group::run(ctx, spec, stop.clone(), health.clone()),
+            ))
+        } else {
+            tokio::spawn(guarded(
+                self.alive.clone(),
+                stop.clone(),
+                watch::run(
+                    self.client.clone(),
+                    self.journal.clone(),
+                    spec,
+                    self.tuning.clone(),
+                    stop.clone(),
+                    health.clone(),
+                ),
+            ))
+        };
         self.registry.watchers.push(label.clone(), health);
         self.watchers.push(WatcherSlot {
             label,
@@ -380,18 +439,31 @@ impl Supervisor {
             start_paused,
             ..sinks::settings(cfg)
         };
-        let handle = tokio::spawn(guarded(
-            self.alive.clone(),
-            stop.clone(),
-            sink.deliver(
+        let make = {
+            let (sink, name, journal, router, stop, stats) = (
+                sink.clone(),
                 cfg.name.clone(),
                 self.journal.clone(),
                 self.router.clone(),
-                settings,
-                from_start,
                 stop.clone(),
                 stats.clone(),
-            ),
+            );
+            move || {
+                sink.deliver(
+                    name.clone(),
+                    journal.clone(),
+                    router.clone(),
+                    settings.clone(),
+                    from_start,
+                    stop.clone(),
+                    stats.clone(),
+                )
+            }
+        };
+        let handle = tokio::spawn(guarded(
+            self.alive.clone(),
+            stop.clone(),
+            self.behind_gate(&stop, &cfg.name, make),
         ));
         self.registry.sinks.push(cfg.name.clone(), stats.clone());
         self.sinks.push(SinkSlot {
@@ -492,18 +564,26 @@ impl Supervisor {
             };
             let source = &self.sinks[i];
             let stop = self.stop_delivery.child_token();
-            let handle = tokio::spawn(guarded(
-                self.alive.clone(),
-                stop.clone(),
-                delivery::forward::run(
+            let make = {
+                let (name, journal, stats, stop) = (
                     source.name.clone(),
-                    target,
-                    forward,
                     self.journal.clone(),
                     source.stats.clone(),
                     stop.clone(),
-                ),
-            ));
+                );
+                move || -> BoxFuture<'static, ()> {
+                    Box::pin(delivery::forward::run(
+                        name.clone(),
+                        target.clone(),
+                        forward.clone(),
+                        journal.clone(),
+                        stats.clone(),
+                        stop.clone(),
+                    ))
+                }
+            };
+            let task = self.behind_gate(&stop, &source.name, make);
+            let handle = tokio::spawn(guarded(self.alive.clone(), stop.clone(), task));
             self.sinks[i].forward = Some(Task { stop, handle });
         }
     }

@@ -55,12 +55,13 @@ pub(super) async fn run(args: RbacArgs) -> Result<(), CliError> {
         name: args.service_account,
         namespace: args.namespace,
     };
-    let objects = if args.namespace_scoped {
+    let mut objects = if args.namespace_scoped {
         let per_ns = rbac::namespace_rules(&targets).map_err(CliError::RbacRefused)?;
         rbac::namespace_objects(&per_ns, &subject)
     } else {
         rbac::cluster_objects(&rbac::cluster_rules(&targets), &subject)
     };
+    objects.extend(rbac::leader_election_objects(&cfg, &subject));
     if args.json {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
         outln!(
@@ -96,6 +97,13 @@ async fn discovered(cfg: &config::Config) -> Result<Vec<Target>, CliError> {
         if !seen.insert(spec.index) {
             continue;
         }
+        if let Some(kinds) = &spec.kinds {
+            // A pattern's rule must cover kinds whose CRDs come later: the same as offline.
+            if let Some(r) = cfg.resources.get(spec.index) {
+                targets.extend(rbac::pattern_targets(spec.index, r, kinds).0);
+            }
+            continue;
+        }
         match watch::resolve(&client, &spec).await {
             Ok(Some(r)) => targets.push(Target {
                 index: spec.index,
@@ -107,6 +115,7 @@ async fn discovered(cfg: &config::Config) -> Result<Vec<Target>, CliError> {
                     .map(|c| c.namespaces.clone())
                     .unwrap_or_default(),
                 cluster_scoped: Some(!r.namespaced),
+                pattern: false,
             }),
             Ok(None) => problems.push(watch::resolve::unserved(&spec)),
             Err(e) => {

@@ -74,6 +74,7 @@ fn parse_fail(s: &str) -> Result<FailRule, String> {
         status,
         count,
         retry_after_seconds: matches!(status, 429 | 503 | 504).then_some(1),
+        client: None,
     })
 }
 
@@ -91,6 +92,7 @@ fn parse_latency(s: &str) -> Result<LatencyRule, String> {
     Ok(LatencyRule {
         path_prefix: prefix.to_string(),
         delay,
+        client: None,
     })
 }
 

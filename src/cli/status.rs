@@ -131,6 +131,16 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
             None => outln!("config: generation {generation}"),
         }
     }
+    // Leader election on (issue 22): which replica this is and who delivers.
+    let le = &doc["leaderElection"];
+    if let Some(role) = le["role"].as_str() {
+        outln!(
+            "leader election: {role} ({}); holder {}, lease {}",
+            le["identity"].as_str().unwrap_or(""),
+            le["holder"].as_str().unwrap_or("none"),
+            le["lease"].as_str().unwrap_or("")
+        );
+    }
     outln!(
         "journal: head {}, backlog {}, {:.1} MiB",
         doc["journal"]["head"],

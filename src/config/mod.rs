@@ -10,6 +10,7 @@ mod cluster;
 mod filter;
 mod interpolate;
 mod journal;
+mod leader;
 mod resource;
 mod route;
 mod sink;
@@ -31,9 +32,10 @@ pub use cluster::{
 pub use filter::{FieldPath, OnError, When};
 pub use herald_sink_core::config::{SecretError, SecretRef, SinkStart};
 pub use journal::{AdminConfig, DEFAULT_ADMIN_LISTEN, JournalSettings};
+pub use leader::LeaderElectionConfig;
 pub use resource::{
-    DEFAULT_TYPE_PREFIX, EventType, InitialState, Namespaces, OnOversize, PayloadPart,
-    PayloadParts, ResourceConfig,
+    ANY_KIND, DEFAULT_TYPE_PREFIX, EventType, InitialState, Namespaces, OnOversize, PayloadPart,
+    PayloadParts, ResourceConfig, glob_match,
 };
 pub(crate) use route::split_resource;
 pub use route::{ANY_RESOURCE, RouteConfig};
@@ -74,6 +76,10 @@ pub struct Config {
     /// The admin HTTP endpoint. Default: `127.0.0.1:9464`.
     #[serde(default, deserialize_with = "null_as_default")]
     pub admin: AdminConfig,
+    /// Several replicas, one delivering: Lease leader election, hot standbys (ADR 0013). Default:
+    /// off. Example: `{enabled: true}`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub leader_election: LeaderElectionConfig,
 }
 
 /// Why a configuration could not be used.

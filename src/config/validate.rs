@@ -34,6 +34,7 @@ pub(crate) fn check(config: &Config, problems: &mut Problems) {
     check_sinks(config, problems);
     check_routes(config, problems);
     check_journal(config, problems);
+    check_leader_election(config, problems);
 }
 
 /// Resolves every secret reference: each sink's, then `admin.token`. Not part of [`check`]: a
@@ -95,6 +96,21 @@ fn check_resources(config: &Config, problems: &mut Problems) {
     for (i, r) in config.resources.iter().enumerate() {
         let at = format!("resources[{i}]");
         check_resource(r, &at, problems);
+        // A group pattern and another entry of its group could both watch one resource.
+        if let Some(first) = config.resources[..i]
+            .iter()
+            .position(|o| o.group == r.group && (o.kinds.is_some() || r.kinds.is_some()))
+        {
+            problems.add(
+                &at,
+                format!(
+                    "watches resources of group {:?} that resources[{first}] watches too (a kinds list \
+                     takes its group's resources); their events would share ids and checkpoints",
+                    r.group
+                ),
+            );
+            continue;
+        }
         for name in [r.kind.as_deref(), r.plural.as_deref()]
             .into_iter()
             .flatten()
@@ -118,6 +134,55 @@ fn check_resources(config: &Config, problems: &mut Problems) {
     }
 }
 
+/// A `namespaces.include`/`exclude` entry: a namespace name where `*` and `?` may stand for
+/// characters.
+fn is_namespace_pattern(pattern: &str) -> bool {
+    !pattern.is_empty()
+        && pattern.len() <= 63
+        && pattern
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '*' | '?'))
+}
+
+/// `kinds`: `["*"]` or kind names, in a custom resource group, instead of `kind` and `plural`.
+fn check_kinds(r: &ResourceConfig, kinds: &[String], at: &str, problems: &mut Problems) {
+    if r.kind.is_some() || r.plural.is_some() {
+        problems.add(
+            format!("{at}.kinds"),
+            "give kinds or kind/plural, not both: kinds watches several resources of the group",
+        );
+    }
+    if r.group.is_empty() {
+        problems.add(
+            format!("{at}.kinds"),
+            "only a custom resource group (one CRDs define) can be watched whole; name the kind for core resources",
+        );
+    }
+    if kinds.is_empty() {
+        problems.add(
+            format!("{at}.kinds"),
+            "an empty list watches nothing; write [\"*\"] for every kind of the group",
+        );
+    }
+    for (j, kind) in kinds.iter().enumerate() {
+        let path = format!("{at}.kinds[{j}]");
+        if kind == crate::config::ANY_KIND {
+            if kinds.len() > 1 {
+                problems.add(&path, "\"*\" already takes every kind; list nothing else");
+            }
+        } else if !is_dns1035_label(&kind.to_ascii_lowercase())
+            || !kind.starts_with(|c: char| c.is_ascii_uppercase())
+        {
+            problems.add(
+                &path,
+                format!("{kind:?} is not a kind (letters and digits, like Database) or \"*\""),
+            );
+        } else if kinds[..j].contains(kind) {
+            problems.add(&path, format!("kind {kind:?} is listed twice"));
+        }
+    }
+}
+
 fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
     if !r.group.is_empty() && !is_dns_subdomain(&r.group) {
         problems.add(
@@ -136,7 +201,11 @@ fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
             format!("{version:?} is not an API version (like v1 or v1beta2)"),
         );
     }
+    if let Some(kinds) = &r.kinds {
+        check_kinds(r, kinds, at, problems);
+    }
     match (&r.kind, &r.plural) {
+        (None, None) if r.kinds.is_some() => {}
         (None, None) => problems.add(at, "give kind, plural or both"),
         (kind, plural) => {
             if let Some(kind) = kind
@@ -162,6 +231,35 @@ fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
         Namespaces::Selector { selector } => {
             if let Err(e) = check_label_selector(selector) {
                 problems.add(format!("{at}.namespaces.selector"), e);
+            }
+        }
+        Namespaces::Patterns {
+            include,
+            exclude,
+            selector,
+        } => {
+            if let Some(selector) = selector
+                && let Err(e) = check_label_selector(selector)
+            {
+                problems.add(format!("{at}.namespaces.selector"), e);
+            }
+            for (key, patterns) in [("include", include), ("exclude", exclude)] {
+                for (j, pattern) in patterns.iter().enumerate() {
+                    if !is_namespace_pattern(pattern) {
+                        problems.add(
+                            format!("{at}.namespaces.{key}[{j}]"),
+                            format!(
+                                "{pattern:?} is not a namespace name pattern (lowercase letters, digits, '-', and the wildcards * and ?)"
+                            ),
+                        );
+                    }
+                }
+            }
+            if include.is_empty() && exclude.is_empty() && selector.is_none() {
+                problems.add(
+                    format!("{at}.namespaces"),
+                    "empty include and exclude lists watch every namespace; write `all`",
+                );
             }
         }
         Namespaces::List(names) => {
@@ -426,6 +524,16 @@ fn could_match(r: &ResourceConfig, name: &str, group: &str) -> bool {
         return false;
     }
     let looks_like_kind = name.starts_with(|c: char| c.is_ascii_uppercase());
+    if name == crate::config::ANY_KIND {
+        return true;
+    }
+    if let Some(kinds) = &r.kinds {
+        // A plural cannot be checked without discovery; a kind can.
+        return !looks_like_kind
+            || kinds
+                .iter()
+                .any(|k| k == crate::config::ANY_KIND || k == name);
+    }
     r.kind.as_deref() == Some(name)
         || r.plural.as_deref() == Some(name)
         || (r.plural.is_none() && !looks_like_kind)
@@ -455,6 +563,50 @@ fn check_journal(config: &Config, problems: &mut Problems) {
     }
     if journal.max_backlog == 0 {
         problems.add("journal.maxBacklog", "must be at least 1");
+    }
+}
+
+/// client-go's rules: the leader must give up (`renewDeadline`) before another replica may take
+/// the Lease (`leaseDuration`), and must get several renewal attempts in before it gives up.
+fn check_leader_election(config: &Config, problems: &mut Problems) {
+    let le = &config.leader_election;
+    if !is_dns_subdomain(&le.lease_name) || le.lease_name.len() > 240 {
+        problems.add(
+            "leaderElection.leaseName",
+            format!("{:?} is not a valid object name (lower-case letters, digits, '-' and '.'; at most 240 characters, as `-positions` is appended)", le.lease_name),
+        );
+    }
+    if let Some(ns) = &le.namespace
+        && !is_dns_label(ns)
+    {
+        problems.add(
+            "leaderElection.namespace",
+            format!("{ns:?} is not a valid namespace name"),
+        );
+    }
+    if le.identity.as_deref().is_some_and(str::is_empty) {
+        problems.add("leaderElection.identity", "must not be empty");
+    }
+    if le.lease_duration < Duration::from_secs(1) {
+        problems.add("leaderElection.leaseDuration", "must be at least 1s");
+    }
+    if le.renew_deadline >= le.lease_duration {
+        problems.add(
+            "leaderElection.renewDeadline",
+            "must be less than leaderElection.leaseDuration: the leader stops delivering before another replica may take over",
+        );
+    }
+    if le.retry_period.is_zero() || le.retry_period.mul_f64(1.2) >= le.renew_deadline {
+        problems.add(
+            "leaderElection.retryPeriod",
+            "must be greater than zero and less than leaderElection.renewDeadline / 1.2 (client-go's rule: the leader gets more than one renewal attempt)",
+        );
+    }
+    if le.publish_interval.is_zero() {
+        problems.add(
+            "leaderElection.publishInterval",
+            "must be greater than zero",
+        );
     }
 }
 

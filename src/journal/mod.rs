@@ -232,6 +232,11 @@ struct Inner {
     closed: AtomicBool,
     /// Appends that carried events, for `herald_journal_appends_total`.
     appends: AtomicU64,
+    /// Retention keeps the events after this sequence number ([`Journal::hold_retention_after`]).
+    retention_floor: AtomicU64,
+    /// A standby never delivers, so its backlog bound does not stop its watches
+    /// ([`Journal::set_standby`]).
+    standby: AtomicBool,
     /// Holds our directory lock for as long as the store is open.
     _lock: File,
 }
@@ -324,6 +329,8 @@ impl Journal {
                 cursors: Mutex::new(cursors),
                 closed: AtomicBool::new(false),
                 appends: AtomicU64::new(0),
+                retention_floor: AtomicU64::new(u64::MAX),
+                standby: AtomicBool::new(false),
                 _lock: dir_lock,
             }),
         })
@@ -751,7 +758,20 @@ impl Journal {
     /// observed change is never dropped here); the watch side is expected to stop pulling and
     /// herald to report it.
     pub fn over_backlog_bound(&self) -> bool {
-        self.backlog() > self.inner.max_backlog
+        !self.inner.standby.load(Ordering::SeqCst) && self.backlog() > self.inner.max_backlog
+    }
+
+    /// Marks this journal as a standby's (leader election, ADR 0013): its cursors move only with
+    /// the positions the leader publishes, so its backlog measures the leader's progress, not its
+    /// own, and must not stop its watches; the backlog bound applies again once it leads.
+    pub fn set_standby(&self, standby: bool) {
+        self.inner.standby.store(standby, Ordering::SeqCst);
+    }
+
+    /// Keeps every event after `seq` from retention, whatever the cursors say: the leader's
+    /// position publisher has not read them yet (ADR 0013). `u64::MAX` lifts the hold.
+    pub fn hold_retention_after(&self, seq: u64) {
+        self.inner.retention_floor.store(seq, Ordering::SeqCst);
     }
 
     /// Deletes the events every sink has passed and that are older than `retain`; returns how
@@ -761,7 +781,10 @@ impl Journal {
     /// sled reclaims the space later, in the background.
     pub fn apply_retention(&self) -> Result<u64> {
         let slowest = lock(&self.inner.cursors).values().copied().min();
-        let bound = slowest.unwrap_or(u64::MAX).min(self.durable_seq());
+        let bound = slowest
+            .unwrap_or(u64::MAX)
+            .min(self.durable_seq())
+            .min(self.inner.retention_floor.load(Ordering::SeqCst));
         let retain_ms = u64::try_from(self.inner.retain.as_millis()).unwrap_or(u64::MAX);
         let cutoff = now_ms().saturating_sub(retain_ms);
         let failed = |source| JournalError::RetentionFailed { source };

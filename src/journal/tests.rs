@@ -767,6 +767,37 @@ async fn backlog_is_head_minus_the_slowest_cursor_against_a_bound() {
     j.close().await.unwrap();
 }
 
+/// Leader election (ADR 0013): a standby's backlog is the leader's progress, so its bound never
+/// stops the standby's watches; and retention keeps what the positions publisher has not read.
+#[tokio::test]
+async fn a_standby_ignores_the_backlog_bound_and_retention_can_be_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        max_backlog: 1,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    j.register_sink("a", true).unwrap();
+    j.append(batch("pods", 1, &["ns/a", "ns/b", "ns/c"]))
+        .unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    assert!(j.over_backlog_bound());
+    j.set_standby(true);
+    assert!(!j.over_backlog_bound());
+    j.set_standby(false);
+    assert!(j.over_backlog_bound());
+    j.ack("a", 3).unwrap();
+    j.hold_retention_after(1);
+    assert_eq!(
+        j.apply_retention().unwrap(),
+        1,
+        "only what the publisher has read"
+    );
+    j.hold_retention_after(u64::MAX);
+    assert_eq!(j.apply_retention().unwrap(), 2);
+    j.close().await.unwrap();
+}
+
 #[test]
 fn concurrent_appenders_get_disjoint_consecutive_seqs() {
     let tmp = tempfile::tempdir().unwrap();

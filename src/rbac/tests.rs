@@ -127,3 +127,36 @@ fn namespace_scoped_refuses_what_only_a_cluster_role_grants() {
         Err(RbacError::ClusterScoped { index: 0, .. })
     ));
 }
+
+#[test]
+fn leader_election_adds_a_role_for_the_lease_and_the_positions_in_one_namespace() {
+    let subject = Subject {
+        name: "herald".into(),
+        namespace: "ops".into(),
+    };
+    let off = cfg("  - group: example.com\n    kind: Widget");
+    assert!(leader_election_objects(&off, &subject).is_empty());
+    let mut on = off.clone();
+    on.leader_election.enabled = true;
+    let objects = leader_election_objects(&on, &subject);
+    assert_eq!(objects.len(), 2);
+    assert_eq!(objects[0]["kind"], "Role");
+    assert_eq!(objects[0]["metadata"]["name"], "herald-leader-election");
+    assert_eq!(objects[0]["metadata"]["namespace"], "ops");
+    assert_eq!(
+        objects[0]["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        ])
+    );
+    assert_eq!(objects[1]["kind"], "RoleBinding");
+    assert_eq!(objects[1]["subjects"][0]["namespace"], "ops");
+    on.leader_election.namespace = Some("coord".into());
+    let objects = leader_election_objects(&on, &subject);
+    assert_eq!(objects[0]["metadata"]["namespace"], "coord");
+    assert_eq!(
+        objects[1]["subjects"][0]["namespace"], "ops",
+        "the ServiceAccount stays where it is"
+    );
+}

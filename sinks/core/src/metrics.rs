@@ -69,6 +69,8 @@ pub enum MetricName {
     DeadLettersForwardRejectedTotal,
     /// `herald_sink_truncated_events_total{sink}`, a counter.
     SinkTruncatedEventsTotal,
+    /// `herald_sink_debounced_events_total{sink}`, a counter.
+    SinkDebouncedEventsTotal,
     /// `herald_sink_paused{sink}`, a gauge.
     SinkPaused,
     /// `herald_journal_lag_events{sink}`, a gauge.
@@ -93,11 +95,13 @@ pub enum MetricName {
     ConfigReloadFailuresTotal,
     /// `herald_config_last_reload_success`, a gauge.
     ConfigLastReloadSuccess,
+    /// `herald_leader_election_leader{holder}`, a gauge.
+    LeaderElectionLeader,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 28] = [
+    pub const ALL: [MetricName; 30] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::FilterErrorsTotal,
@@ -114,6 +118,7 @@ impl MetricName {
         Self::DeadLettersForwardedTotal,
         Self::DeadLettersForwardRejectedTotal,
         Self::SinkTruncatedEventsTotal,
+        Self::SinkDebouncedEventsTotal,
         Self::SinkPaused,
         Self::JournalLagEvents,
         Self::JournalOldestUndeliveredAgeSeconds,
@@ -126,6 +131,7 @@ impl MetricName {
         Self::OpenFilesExhaustedTotal,
         Self::ConfigReloadFailuresTotal,
         Self::ConfigLastReloadSuccess,
+        Self::LeaderElectionLeader,
     ];
 
     /// The exported name.
@@ -148,6 +154,7 @@ impl MetricName {
             Self::DeadLettersForwardedTotal => "herald_dead_letters_forwarded_total",
             Self::DeadLettersForwardRejectedTotal => "herald_dead_letters_forward_rejected_total",
             Self::SinkTruncatedEventsTotal => "herald_sink_truncated_events_total",
+            Self::SinkDebouncedEventsTotal => "herald_sink_debounced_events_total",
             Self::SinkPaused => "herald_sink_paused",
             Self::JournalLagEvents => "herald_journal_lag_events",
             Self::JournalOldestUndeliveredAgeSeconds => {
@@ -162,6 +169,7 @@ impl MetricName {
             Self::OpenFilesExhaustedTotal => "herald_open_files_exhausted_total",
             Self::ConfigReloadFailuresTotal => "herald_config_reload_failures_total",
             Self::ConfigLastReloadSuccess => "herald_config_last_reload_success",
+            Self::LeaderElectionLeader => "herald_leader_election_leader",
         }
     }
 
@@ -182,6 +190,7 @@ impl MetricName {
             | Self::DeadLettersForwardedTotal
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
+            | Self::SinkDebouncedEventsTotal
             | Self::JournalAppendsTotal
             | Self::JournalWriteErrorsTotal
             | Self::OpenFilesExhaustedTotal
@@ -195,7 +204,8 @@ impl MetricName {
             | Self::JournalBacklogEvents
             | Self::JournalSizeBytes
             | Self::JournalWritable
-            | Self::ConfigLastReloadSuccess => MetricKind::Gauge,
+            | Self::ConfigLastReloadSuccess
+            | Self::LeaderElectionLeader => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -220,6 +230,7 @@ impl MetricName {
             | Self::DeadLettersForwardedTotal
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
+            | Self::SinkDebouncedEventsTotal
             | Self::SinkPaused
             | Self::JournalLagEvents
             | Self::JournalOldestUndeliveredAgeSeconds
@@ -232,6 +243,7 @@ impl MetricName {
             | Self::OpenFilesExhaustedTotal
             | Self::ConfigReloadFailuresTotal
             | Self::ConfigLastReloadSuccess => &[],
+            Self::LeaderElectionLeader => &["holder"],
         }
     }
 
@@ -271,6 +283,9 @@ impl MetricName {
             Self::SinkTruncatedEventsTotal => {
                 "Oversized events sent in their reference-only form (onOversize: reference)."
             }
+            Self::SinkDebouncedEventsTotal => {
+                "Events replaced by a newer event of their object within the sink's debounce: acknowledged, not sent."
+            }
             Self::SinkPaused => "1 while a sink fails everything and is being probed.",
             Self::JournalLagEvents => "Journaled events a sink has not finished yet.",
             Self::JournalOldestUndeliveredAgeSeconds => {
@@ -298,6 +313,9 @@ impl MetricName {
             }
             Self::ConfigLastReloadSuccess => {
                 "1 while the last configuration reload was applied (or none was tried); 0 after a refused one."
+            }
+            Self::LeaderElectionLeader => {
+                "1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read."
             }
         }
     }
@@ -340,6 +358,7 @@ mod tests {
                 "herald_dead_letters_forwarded_total",
                 "herald_dead_letters_forward_rejected_total",
                 "herald_sink_truncated_events_total",
+                "herald_sink_debounced_events_total",
                 "herald_sink_paused",
                 "herald_journal_lag_events",
                 "herald_journal_oldest_undelivered_age_seconds",
@@ -352,6 +371,7 @@ mod tests {
                 "herald_open_files_exhausted_total",
                 "herald_config_reload_failures_total",
                 "herald_config_last_reload_success",
+                "herald_leader_election_leader",
             ]
         );
     }
@@ -376,7 +396,7 @@ mod tests {
                 metric
                     .labels()
                     .iter()
-                    .all(|l| ["resource", "sink"].contains(l)),
+                    .all(|l| ["resource", "sink", "holder"].contains(l)),
                 "labels come from the fixed set: {name}"
             );
             assert_eq!(metric.to_string(), name);

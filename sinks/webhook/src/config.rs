@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
 use crate::WebhookSink;
+use crate::replies::WebhookReplies;
 use crate::settings::{self, DEFAULT_TIMEOUT, Settings, SigningConfig};
 
 /// `batchMaxEvents` of a webhook sink when not given: events per `batched` request.
@@ -81,6 +82,12 @@ pub struct WebhookConfig {
     /// Default: unsigned. Example: `{secret: ${WEBHOOK_SECRET}}`.
     #[serde(default)]
     pub signing: Option<WebhookSigning>,
+    /// How this receiver's answers are read: statuses to retry or reject, rate-limit headers, a
+    /// 2xx body check (see [`WebhookReplies`]). Default: 2xx delivered; 408, 429, 5xx
+    /// except 501 retried with `Retry-After`; every other status refused.
+    /// Example: `{rateLimited: [403], rateLimitHeaders: [retryAfter, xRateLimitReset]}`.
+    #[serde(default)]
+    pub replies: Option<WebhookReplies>,
 }
 
 impl WebhookConfig {
@@ -97,6 +104,7 @@ impl WebhookConfig {
             timeout: default_timeout(),
             mode: WebhookMode::default(),
             signing: None,
+            replies: None,
         }
     }
 }
@@ -257,6 +265,9 @@ impl SinkConfig for WebhookConfig {
             self.timeout,
             "an unanswered request is better retried",
         );
+        if let Some(replies) = &self.replies {
+            replies.validate(problems);
+        }
     }
 
     fn secret_files(&self) -> Vec<&std::path::Path> {
@@ -368,6 +379,11 @@ impl WebhookConfig {
                 },
             },
             signing,
+            replies: self
+                .replies
+                .as_ref()
+                .map(WebhookReplies::rules)
+                .unwrap_or_default(),
             ..Settings::new(self.url.clone())
         })
     }
@@ -464,7 +480,7 @@ mod tests {
     fn unknown_keys_are_refused_with_every_key_a_webhook_takes() {
         assert_eq!(
             flat(json!({"url": "https://events.example.com/herald", "path": "x"})).unwrap_err(),
-            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `replies`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `rateLimit`, `debounce`, `start`",
         );
     }
 

@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     /// Most requests one `send` call has in flight at once in binary and structured mode (the
     /// driver's `concurrency` multiplies it). Default [`DEFAULT_PARALLEL_REQUESTS`]; 0 counts as 1.
     pub parallel_requests: usize,
+    /// How the receiver's answers are read (`replies`). Default: the table in [`crate::classify`].
+    pub replies: crate::classify::ReplyRules,
 }
 
 impl Settings {
@@ -60,6 +62,7 @@ impl Settings {
             mode: Mode::default(),
             signing: None,
             parallel_requests: DEFAULT_PARALLEL_REQUESTS,
+            replies: crate::classify::ReplyRules::default(),
         }
     }
 }
@@ -78,6 +81,7 @@ impl fmt::Debug for Settings {
             .field("mode", &self.mode)
             .field("signing", &self.signing)
             .field("parallel_requests", &self.parallel_requests)
+            .field("replies", &self.replies)
             .finish()
     }
 }

@@ -92,7 +92,31 @@ configuration that contradicts it. Rendered as YAML.
 {{- $_ := set $admin "token" (dict "fromFile" (printf "%s/%s" (include "herald.adminTokenDir" .) .Values.adminToken.key)) }}
 {{- end }}
 {{- $_ := set $cfg "admin" $admin }}
+{{- if gt (int .Values.replicas) 1 }}
+{{- $le := default (dict) $cfg.leaderElection }}
+{{- if and (hasKey $le "enabled") (not $le.enabled) }}
+{{- fail "config.leaderElection.enabled: replicas > 1 needs leader election (every replica would deliver every event); remove it or set it to true" }}
+{{- end }}
+{{- if .Values.persistence.existingClaim }}
+{{- fail "persistence.existingClaim: replicas > 1 needs one journal volume per replica; remove existingClaim (each replica gets its own claim)" }}
+{{- end }}
+{{- $_ := set $le "enabled" true }}
+{{- if not (hasKey $le "leaseName") }}{{- $_ := set $le "leaseName" (include "herald.fullname" .) }}{{- end }}
+{{- if not (hasKey $le "namespace") }}{{- $_ := set $le "namespace" .Release.Namespace }}{{- end }}
+{{- $_ := set $cfg "leaderElection" $le }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+Whether herald runs with leader election (replicas > 1, or config.leaderElection.enabled), and its
+namespace: the chart's leader-election Role goes there.
+*/}}
+{{- define "herald.leaderElectionNamespace" -}}
+{{- $le := default (dict) .Values.config.leaderElection }}
+{{- if or (gt (int .Values.replicas) 1) $le.enabled }}
+{{- default .Release.Namespace $le.namespace }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -118,13 +142,21 @@ YAML list. Argument: a list of resource entries of `config.resources`.
 {{- define "herald.watchRules" -}}
 {{- $byGroup := dict }}
 {{- range $r := . }}
-{{- $plural := "" }}
-{{- if $r.plural }}
-{{- $plural = $r.plural }}
-{{- else if $r.kind }}
-{{- $plural = include "herald.plural" $r.kind }}
+{{- $plurals := list }}
+{{- if $r.kinds }}
+{{- if has "*" $r.kinds }}
+{{- $plurals = list "*" }}
+{{- else }}
+{{- range $k := $r.kinds }}
+{{- $plurals = append $plurals (include "herald.plural" $k) }}
 {{- end }}
-{{- if $plural }}
+{{- end }}
+{{- else if $r.plural }}
+{{- $plurals = list $r.plural }}
+{{- else if $r.kind }}
+{{- $plurals = list (include "herald.plural" $r.kind) }}
+{{- end }}
+{{- range $plural := $plurals }}
 {{- $group := toString (default "" $r.group) }}
 {{- $_ := set $byGroup $group (append (get $byGroup $group | default list) $plural) }}
 {{- end }}
@@ -136,14 +168,15 @@ YAML list. Argument: a list of resource entries of `config.resources`.
 {{- toYaml $rules }}
 {{- end }}
 
-{{/* Whether a resource entry uses `namespaces: {selector: …}`. */}}
+{{/* Whether a resource entry uses `namespaces: {selector: …}` (alone or with name patterns). */}}
 {{- define "herald.usesSelector" -}}
-{{- if kindIs "map" .namespaces }}true{{- end }}
+{{- if and (kindIs "map" .namespaces) (hasKey .namespaces "selector") }}true{{- end }}
 {{- end }}
 
 {{/*
 The ClusterRole's rules (src/rbac, cluster_rules): the watch rules, `list` on namespaces when a
-namespace selector is used, then rbac.extraRules.
+namespace selector is used, list/watch on CRDs when a group pattern (`kinds`) is, then
+rbac.extraRules.
 */}}
 {{- define "herald.clusterRules" -}}
 {{- $resources := default list .Values.config.resources }}
@@ -156,6 +189,15 @@ namespace selector is used, then rbac.extraRules.
 {{- end }}
 {{- if $selector }}
 {{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "namespaces") "verbs" (list "list")) }}
+{{- end }}
+{{- $pattern := false }}
+{{- range $r := $resources }}
+{{- if $r.kinds }}
+{{- $pattern = true }}
+{{- end }}
+{{- end }}
+{{- if $pattern }}
+{{- $rules = append $rules (dict "apiGroups" (list "apiextensions.k8s.io") "resources" (list "customresourcedefinitions") "verbs" (list "list" "watch")) }}
 {{- end }}
 {{- $rules = concat $rules (default list .Values.rbac.extraRules) }}
 {{- toYaml $rules }}
@@ -170,7 +212,11 @@ a selector.
 {{- $perNs := dict }}
 {{- range $i, $r := default list .Values.config.resources }}
 {{- $ns := default "all" $r.namespaces }}
-{{- if kindIs "map" $ns }}
+{{- if $r.kinds }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].kinds: a group pattern follows the group's CustomResourceDefinitions, which only a ClusterRole can grant; name the kinds one by one, or set rbac.namespaceScoped=false" $i) }}
+{{- else if and (kindIs "map" $ns) (not (hasKey $ns "selector")) }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: name patterns need a cluster-wide watch, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
+{{- else if kindIs "map" $ns }}
 {{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: a namespace selector needs a cluster-wide watch and the namespaces' labels, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
 {{- else if not (kindIs "slice" $ns) }}
 {{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: watches all namespaces, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}

@@ -1,0 +1,474 @@
+//! Leader election (ADR 0013): several replicas watch and journal; the one holding a
+//! `coordination.k8s.io/v1` Lease delivers. Entry point: [`start`].
+//!
+//! - The election follows client-go's `leaderelection`: a candidate takes a Lease that is free or
+//!   whose holder has not renewed it for `leaseDuration` (on the candidate's own clock), the holder
+//!   renews it every `retryPeriod`, every write carries the resourceVersion it read (a 409 loses).
+//! - The [`Gate`] is the one hook into delivery: each sink's driver runs only while it is open
+//!   ([`gated`]). A leader that has not renewed for `renewDeadline` (less than `leaseDuration`)
+//!   closes it, which drops the drivers and with them the sends in flight, before any standby
+//!   may take the Lease.
+//! - The leader publishes what it finished ([`positions`]) every `publishInterval` on the
+//!   ConfigMap `<leaseName>-positions`; standbys apply it to their own journals, and apply it
+//!   once more when they take over, before their gate opens.
+
+pub mod lease;
+pub mod positions;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::LeaderElectionConfig;
+use crate::journal::Journal;
+use crate::route::Router;
+use lease::{Elector, Outcome};
+use positions::Positions;
+
+/// The webhook header that names the sending replica.
+pub const INSTANCE_HEADER: &str = "herald-instance";
+
+/// Open (`true`) while this replica leads: deliveries run only then.
+pub type Gate = watch::Receiver<bool>;
+
+static INSTANCE: OnceLock<String> = OnceLock::new();
+
+/// This replica's identity when leader election is on, for the `herald-instance` header.
+pub fn instance() -> Option<&'static str> {
+    INSTANCE.get().map(String::as_str)
+}
+
+/// This replica's identity: `leaderElection.identity`, else `POD_NAME`, else the host name.
+pub fn identity(cfg: &LeaderElectionConfig) -> String {
+    if let Some(id) = &cfg.identity {
+        return id.clone();
+    }
+    if let Ok(name) = std::env::var("POD_NAME")
+        && !name.is_empty()
+    {
+        return name;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| format!("herald-{}", std::process::id()))
+}
+
+/// The Lease's namespace: `leaderElection.namespace`, else `POD_NAMESPACE`, else the service
+/// account's, else `default`.
+pub fn namespace(cfg: &LeaderElectionConfig) -> String {
+    cfg.namespace
+        .clone()
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+        })
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// The role and the holder, for `/status` and `/metrics`.
+#[derive(Debug)]
+pub struct Leadership {
+    /// This replica's identity.
+    pub identity: String,
+    /// The Lease's name.
+    pub lease: String,
+    /// The Lease's namespace.
+    pub namespace: String,
+    role: watch::Sender<bool>,
+    holder: Mutex<Option<String>>,
+    transitions: AtomicU64,
+    published: Mutex<Option<String>>,
+    /// Serialises the standby's writes to the cursors with the gate's opening: a driver never
+    /// starts while positions are being applied.
+    ack_lock: tokio::sync::Mutex<()>,
+}
+
+impl Leadership {
+    /// A standby that has not read the Lease yet.
+    pub fn new(identity: String, lease: String, namespace: String) -> Self {
+        Self {
+            identity,
+            lease,
+            namespace,
+            role: watch::Sender::new(false),
+            holder: Mutex::new(None),
+            transitions: AtomicU64::new(0),
+            published: Mutex::new(None),
+            ack_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Whether this replica leads (delivers).
+    pub fn is_leader(&self) -> bool {
+        *self.role.borrow()
+    }
+
+    /// `leader` or `standby`.
+    pub fn role(&self) -> &'static str {
+        if self.is_leader() {
+            "leader"
+        } else {
+            "standby"
+        }
+    }
+
+    /// The Lease's holder as last read (`None`: free, or not read yet).
+    pub fn holder(&self) -> Option<String> {
+        lock(&self.holder).clone()
+    }
+
+    /// The Lease's `leaseTransitions` as last read.
+    pub fn transitions(&self) -> u64 {
+        self.transitions.load(Ordering::Relaxed)
+    }
+
+    /// When positions were last published (leader) or applied (standby), RFC 3339.
+    pub fn positions_at(&self) -> Option<String> {
+        lock(&self.published).clone()
+    }
+
+    /// The gate deliveries wait on.
+    pub fn gate(&self) -> Gate {
+        self.role.subscribe()
+    }
+
+    fn set_holder(&self, holder: Option<String>, transitions: i32) {
+        *lock(&self.holder) = holder;
+        self.transitions
+            .store(u64::try_from(transitions).unwrap_or(0), Ordering::Relaxed);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain values written in one step.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `make`'s future (a sink's delivery driver) while the gate is open; drops it, and with it
+/// every send in flight, when the gate closes, and starts a new one when it opens again (from the
+/// cursor as it then stands). Returns when the driver returns (its stop drained) or `stop` fires
+/// while closed.
+pub async fn gated<F>(mut gate: Gate, stop: CancellationToken, sink: String, make: F)
+where
+    F: Fn() -> futures::future::BoxFuture<'static, ()>,
+{
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            open = gate.wait_for(|leads| *leads) => if open.is_err() { return },
+        }
+        tracing::info!(message = "Leading: delivery starts.", sink = %sink);
+        let run = make();
+        tokio::select! {
+            () = run => return,
+            _ = gate.wait_for(|leads| !*leads) => {
+                tracing::warn!(message = "Leadership lost: delivery stopped, sends in flight aborted.", sink = %sink);
+            }
+        }
+    }
+}
+
+/// The settings of the election, resolved.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// This replica's identity (the Lease's `holderIdentity`).
+    pub identity: String,
+    /// The Lease's name.
+    pub lease: String,
+    /// The namespace.
+    pub namespace: String,
+    /// `leaseDuration`.
+    pub lease_duration: Duration,
+    /// `renewDeadline`.
+    pub renew_deadline: Duration,
+    /// `retryPeriod`.
+    pub retry_period: Duration,
+    /// `publishInterval`.
+    pub publish_interval: Duration,
+}
+
+impl Settings {
+    /// From the configuration, identity and namespace defaulted from the environment.
+    pub fn from_config(cfg: &LeaderElectionConfig) -> Self {
+        Self {
+            identity: identity(cfg),
+            lease: cfg.lease_name.clone(),
+            namespace: namespace(cfg),
+            lease_duration: cfg.lease_duration,
+            renew_deadline: cfg.renew_deadline,
+            retry_period: cfg.retry_period,
+            publish_interval: cfg.publish_interval,
+        }
+    }
+}
+
+/// A running election: stop it after the deliveries have stopped (a leader releases the Lease).
+#[derive(Debug)]
+pub struct Running {
+    /// The shared state.
+    pub leadership: Arc<Leadership>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the election; a leader releases the Lease so a standby takes over at its next try.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Prepares the shared state (standby until elected) and marks the journal a standby's; call
+/// [`run`] once the deliveries wait on [`Leadership::gate`].
+pub fn prepare(settings: &Settings, journal: &Journal) -> Arc<Leadership> {
+    let _ = INSTANCE.set(settings.identity.clone());
+    journal.set_standby(true);
+    Arc::new(Leadership::new(
+        settings.identity.clone(),
+        settings.lease.clone(),
+        settings.namespace.clone(),
+    ))
+}
+
+/// Starts the election and the positions loop.
+pub fn start(
+    settings: Settings,
+    client: kube::Client,
+    journal: Journal,
+    router: Arc<Router>,
+    leadership: Arc<Leadership>,
+) -> Running {
+    let stop = CancellationToken::new();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
+    let maps: Api<ConfigMap> = Api::namespaced(client, &settings.namespace);
+    let elector = Elector::new(
+        leases,
+        settings.lease.clone(),
+        settings.identity.clone(),
+        settings.lease_duration,
+    );
+    let positions = Positions::new(
+        journal.clone(),
+        router,
+        maps,
+        format!("{}-positions", settings.lease),
+        settings.publish_interval,
+    );
+    let task = tokio::spawn(run(
+        settings,
+        elector,
+        positions,
+        journal,
+        leadership.clone(),
+        stop.clone(),
+    ));
+    Running {
+        leadership,
+        stop,
+        task,
+    }
+}
+
+/// A delay of `d` plus up to 20 % (client-go's jitter factor 1.2), so candidates spread out.
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(1.0 + rand::random::<f64>() * 0.2)
+}
+
+async fn run(
+    settings: Settings,
+    mut elector: Elector,
+    mut positions: Positions,
+    journal: Journal,
+    shared: Arc<Leadership>,
+    stop: CancellationToken,
+) {
+    let try_for = settings.retry_period;
+    let mut next_positions = tokio::time::Instant::now();
+    let mut last_error: Option<String> = None;
+    loop {
+        // Candidate (standby).
+        let tried = tokio::time::timeout(try_for, elector.try_acquire_or_renew()).await;
+        shared.set_holder(elector.holder(), elector.transitions());
+        match tried {
+            Ok(Ok(Outcome::Held)) => {
+                lead(
+                    &settings,
+                    &mut elector,
+                    &mut positions,
+                    &journal,
+                    &shared,
+                    &stop,
+                )
+                .await;
+                if stop.is_cancelled() {
+                    return;
+                }
+                continue;
+            }
+            Ok(Ok(Outcome::Other(_))) => last_error = None,
+            Ok(Err(e)) => note_error(&mut last_error, e.to_string()),
+            Err(_) => note_error(
+                &mut last_error,
+                "the API server did not answer in time".into(),
+            ),
+        }
+        let wake = tokio::time::Instant::now() + jittered(settings.retry_period);
+        while tokio::time::Instant::now() < wake {
+            if tokio::time::Instant::now() >= next_positions {
+                follow_once(&mut positions, &shared, try_for).await;
+                next_positions = tokio::time::Instant::now() + settings.publish_interval;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(wake.min(next_positions)) => {}
+            }
+        }
+    }
+}
+
+fn note_error(last: &mut Option<String>, error: String) {
+    if last.as_deref() != Some(error.as_str()) {
+        tracing::warn!(message = "Cannot read or write the leader election Lease.", %error);
+    }
+    *last = Some(error);
+}
+
+/// A standby's pass: read the published positions and apply them.
+async fn follow_once(positions: &mut Positions, shared: &Leadership, try_for: Duration) {
+    let _guard = shared.ack_lock.lock().await;
+    match tokio::time::timeout(try_for, positions.fetch()).await {
+        Ok(Ok(Some(_))) => match positions.apply() {
+            Ok(passed) => {
+                *lock(&shared.published) = Some(jiff::Timestamp::now().to_string());
+                if passed > 0 {
+                    tracing::debug!(message = "Applied the leader's positions.", passed);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(message = "Cannot apply the leader's positions.", %error);
+            }
+        },
+        Ok(Ok(None)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(message = "Cannot read the leader's positions.", %error);
+        }
+        Err(_) => tracing::warn!(message = "Cannot read the leader's positions: timed out."),
+    }
+}
+
+/// Leads until the Lease is lost, cannot be renewed by the renew deadline, or `stop` fires.
+async fn lead(
+    settings: &Settings,
+    elector: &mut Elector,
+    positions: &mut Positions,
+    journal: &Journal,
+    shared: &Leadership,
+    stop: &CancellationToken,
+) {
+    let mut last_renew = tokio::time::Instant::now();
+    {
+        // The last positions the old leader published, applied before any send.
+        follow_once(positions, shared, settings.retry_period).await;
+        let _guard = shared.ack_lock.lock().await;
+        positions.lead();
+        journal.set_standby(false);
+        shared.role.send_replace(true);
+    }
+    tracing::info!(
+        message = "Leader election won: this replica delivers.",
+        identity = %settings.identity,
+        lease = %settings.lease,
+        transitions = elector.transitions(),
+    );
+    let mut next_publish = tokio::time::Instant::now();
+    let mut next_renew = tokio::time::Instant::now() + settings.retry_period;
+    let why = loop {
+        let deadline = last_renew + settings.renew_deadline;
+        if next_publish <= tokio::time::Instant::now() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            publish_once(positions, shared, left.min(settings.retry_period)).await;
+            next_publish = tokio::time::Instant::now() + settings.publish_interval;
+        }
+        tokio::select! {
+            () = stop.cancelled() => break None,
+            () = tokio::time::sleep_until(deadline) => {
+                break Some("the Lease could not be renewed before the renew deadline");
+            }
+            () = tokio::time::sleep_until(next_publish.min(next_renew)) => {}
+        }
+        if tokio::time::Instant::now() < next_renew {
+            continue;
+        }
+        next_renew = tokio::time::Instant::now() + settings.retry_period;
+        // The deadline counts from when the renewal was sent: the API server may have written it
+        // any time after, and standbys count the Lease's duration from when they saw it.
+        let started = tokio::time::Instant::now();
+        let left = deadline.saturating_duration_since(started);
+        match tokio::time::timeout(
+            left.min(settings.retry_period),
+            elector.try_acquire_or_renew(),
+        )
+        .await
+        {
+            Ok(Ok(Outcome::Held)) => last_renew = started,
+            Ok(Ok(Outcome::Other(holder))) => {
+                shared.set_holder(holder, elector.transitions());
+                break Some("another replica holds the Lease");
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(message = "Cannot renew the Lease.", %error);
+            }
+            Err(_) => tracing::warn!(
+                message = "Cannot renew the Lease: the API server did not answer in time."
+            ),
+        }
+        shared.set_holder(elector.holder(), elector.transitions());
+    };
+    if let Some(reason) = why {
+        shared.role.send_replace(false);
+        journal.set_standby(true);
+        positions.follow();
+        tracing::error!(message = "Leadership lost: delivery stopped.", reason);
+        return;
+    }
+    // Stopping: the deliveries have drained; a last publish, then the Lease goes.
+    publish_once(positions, shared, settings.retry_period).await;
+    match tokio::time::timeout(settings.retry_period, elector.release()).await {
+        Ok(Ok(())) => tracing::info!(message = "Lease released."),
+        Ok(Err(error)) => tracing::warn!(message = "Cannot release the Lease.", %error),
+        Err(_) => tracing::warn!(message = "Cannot release the Lease: timed out."),
+    }
+}
+
+async fn publish_once(positions: &mut Positions, shared: &Leadership, within: Duration) {
+    if let Err(error) = positions.collect() {
+        tracing::warn!(message = "Cannot read the acknowledged positions.", %error);
+        return;
+    }
+    match tokio::time::timeout(within, positions.publish(&shared.identity)).await {
+        Ok(Ok(bytes)) => {
+            *lock(&shared.published) = Some(jiff::Timestamp::now().to_string());
+            tracing::debug!(message = "Positions published.", bytes);
+        }
+        Ok(Err(error)) => tracing::warn!(message = "Cannot publish the positions.", %error),
+        Err(_) => tracing::warn!(message = "Cannot publish the positions: timed out."),
+    }
+}
