@@ -1,7 +1,7 @@
 //! Issue 20, items 3 and 4, end to end (the binary, the simulator, receivers on 127.0.0.1): a
 //! burst against a rate-limited receiver ends delivered with no dead letters, with `rateLimit` and
 //! with the 429 handling alone; `debounce` delivers each object's latest state and counts the
-//! rest; `replies` retries and rejects the statuses it lists and reads GitHub's rate-limited 403;
+//! rest, and never lets a re-created object replace the deletion of the one it replaced; `replies` retries and rejects the statuses it lists and reads GitHub's rate-limited 403;
 //! an Elasticsearch `_bulk` 200 with `errors: true` retries or dead-letters exactly its failed
 //! items.
 
@@ -240,17 +240,30 @@ async fn rate_limited(per_second: usize) -> Hook {
     .await
 }
 
-/// A burst of 30 changes into `hook` (a sink with `extra` keys); returns the events created and
-/// what was delivered, once the sink has caught up.
-async fn burst_into(hook: &Hook, extra: &str) -> (BTreeSet<String>, Vec<String>, f64) {
+/// A burst of `n` changes into `hook` (a sink with `extra` keys); returns the events created and
+/// what was delivered, once the sink has caught up. With `before_start`, the objects exist before
+/// herald starts, so their `created` events are journaled at once by its first list, however
+/// slowly the simulator took the writes.
+async fn burst_into(
+    hook: &Hook,
+    extra: &str,
+    n: usize,
+    before_start: bool,
+) -> (BTreeSet<String>, Vec<String>, f64) {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;
     let dir = tempfile::tempdir().unwrap();
     let config = webhook_config(&sim, dir.path(), &[("hook", &hook.url, extra)]);
     let admin = admin_addr(&config);
+    let mut created = BTreeSet::new();
+    if before_start {
+        created = burst(&raw, "r", n).await;
+    }
     let herald = Herald::start(dir.path(), &config);
-    let created = burst(&raw, "r", 30).await;
+    if !before_start {
+        created = burst(&raw, "r", n).await;
+    }
     until(&herald, 90, "every event taken", async || {
         hook.taken()
             .into_iter()
@@ -267,23 +280,36 @@ async fn burst_into(hook: &Hook, extra: &str) -> (BTreeSet<String>, Vec<String>,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_paced_by_rate_limit_is_delivered_without_a_single_429() {
-    // herald sends at most 1 + 10 per second; the receiver takes 30.
-    let hook = rate_limited(30).await;
+    // 48 changes journaled at once, a receiver taking 12 requests in any second: unpaced, the
+    // burst meets 429s. herald sends at most burst + perSecond = 2 + 8 = 10 in any second.
+    let hook = rate_limited(12).await;
     let (created, taken, dead) =
-        burst_into(&hook, "    rateLimit: {perSecond: 10, burst: 1}\n").await;
+        burst_into(&hook, "    rateLimit: {perSecond: 8, burst: 2}\n", 48, true).await;
     assert_eq!(taken.iter().cloned().collect::<BTreeSet<_>>(), created);
     assert_eq!(dead, 0.0, "no dead letters");
-    let refused: Vec<Got> = hook.got().into_iter().filter(|g| g.status == 429).collect();
+    let got = hook.got();
+    let refused: Vec<&Got> = got.iter().filter(|g| g.status == 429).collect();
     assert!(
         refused.is_empty(),
         "herald outran its rateLimit: {refused:?}"
     );
+    // The pace itself, from the arrival times (recorded in arrival order).
+    for (i, start) in got.iter().enumerate() {
+        let within = got[i..]
+            .iter()
+            .take_while(|g| g.at.duration_since(start.at) < Duration::from_secs(1))
+            .count();
+        assert!(
+            within <= 2 + 8,
+            "{within} requests within a second from request {i}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_against_a_rate_limited_receiver_is_delivered_by_its_429s_alone() {
     let hook = rate_limited(5).await;
-    let (created, taken, dead) = burst_into(&hook, "").await;
+    let (created, taken, dead) = burst_into(&hook, "", 30, false).await;
     assert_eq!(taken.iter().cloned().collect::<BTreeSet<_>>(), created);
     assert_eq!(dead, 0.0, "a 429 is retried, never dead-lettered");
     assert!(
@@ -300,20 +326,16 @@ async fn debounce_sends_each_objects_latest_state_and_counts_the_rest() {
     let every = Hook::start(|_, _| Answer::status(204)).await;
     let latest = Hook::start(|_, _| Answer::status(204)).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = webhook_config(
-        &sim,
-        dir.path(),
-        &[
-            ("every", &every.url, ""),
-            ("latest", &latest.url, "    debounce: 5s\n"),
-        ],
-    );
-    let admin = admin_addr(&config);
+    // First `every` alone journals and sends each write. Then `latest` joins with `start:
+    // earliest`: it reads all of them from the journal at once, so every event of an object is
+    // within its window whatever time the writes took (written live, a slow simulator could
+    // spread one object's writes over more than the window).
+    let config = webhook_config(&sim, dir.path(), &[("every", &every.url, "")]);
     let herald = Herald::start(dir.path(), &config);
     // Watching before the first write, so each write is an event of its own (a first list would
     // see only the last state).
     herald.wait_for_log("Listed and reconciled").await;
-    // Three objects, each created and changed three times in quick succession.
+    // Three objects, each created and changed three times.
     let mut last: BTreeMap<String, String> = BTreeMap::new();
     for i in 0..3 {
         let name = format!("d{i}");
@@ -336,15 +358,31 @@ async fn debounce_sends_each_objects_latest_state_and_counts_the_rest() {
             *id = id_of(&updated, "updated");
         }
     }
-    until(&herald, 30, "the latest states at `latest`", async || {
-        latest.taken().len() >= 3
-    })
-    .await;
     until(&herald, 30, "every change at `every`", async || {
         every.taken().len() >= 12
     })
     .await;
+    drop(herald);
+    let config = webhook_config(
+        &sim,
+        dir.path(),
+        &[
+            ("every", &every.url, ""),
+            (
+                "latest",
+                &latest.url,
+                "    debounce: 3s\n    start: earliest\n",
+            ),
+        ],
+    );
+    let admin = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    until(&herald, 30, "the latest states at `latest`", async || {
+        latest.taken().len() >= 3
+    })
+    .await;
     caught_up(&herald, &admin, "latest").await;
+    caught_up(&herald, &admin, "every").await;
     let mut sent = latest.taken();
     sent.sort();
     let mut expected: Vec<String> = last.values().cloned().collect();
@@ -362,6 +400,68 @@ async fn debounce_sends_each_objects_latest_state_and_counts_the_rest() {
     assert_eq!(
         metric(&admin, "herald_sink_debounced_events_total{sink=\"every\"}").await,
         Some(0.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debounce_never_replaces_a_deletion_by_the_re_creation_under_its_name() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let every = Hook::start(|_, _| Answer::status(204)).await;
+    let latest = Hook::start(|_, _| Answer::status(204)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // As above: the debounced sink joins later and reads every change at once.
+    let config = webhook_config(&sim, dir.path(), &[("every", &every.url, "")]);
+    let herald = Herald::start(dir.path(), &config);
+    herald.wait_for_log("Listed and reconciled").await;
+    let first = raw
+        .post(WIDGETS, &widget("again", json!({}), json!({})))
+        .await
+        .body;
+    let old_uid = first["metadata"]["uid"].as_str().unwrap().to_owned();
+    raw.delete(&format!("{WIDGETS}/again")).await;
+    let second = raw
+        .post(WIDGETS, &widget("again", json!({}), json!({})))
+        .await
+        .body;
+    assert_ne!(second["metadata"]["uid"].as_str(), Some(old_uid.as_str()));
+    until(&herald, 30, "every change at `every`", async || {
+        every.taken().len() >= 3
+    })
+    .await;
+    drop(herald);
+    let config = webhook_config(
+        &sim,
+        dir.path(),
+        &[
+            ("every", &every.url, ""),
+            (
+                "latest",
+                &latest.url,
+                "    debounce: 3s\n    start: earliest\n",
+            ),
+        ],
+    );
+    let admin = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    caught_up(&herald, &admin, "latest").await;
+    // The old object's deletion is its latest state and the new object's creation is another
+    // object's: both are sent, in order; only the old object's `created` is replaced.
+    let sent = latest.taken();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent[0].starts_with(&format!("{old_uid}:")) && sent[0].ends_with(":deleted"),
+        "{sent:?}"
+    );
+    assert_eq!(sent[1], id_of(&second, "created"));
+    assert_eq!(
+        metric(
+            &admin,
+            "herald_sink_debounced_events_total{sink=\"latest\"}"
+        )
+        .await,
+        Some(1.0)
     );
 }
 

@@ -57,6 +57,11 @@ const IDLE_POLL: Duration = Duration::from_millis(5);
 /// How often the replay queue is looked at when it was empty.
 const REPLAY_POLL: Duration = Duration::from_millis(200);
 
+/// Longest wait a sink's hint (`Retry-After` and the like) gives an event: an hour. The event is
+/// then tried again, and a receiver still limiting says so again; a hint of days or more is a
+/// slip that would hold the key back for good.
+const MAX_HINT: Duration = Duration::from_secs(3600);
+
 /// Delivery settings of one sink.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -451,6 +456,7 @@ pub async fn run<S: Sink>(
     let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, SendResult>> =
         FuturesUnordered::new();
     let mut replaying = false;
+    let mut replay_turn = true;
     let mut drain_to: Option<u64> = None;
     let mut replay_at = Instant::now();
     let mut breaker = Breaker {
@@ -506,6 +512,26 @@ pub async fn run<S: Sink>(
                 }
             }
         } else {
+            // Under a rate limit the window's backlog could take every token for as long as it
+            // lasts and starve a replay: a due replay and the window take turns.
+            let replay = |replaying: &mut bool, replay_at: &mut Instant, pace: &mut Pace| {
+                let budget = pace.budget(now);
+                if *replaying || budget == 0 || Instant::now() < *replay_at {
+                    return false;
+                }
+                let batch = replays(&name, &journal, budget);
+                if batch.is_empty() {
+                    *replay_at = Instant::now() + REPLAY_POLL;
+                    return false;
+                }
+                *replaying = true;
+                pace.spend(batch.len(), now);
+                inflight.push(send(sink.clone(), batch, Call::Replay));
+                true
+            };
+            if replay_turn && replay(&mut replaying, &mut replay_at, &mut pace) {
+                replay_turn = false;
+            }
             while inflight.len() < settings.concurrency.max(1) {
                 let budget = pace.budget(now);
                 if budget == 0 {
@@ -517,17 +543,10 @@ pub async fn run<S: Sink>(
                 }
                 pace.spend(batch.len(), now);
                 inflight.push(send(sink.clone(), batch, Call::Normal));
+                replay_turn = true;
             }
-            let budget = pace.budget(now);
-            if !replaying && budget > 0 && Instant::now() >= replay_at {
-                let batch = replays(&name, &journal, budget);
-                if batch.is_empty() {
-                    replay_at = Instant::now() + REPLAY_POLL;
-                } else {
-                    replaying = true;
-                    pace.spend(batch.len(), now);
-                    inflight.push(send(sink.clone(), batch, Call::Replay));
-                }
+            if replay(&mut replaying, &mut replay_at, &mut pace) {
+                replay_turn = false;
             }
         }
         if window.changes() != written_changes {
@@ -551,16 +570,12 @@ pub async fn run<S: Sink>(
                 return;
             }
         }
-        let wake = if breaker.paused {
-            Some(breaker.probe_at)
-        } else if inflight.len() >= settings.concurrency.max(1) {
-            // Nothing can be sent before a call returns (which wakes the loop): a due event must not
-            // turn this into a busy loop that rescans the window every millisecond.
-            None
-        } else {
-            // A due event that the rate limit holds back wakes the loop when a token is there.
-            window.next_due().map(|due| due.max(pace.ready_at(now)))
-        };
+        let wake = wake_at(
+            breaker.paused.then_some(breaker.probe_at),
+            inflight.len() >= settings.concurrency.max(1),
+            window.next_due(),
+            pace.ready_at(now),
+        );
         let idle = wake.map_or(IDLE_POLL, |w| {
             w.saturating_duration_since(now).min(IDLE_POLL)
         });
@@ -585,6 +600,29 @@ pub async fn run<S: Sink>(
             }
             () = tokio::time::sleep(idle) => {}
         }
+    }
+}
+
+/// When the driver's loop must look again without a call returning or an event arriving (`None`:
+/// only then): a paused sink's next probe (`probe_at`), or the first due event; either no sooner
+/// than the rate limit's next token (`token_at`). `saturated`: every call slot is taken.
+fn wake_at(
+    probe_at: Option<Instant>,
+    saturated: bool,
+    next_due: Option<Instant>,
+    token_at: Instant,
+) -> Option<Instant> {
+    if let Some(probe_at) = probe_at {
+        // A probe takes a token too: waking at a past probe_at with an empty bucket would loop
+        // without sleeping until the token is there.
+        Some(probe_at.max(token_at))
+    } else if saturated {
+        // Nothing can be sent before a call returns (which wakes the loop): a due event must not
+        // turn this into a busy loop that rescans the window every millisecond.
+        None
+    } else {
+        // A due event that the rate limit holds back wakes the loop when a token is there.
+        next_due.map(|due| due.max(token_at))
     }
 }
 
@@ -988,6 +1026,7 @@ fn settle(
                 }
                 let delay = after
                     .unwrap_or_default()
+                    .min(MAX_HINT)
                     .max(retry_delay(settings, attempts.saturating_sub(1)));
                 window.retry(seq, delay, reason.clone(), false, now);
                 stats.retried.fetch_add(1, Ordering::Relaxed);

@@ -11,6 +11,9 @@ use std::time::Duration;
 use herald_sink_core::config::RateLimit;
 use tokio::time::Instant;
 
+/// Longest wait for a token: the slowest rate validation lets through, one request an hour.
+const MAX_WAIT: Duration = Duration::from_secs(3600);
+
 /// `burst` tokens, refilled at `per_second`; one token per request.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
@@ -63,7 +66,12 @@ impl TokenBucket {
             return now;
         }
         let wait = (1.0 - tokens) / self.per_second;
-        now + Duration::try_from_secs_f64(wait).unwrap_or(Duration::from_secs(3600))
+        // Validation keeps perSecond at one an hour or more; the cap keeps a rate that slipped
+        // through from overflowing the instant.
+        let wait = Duration::try_from_secs_f64(wait)
+            .unwrap_or(MAX_WAIT)
+            .min(MAX_WAIT);
+        now.checked_add(wait).unwrap_or(now)
     }
 }
 
@@ -116,6 +124,14 @@ mod tests {
                 .count();
             assert!(within <= 2 + 4, "{within} requests within a second");
         }
+    }
+
+    #[test]
+    fn a_tiny_rate_waits_at_most_an_hour() {
+        let t0 = Instant::now();
+        let mut bucket = TokenBucket::new(limit(1e-19, 1), t0);
+        bucket.take(1, t0);
+        assert_eq!(bucket.ready_at(t0), t0 + Duration::from_secs(3600));
     }
 
     #[test]

@@ -701,3 +701,68 @@ async fn odd_names_are_delivered_and_unreadable_entries_become_dead_letters() {
     stop.cancel();
     driver.await.unwrap();
 }
+
+#[test]
+fn a_paused_sink_with_an_empty_bucket_sleeps_until_its_next_token() {
+    let t0 = Instant::now();
+    let token = t0 + Duration::from_secs(1);
+    // The probe is due, but a probe takes a token too: waking before it would spin.
+    assert_eq!(wake_at(Some(t0), false, Some(t0), token), Some(token));
+    assert_eq!(wake_at(Some(t0), true, None, token), Some(token));
+    let later = token + Duration::from_secs(1);
+    assert_eq!(wake_at(Some(later), false, Some(t0), token), Some(later));
+    assert_eq!(wake_at(None, false, Some(t0), token), Some(token));
+    assert_eq!(wake_at(None, true, Some(t0), token), None);
+    assert_eq!(wake_at(None, false, None, token), None);
+}
+
+#[tokio::test]
+async fn a_replay_is_not_starved_by_a_backlog_at_the_rate_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    append(&j, vec![event("old", "k-old")]).await;
+    // The sink starts after "old": it reaches the sink only as a replay.
+    j.register_sink("s", false).unwrap();
+    let backlog = 300;
+    let events: Vec<Vec<u8>> = (0..backlog)
+        .map(|i| event(&format!("e{i}"), &format!("k{i}")))
+        .collect();
+    append(&j, events).await;
+    let sink = Arc::new(Scripted::default());
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let settings = Settings {
+        rate_limit: Some(RateLimit {
+            per_second: 100.0,
+            burst: 1,
+        }),
+        ..fast()
+    };
+    let router = Arc::new(Router::default());
+    let driver = tokio::spawn(run(
+        "s".into(),
+        sink.clone(),
+        j.clone(),
+        router.clone(),
+        settings,
+        false,
+        stop.clone(),
+        stats.clone(),
+        None,
+    ));
+    until(|| stats.delivered.load(Ordering::SeqCst) >= 10).await;
+    assert_eq!(
+        queue_replays(&j, &router, "s", 1, None).unwrap().first(),
+        Some(&1)
+    );
+    until(|| stats.delivered.load(Ordering::SeqCst) >= backlog).await;
+    let taken = sink.taken.lock().unwrap().clone();
+    let at = taken.iter().position(|id| id == "old");
+    assert!(
+        at.is_some_and(|at| at < taken.len() - 100),
+        "the replay waited behind the backlog: taken at {at:?} of {}",
+        taken.len()
+    );
+    stop.cancel();
+    driver.await.unwrap();
+}

@@ -7,12 +7,14 @@
 //! (delivered, dead-lettered) before the next one of that key is sent, so a done event never has
 //! an earlier event of its key still pending, and skipping it after a restart keeps each key's
 //! order. The one exception is `debounce` ([`Window::push_debounced`]): an event replaced by a
-//! newer one of its key is done while an older one may still be in flight; skipping it after a
-//! restart is what debounce would do again, as the newer one is still pending and is sent.
+//! newer one of its object is done while an older one of its key may still be in flight; skipping
+//! it after a restart is what debounce would do again, as the newer one is still pending and is
+//! sent.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
+use herald_sink_core::event::ExtensionValue;
 use herald_sink_core::sink::{Envelope, Reason};
 use tokio::time::Instant;
 
@@ -50,7 +52,8 @@ pub struct Window {
     inherited: Vec<(u64, u64)>,
     /// Bumped whenever the done set changes, so the driver writes it only then.
     changes: u64,
-    /// With `debounce`: each key's newest pending event, the one a newer event replaces.
+    /// With `debounce`: each object's newest pending event, the one a newer event of the same
+    /// object replaces ([`identity`]).
     newest: HashMap<String, u64>,
 }
 
@@ -159,10 +162,14 @@ impl Window {
     }
 
     /// Adds an event read from the journal under `debounce`: it waits `debounce` before it may
-    /// be sent, and it replaces its key's newest pending event when that one is not in flight,
-    /// taking over its due time (so a key's window starts with its first event, and a stream of
-    /// changes still sends its latest state every `debounce`). Returns the replaced event, which
-    /// is done: acknowledged without being sent.
+    /// be sent, and it replaces its object's newest pending event when that one is not in flight,
+    /// taking over its due time (so an object's window starts with its first event, and a stream
+    /// of changes still sends its latest state every `debounce`). Returns the replaced event,
+    /// which is done: acknowledged without being sent.
+    ///
+    /// The object is the [`identity`], not the partition key: a Deployment and a Service named
+    /// `shop/web` share a key, and so do an object deleted and the one re-created under its name,
+    /// yet neither may stand in for the other. The key still orders them.
     pub fn push_debounced(
         &mut self,
         envelope: Envelope,
@@ -175,10 +182,11 @@ impl Window {
             .partition_key()
             .unwrap_or(&envelope.event.id)
             .to_string();
-        let mut due = now + debounce;
+        let object = identity(&envelope, &key);
+        let mut due = later(now, debounce);
         let replaced = self
             .newest
-            .get(&key)
+            .get(&object)
             .copied()
             .filter(|old| self.pending.get(old).is_some_and(|p| !p.in_flight));
         if let Some(old) = replaced
@@ -187,7 +195,7 @@ impl Window {
             self.changes += 1;
             due = p.not_before;
         }
-        self.newest.insert(key, seq);
+        self.newest.insert(object, seq);
         self.push(envelope, now);
         if let Some(p) = self.pending.get_mut(&seq) {
             p.not_before = due;
@@ -266,8 +274,11 @@ impl Window {
         let removed = self.pending.remove(&seq);
         if let Some(p) = &removed {
             self.changes += 1;
-            if !self.newest.is_empty() && self.newest.get(&p.key) == Some(&seq) {
-                self.newest.remove(&p.key);
+            if !self.newest.is_empty() {
+                let object = identity(&p.envelope, &p.key);
+                if self.newest.get(&object) == Some(&seq) {
+                    self.newest.remove(&object);
+                }
             }
         }
         removed
@@ -291,7 +302,7 @@ impl Window {
         p.first_failure.get_or_insert_with(SystemTime::now);
         p.failing_since.get_or_insert(now);
         p.last_reason = Some(reason);
-        p.not_before = now + delay;
+        p.not_before = later(now, delay);
         Some(p)
     }
 
@@ -320,10 +331,32 @@ impl Window {
     }
 }
 
+/// The object an event is about, for `debounce`: its partition key, resource (`source`) and
+/// `k8suid`. Events without them (not herald's) fall back to what they have, the key at least.
+fn identity(envelope: &Envelope, key: &str) -> String {
+    let uid = envelope
+        .event
+        .extensions
+        .get("k8suid")
+        .and_then(ExtensionValue::as_str)
+        .unwrap_or_default();
+    // NUL separates: it is in none of a key, a source URI or a uid.
+    format!("{key}\0{}\0{uid}", envelope.event.source)
+}
+
+/// Longest wait a pending event is given: a receiver's hint is capped well below this before it
+/// gets here; this only keeps `Instant` arithmetic from overflowing (it panics).
+const FAR: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// `now + delay`, the delay at most [`FAR`].
+fn later(now: Instant, delay: Duration) -> Instant {
+    now.checked_add(delay.min(FAR)).unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use herald_sink_core::event::{CloudEvent, ExtensionValue};
+    use herald_sink_core::event::CloudEvent;
 
     fn env(seq: u64, key: &str) -> Envelope {
         let ev = CloudEvent::new(format!("id-{seq}"), "k8s://c/g/p", "t.created")
@@ -462,6 +495,85 @@ mod tests {
         w.done(6);
         assert!(w.is_empty() && w.newest.is_empty());
         assert_eq!(w.ack_point(), 6);
+    }
+
+    /// An event of object `uid` of the resource `source`, under the partition key `key`.
+    fn obj(seq: u64, key: &str, source: &str, uid: &str) -> Envelope {
+        let ev = CloudEvent::new(format!("id-{seq}"), source, "t.updated")
+            .extension("partitionkey", ExtensionValue::String(key.into()))
+            .extension("k8suid", ExtensionValue::String(uid.into()));
+        Envelope::new(seq, ev)
+    }
+
+    #[test]
+    fn debounce_never_replaces_another_resources_object_of_the_same_name() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(2);
+        let deployments = "k8s://c/apps/deployments";
+        let services = "k8s://c/core/services";
+        let mut w = Window::new(0);
+        assert_eq!(
+            w.push_debounced(obj(1, "shop/web", deployments, "u1"), t0, window),
+            None
+        );
+        assert_eq!(
+            w.push_debounced(obj(2, "shop/web", services, "u2"), t0, window),
+            None,
+            "the Service shop/web is another object than the Deployment shop/web"
+        );
+        assert_eq!(
+            w.push_debounced(obj(3, "shop/web", deployments, "u1"), t0, window),
+            Some(1),
+            "the Deployment's newer state replaces its older one"
+        );
+        assert_eq!(
+            w.push_debounced(obj(4, "shop/web", services, "u2"), t0, window),
+            Some(2)
+        );
+        // The partition key still orders them: one at a time, in sequence order.
+        assert_eq!(seqs(&w.take_ready(t0 + window, 10)), [3]);
+        w.done(3);
+        assert_eq!(seqs(&w.take_ready(t0 + window, 10)), [4]);
+        w.done(4);
+        assert!(w.is_empty() && w.newest.is_empty());
+    }
+
+    #[test]
+    fn debounce_never_replaces_a_deletion_by_the_re_creation_under_the_same_name() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(2);
+        let pods = "k8s://c/core/pods";
+        let mut w = Window::new(0);
+        // The synthesized pair of a replacement missed during a gap: deleted(u1), created(u2).
+        assert_eq!(
+            w.push_debounced(obj(1, "ns/p", pods, "u1"), t0, window),
+            None
+        );
+        assert_eq!(
+            w.push_debounced(obj(2, "ns/p", pods, "u2"), t0, window),
+            None,
+            "the new object does not replace the old one's deletion"
+        );
+        assert_eq!(
+            w.push_debounced(obj(3, "ns/p", pods, "u2"), t0, window),
+            Some(2),
+            "the new object's own older state is replaced"
+        );
+        assert_eq!(seqs(&w.take_ready(t0 + window, 10)), [1]);
+        w.done(1);
+        assert_eq!(seqs(&w.take_ready(t0 + window, 10)), [3]);
+    }
+
+    #[test]
+    fn a_retry_delay_beyond_any_instant_does_not_panic() {
+        let now = Instant::now();
+        let mut w = Window::new(0);
+        w.push(env(1, "a"), now);
+        w.take_ready(now, 1);
+        let p = w
+            .retry(1, Duration::MAX, Reason::new("x", "y"), true, now)
+            .map(|p| p.not_before);
+        assert!(p.is_some_and(|at| at > now));
     }
 
     #[test]

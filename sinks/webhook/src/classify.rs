@@ -25,7 +25,8 @@
 //! `rateLimited` (GitHub's 403) is retried with code `rate_limited` when the answer carries an
 //! honoured rate-limit header, and keeps its class otherwise; then the table. Which headers give
 //! the wait is `rateLimitHeaders`: `Retry-After` (seconds or an HTTP-date, the default) and
-//! `X-RateLimit-Reset` (Unix epoch seconds), `Retry-After` first. With `body: elasticsearchBulk`,
+//! `X-RateLimit-Reset` (Unix epoch seconds, read only with `X-RateLimit-Remaining: 0`),
+//! `Retry-After` first; a wait is at most [`MAX_HINT`]. With `body: elasticsearchBulk`,
 //! a 2xx answer is read as an Elasticsearch `_bulk` reply and each event gets its own item's
 //! outcome ([`classify_bulk`]).
 
@@ -77,8 +78,8 @@ pub struct ReplyRules {
     pub rate_limited: Vec<u16>,
     /// `Retry-After` gives the wait (default true).
     pub retry_after: bool,
-    /// `X-RateLimit-Reset` (Unix epoch seconds) gives the wait when `Retry-After` does not
-    /// (default false).
+    /// `X-RateLimit-Reset` (Unix epoch seconds) gives the wait when `Retry-After` does not and
+    /// `X-RateLimit-Remaining` is `0` (default false).
     pub rate_limit_reset: bool,
     /// What a 2xx body is checked for.
     pub body: BodyCheck,
@@ -129,21 +130,41 @@ pub const RATE_LIMITED: &str = "rate_limited";
 /// Reason code of a 2xx answer whose body check could not tell which events were taken.
 pub const BULK_REPLY: &str = "bulk_reply";
 
+/// Longest wait a receiver's hint gives an event: an hour, GitHub's rate-limit window. A longer
+/// `Retry-After` (or a reset further off) is read as this: the event is tried again then, and a
+/// receiver still limiting answers with a new hint. Without a cap a slip on the receiver's side
+/// (a huge number) would hold its events back for good.
+pub const MAX_HINT: Duration = Duration::from_secs(3600);
+
+/// Furthest ahead an `X-RateLimit-Reset` may be and still be read as epoch seconds: a day. Beyond
+/// it the value is most likely in another unit (milliseconds), so it is not read.
+pub const MAX_RESET_AHEAD: Duration = Duration::from_secs(24 * 3600);
+
 impl ReplyRules {
     /// How long the answer asks to wait, from the headers these rules honour: `Retry-After`
-    /// first, then `X-RateLimit-Reset`. `None` when neither is honoured, present and readable.
+    /// first, then `X-RateLimit-Reset` — only with `X-RateLimit-Remaining: 0`, since GitHub sends
+    /// the reset on every answer, and a 503 with requests left is not a rate limit. At most
+    /// [`MAX_HINT`]. `None` when neither is honoured, present and readable.
     #[must_use]
     pub fn hint(&self, headers: &ReplyHeaders<'_>, now: SystemTime) -> Option<Duration> {
         let retry_after = headers
             .retry_after
             .filter(|_| self.retry_after)
             .and_then(|v| parse_retry_after(v, now));
-        retry_after.or_else(|| {
-            headers
-                .rate_limit_reset
-                .filter(|_| self.rate_limit_reset)
-                .and_then(|v| parse_rate_limit_reset(v, now))
-        })
+        retry_after
+            .or_else(|| self.reset_wait(headers, now))
+            .map(|wait| wait.min(MAX_HINT))
+    }
+
+    /// The wait until `X-RateLimit-Reset` when these rules honour it and the answer says no
+    /// request is left (`X-RateLimit-Remaining: 0`).
+    fn reset_wait(&self, headers: &ReplyHeaders<'_>, now: SystemTime) -> Option<Duration> {
+        if !self.rate_limit_reset || headers.rate_limit_remaining.map(str::trim) != Some("0") {
+            return None;
+        }
+        headers
+            .rate_limit_reset
+            .and_then(|v| parse_rate_limit_reset(v, now))
     }
 
     /// Whether the answer says "rate limited" through a header these rules honour: a readable
@@ -154,13 +175,7 @@ impl ReplyRules {
                 .retry_after
                 .and_then(|v| parse_retry_after(v, now))
                 .is_some();
-        let exhausted = self.rate_limit_reset
-            && headers.rate_limit_remaining.map(str::trim) == Some("0")
-            && headers
-                .rate_limit_reset
-                .and_then(|v| parse_rate_limit_reset(v, now))
-                .is_some();
-        retry_after || exhausted
+        retry_after || self.reset_wait(headers, now).is_some()
     }
 }
 
@@ -228,8 +243,11 @@ fn retried_by_default(status: u16) -> bool {
 /// as an Elasticsearch `_bulk` reply: `{"errors": false, …}` takes them all; with
 /// `"errors": true`, event `i` gets item `i`'s status (`{"index": {"status": 429, "error": …}}`,
 /// whatever the action's name), classified under `rules` (a 2xx item is taken), retried items
-/// waiting `after` (the answer's own hint). Never lost behind a 200: a body that is not such a
-/// reply, or that has no item for an event, retries those events (code `bulk_reply`).
+/// waiting `after` (the answer's own hint). That needs one action per event (the request's body
+/// template writes one action line per event): a reply whose item count is not the event count
+/// cannot say which item is which event, so every event is retried. Never lost behind a 200: a
+/// body that is not such a reply, or whose items do not match the events, retries the events
+/// (code `bulk_reply`).
 #[must_use]
 pub fn classify_bulk(
     body: &[u8],
@@ -261,6 +279,15 @@ pub fn classify_bulk(
     };
     if !bulk.errors {
         return Outcome::all(events, Outcome::Ok);
+    }
+    if bulk.items.len() != events {
+        return Outcome::all(
+            events,
+            unreadable(format!(
+                "the _bulk reply has errors and {} items for {events} events (one action per event expected), so no item can be matched to its event",
+                bulk.items.len()
+            )),
+        );
     }
     let no_headers = ReplyHeaders::default();
     (0..events)
@@ -312,7 +339,8 @@ pub fn classify_bulk(
 }
 
 /// How long `X-RateLimit-Reset` asks to wait: Unix epoch seconds (`1700000060`, GitHub's form)
-/// relative to `now`; a time already past is zero. `None` for anything else.
+/// relative to `now`; a time already past is zero. `None` for anything else, and for a time more
+/// than [`MAX_RESET_AHEAD`] ahead (milliseconds, most likely: `1700000000000`).
 #[must_use]
 pub fn parse_rate_limit_reset(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
@@ -320,7 +348,8 @@ pub fn parse_rate_limit_reset(value: &str, now: SystemTime) -> Option<Duration> 
         return None;
     }
     let at = SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(value.parse().ok()?))?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+    let wait = at.duration_since(now).unwrap_or(Duration::ZERO);
+    (wait <= MAX_RESET_AHEAD).then_some(wait)
 }
 
 /// `HTTP 503 Service Unavailable: <excerpt>`.
@@ -373,7 +402,7 @@ pub fn excerpt(body: &[u8]) -> String {
 /// recipients to accept), relative to `now`. A date in the past is zero. `None` for anything
 /// else, which leaves the delay to the driver's backoff.
 ///
-/// No upper bound is applied: capping a server's hint is the driver's policy.
+/// No upper bound is applied here: [`ReplyRules::hint`] caps the wait at [`MAX_HINT`].
 #[must_use]
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
@@ -777,6 +806,87 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_is_a_wait_only_when_no_request_is_left() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let rules = ReplyRules {
+            rate_limit_reset: true,
+            ..ReplyRules::default()
+        };
+        // GitHub sends X-RateLimit-Reset on every answer: a 503 with requests left is an
+        // outage, not a reason to wait for the rate-limit window's end.
+        let left = ReplyHeaders {
+            retry_after: None,
+            rate_limit_reset: Some("1700003600"),
+            rate_limit_remaining: Some("12"),
+        };
+        assert_eq!(
+            retry_after_of(&classify_reply(503, &left, "", &rules, now)),
+            None
+        );
+        let unknown = ReplyHeaders {
+            rate_limit_remaining: None,
+            ..left
+        };
+        assert_eq!(
+            retry_after_of(&classify_reply(503, &unknown, "", &rules, now)),
+            None
+        );
+        let none_left = ReplyHeaders {
+            rate_limit_remaining: Some("0"),
+            ..left
+        };
+        assert_eq!(
+            retry_after_of(&classify_reply(503, &none_left, "", &rules, now)),
+            Some(Duration::from_secs(3600))
+        );
+    }
+
+    #[test]
+    fn receiver_hints_are_capped() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let rules = ReplyRules {
+            rate_limit_reset: true,
+            ..ReplyRules::default()
+        };
+        let cap = Duration::from_secs(3600);
+        for retry_after in [
+            "18446744073709551615",
+            "86400",
+            "Wed, 21 Oct 2099 07:28:00 GMT",
+        ] {
+            let headers = ReplyHeaders {
+                retry_after: Some(retry_after),
+                ..ReplyHeaders::default()
+            };
+            assert_eq!(
+                rules.hint(&headers, now),
+                Some(cap),
+                "Retry-After: {retry_after}"
+            );
+        }
+        // A reset more than a day ahead is not epoch seconds (milliseconds, most likely): it is
+        // not read, and the backoff decides.
+        for reset in ["1700000000000", "1700086401"] {
+            let headers = ReplyHeaders {
+                retry_after: None,
+                rate_limit_reset: Some(reset),
+                rate_limit_remaining: Some("0"),
+            };
+            assert_eq!(
+                rules.hint(&headers, now),
+                None,
+                "X-RateLimit-Reset: {reset}"
+            );
+        }
+        let headers = ReplyHeaders {
+            retry_after: None,
+            rate_limit_reset: Some("1700007200"),
+            rate_limit_remaining: Some("0"),
+        };
+        assert_eq!(rules.hint(&headers, now), Some(cap), "two hours: capped");
+    }
+
+    #[test]
     fn parses_rate_limit_reset_epoch_seconds() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         for (value, expected) in [
@@ -846,8 +956,20 @@ mod tests {
             &rules,
             None,
         );
-        assert_eq!(short[0], Outcome::Ok);
-        assert_eq!(code_of_outcome(&short[1]), ("retry", BULK_REPLY));
+        // One action per event: with a count that differs, item i need not be event i, so every
+        // event is retried rather than one taken on another's word.
+        for outcome in &short {
+            assert_eq!(code_of_outcome(outcome), ("retry", BULK_REPLY));
+        }
+        let long = classify_bulk(
+            br#"{"errors": true, "items": [{"index": {"status": 201}}, {"index": {"status": 400}}, {"index": {"status": 201}}]}"#,
+            2,
+            &rules,
+            None,
+        );
+        for outcome in &long {
+            assert_eq!(code_of_outcome(outcome), ("retry", BULK_REPLY));
+        }
         for body in [
             &b"ok"[..],
             b"",

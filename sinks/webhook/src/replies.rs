@@ -44,12 +44,13 @@ pub struct WebhookReplies {
     /// Statuses that mean "rate limited" when the answer carries an honoured rate-limit header
     /// (a readable `Retry-After`, or `X-RateLimit-Remaining: 0` with `X-RateLimit-Reset`): such
     /// an answer is retried after the time the header gives; without one the status keeps its
-    /// class. Not 2xx. Default: none. Example: `[403]` (GitHub).
+    /// class. Not 2xx; not also in `retry` or `reject`. Default: none. Example: `[403]` (GitHub).
     #[serde(default)]
     pub rate_limited: Vec<u16>,
     /// Which headers give the wait before a retry: `retryAfter` (`Retry-After`, seconds or an
-    /// HTTP-date) and `xRateLimitReset` (`X-RateLimit-Reset`, Unix epoch seconds), `Retry-After`
-    /// first; an empty list leaves every wait to herald's backoff. Default `[retryAfter]`.
+    /// HTTP-date) and `xRateLimitReset` (`X-RateLimit-Reset`, Unix epoch seconds, read only
+    /// with `X-RateLimit-Remaining: 0`), `Retry-After` first; a wait is at most an hour; an empty
+    /// list leaves every wait to herald's backoff. Default `[retryAfter]`.
     /// Example: `[retryAfter, xRateLimitReset]`.
     #[serde(default = "default_headers")]
     pub rate_limit_headers: Vec<RateLimitHeader>,
@@ -128,6 +129,19 @@ impl WebhookReplies {
                     "replies.retry",
                     format!("{status} is also in replies.reject; list it in one of them"),
                 );
+            }
+        }
+        // A status in rateLimited is retried or refused by its headers; listed in retry or
+        // reject too, that list would decide alone and the rateLimited entry would never apply.
+        let retry: HashSet<u16> = self.retry.iter().copied().collect();
+        for status in &self.rate_limited {
+            for (list, statuses) in [("replies.reject", &reject), ("replies.retry", &retry)] {
+                if statuses.contains(status) {
+                    problems.add(
+                        "replies.rateLimited",
+                        format!("{status} is also in {list}; list it in one of them"),
+                    );
+                }
             }
         }
         let mut seen = HashSet::new();
@@ -253,6 +267,29 @@ mod tests {
                     "replies.rateLimited".to_owned(),
                     "needs a header in replies.rateLimitHeaders to recognise a rate limit by"
                         .to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rate_limited_status_is_not_also_retried_or_rejected() {
+        let replies = WebhookReplies {
+            retry: vec![409, 429],
+            reject: vec![403],
+            rate_limited: vec![403, 429, 503],
+            ..WebhookReplies::default()
+        };
+        assert_eq!(
+            problems(&replies),
+            [
+                (
+                    "replies.rateLimited".to_owned(),
+                    "403 is also in replies.reject; list it in one of them".to_owned()
+                ),
+                (
+                    "replies.rateLimited".to_owned(),
+                    "429 is also in replies.retry; list it in one of them".to_owned()
                 ),
             ]
         );

@@ -137,12 +137,16 @@ pub struct DeliveryOptions {
     pub debounce: Option<Duration>,
 }
 
+/// Slowest `rateLimit.perSecond`: one request an hour. Slower is a slip (a rate per hour written
+/// as per second, a wrong exponent), and a token would be days or ages away.
+const MIN_PER_SECOND: f64 = 1.0 / 3600.0;
+
 /// `rateLimit` of a sink: a token bucket of `burst` requests, refilled at `perSecond`.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RateLimit {
-    /// Requests per second on average; greater than 0, fractions allowed (`0.5`: one every two
-    /// seconds). Required. Example: `10`.
+    /// Requests per second on average; at least one an hour (`0.000278`), fractions allowed
+    /// (`0.5`: one every two seconds). Required. Example: `10`.
     pub per_second: f64,
     /// Requests that may go at once after a quiet spell; at least 1. Default `1`: evenly spaced.
     /// Example: `20`.
@@ -243,6 +247,11 @@ impl DeliveryOptions {
                 problems.add(
                     "rateLimit.perSecond",
                     "must be greater than 0; omit rateLimit to send without a limit",
+                );
+            } else if limit.per_second < MIN_PER_SECOND {
+                problems.add(
+                    "rateLimit.perSecond",
+                    "must be at least 0.000278 (one request an hour); omit rateLimit to send without a limit",
                 );
             }
             if limit.burst == 0 {
@@ -437,6 +446,34 @@ mod tests {
         .validate(&mut long);
         let keys: Vec<String> = long.into_iter().map(|p| p.key).collect();
         assert_eq!(keys, ["rateLimit.perSecond", "debounce"]);
+    }
+
+    #[test]
+    fn a_rate_below_one_request_an_hour_is_a_problem() {
+        let problems = |per_second: f64| {
+            let mut problems = Problems::default();
+            DeliveryOptions {
+                rate_limit: Some(RateLimit {
+                    per_second,
+                    burst: 1,
+                }),
+                ..DeliveryOptions::new(KAFKA)
+            }
+            .validate(&mut problems);
+            problems
+                .into_iter()
+                .map(|p| (p.key, p.message))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            problems(1e-19),
+            [(
+                "rateLimit.perSecond".to_owned(),
+                "must be at least 0.000278 (one request an hour); omit rateLimit to send without a limit".to_owned()
+            )]
+        );
+        assert!(problems(1.0 / 3600.0).is_empty());
+        assert!(problems(0.001).is_empty());
     }
 
     #[test]
