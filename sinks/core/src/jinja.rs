@@ -17,6 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use base64::Engine as _;
+pub use minijinja;
 use minijinja::value::{Kwargs, Rest};
 use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior, Value};
 use serde_json::Value as Json;
@@ -184,22 +185,17 @@ fn check_names(
         message,
     };
     let mut previous: [Option<Token<'_>>; 2] = [None, None];
-    for token in tokenize(
-        source,
-        false,
-        SyntaxConfig::default(),
-        WhitespaceConfig::default(),
-    ) {
+    for token in tokenize(source, false, SyntaxConfig, WhitespaceConfig::default()) {
         // A syntax error: compiling reports it with its line.
         let Ok((token, span)) = token else {
             return Ok(());
         };
         if let Token::Ident(ident) = token {
             let kind = match &previous {
-                [_, Some(Token::Pipe)] => Some("filter"),
+                [_, Some(Token::Pipe)]
+                | [Some(Token::BlockStart), Some(Token::Ident("filter"))] => Some("filter"),
                 [_, Some(Token::Ident("is"))]
                 | [Some(Token::Ident("is")), Some(Token::Ident("not"))] => Some("test"),
-                [Some(Token::BlockStart), Some(Token::Ident("filter"))] => Some("filter"),
                 _ => None,
             };
             let probe = match kind {
@@ -293,7 +289,7 @@ fn event_map(event: &CloudEvent, sink: &str) -> serde_json::Map<String, Json> {
             let value = match v {
                 crate::ExtensionValue::Bool(b) => Json::from(*b),
                 crate::ExtensionValue::Integer(i) => Json::from(*i),
-                other => Json::from(other.to_string()),
+                crate::ExtensionValue::String(s) => Json::from(s.as_str()),
             };
             (k.clone(), value)
         })
@@ -325,6 +321,8 @@ fn b64encode(value: &Value) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
+// minijinja's filter signature takes the rest arguments and keywords by value.
+#[allow(clippy::needless_pass_by_value)]
 fn dig(value: &Value, path: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
     let default: Option<Value> = kwargs.get("default")?;
     kwargs.assert_all_used()?;
@@ -382,6 +380,7 @@ fn unix_nanos(value: &Value) -> Result<String, Error> {
     Ok(timestamp(value)?.as_nanosecond().to_string())
 }
 
+#[allow(clippy::needless_pass_by_value)] // minijinja's filter signature.
 fn truncate(value: &Value, length: Option<usize>, kwargs: Kwargs) -> Result<String, Error> {
     let end: Option<String> = kwargs.get("end")?;
     let length: Option<usize> = match length {

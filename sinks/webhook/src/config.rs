@@ -15,6 +15,7 @@ use serde::de::{self, Deserializer};
 
 use crate::WebhookSink;
 use crate::settings::{self, DEFAULT_TIMEOUT, Settings, SigningConfig};
+use crate::template::WebhookTemplate;
 
 /// `batchMaxEvents` of a webhook sink when not given: events per `batched` request.
 const DEFAULT_BATCH_MAX_EVENTS: usize = 100;
@@ -81,6 +82,12 @@ pub struct WebhookConfig {
     /// Default: unsigned. Example: `{secret: ${WEBHOOK_SECRET}}`.
     #[serde(default)]
     pub signing: Option<WebhookSigning>,
+    /// Request templates (minijinja): the body, headers, content type, method and a path
+    /// rendered from each event, for receivers that want their own request rather than a
+    /// `CloudEvent`; see [`WebhookTemplate`]. Default: none (CloudEvents as `mode` says).
+    /// Example: `{body: '{"text": {{ subject | tojson }}}'}`.
+    #[serde(default)]
+    pub template: Option<WebhookTemplate>,
 }
 
 impl WebhookConfig {
@@ -97,6 +104,7 @@ impl WebhookConfig {
             timeout: default_timeout(),
             mode: WebhookMode::default(),
             signing: None,
+            template: None,
         }
     }
 }
@@ -257,6 +265,9 @@ impl SinkConfig for WebhookConfig {
             self.timeout,
             "an unanswered request is better retried",
         );
+        if let Some(template) = &self.template {
+            template.validate(&self.headers, problems);
+        }
     }
 
     fn secret_files(&self) -> Vec<&std::path::Path> {
@@ -268,6 +279,7 @@ impl SinkConfig for WebhookConfig {
         auth.into_iter()
             .chain(self.signing.as_ref().map(|s| &s.secret))
             .filter_map(SecretRef::file)
+            .chain(self.template.iter().flat_map(WebhookTemplate::secret_files))
             .collect()
     }
 
@@ -288,6 +300,9 @@ impl SinkConfig for WebhookConfig {
         {
             problems.add("signing.secret", e.to_string());
         }
+        for (name, secret) in self.template.iter().flat_map(|t| &t.secrets) {
+            check_secret(problems, &format!("template.secrets.{name}"), secret, env);
+        }
     }
 
     /// `batchMaxEvents` sizes `batched` requests; one event per request leaves the driver's
@@ -303,16 +318,16 @@ impl SinkConfig for WebhookConfig {
     /// variable, never a secret), then builds the HTTP client.
     async fn build(
         &self,
-        _name: &str,
+        name: &str,
         delivery: &DeliveryOptions,
     ) -> Result<WebhookSink, SinkError> {
-        WebhookSink::new(self.settings(delivery)?)
+        WebhookSink::new(self.settings(name, delivery)?)
     }
 }
 
 impl WebhookConfig {
     /// What the sink uses: secrets resolved, PEM files read.
-    fn settings(&self, delivery: &DeliveryOptions) -> Result<Settings, SinkError> {
+    fn settings(&self, name: &str, delivery: &DeliveryOptions) -> Result<Settings, SinkError> {
         let auth = match &self.auth {
             None => None,
             Some(WebhookAuth::Bearer(token)) => Some(settings::Auth::Bearer(resolve_secret(
@@ -368,6 +383,10 @@ impl WebhookConfig {
                 },
             },
             signing,
+            template: match &self.template {
+                Some(template) => Some(template.compile(name)?),
+                None => None,
+            },
             ..Settings::new(self.url.clone())
         })
     }
@@ -464,7 +483,7 @@ mod tests {
     fn unknown_keys_are_refused_with_every_key_a_webhook_takes() {
         assert_eq!(
             flat(json!({"url": "https://events.example.com/herald", "path": "x"})).unwrap_err(),
-            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `template`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
         );
     }
 

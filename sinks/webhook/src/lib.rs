@@ -25,10 +25,12 @@ mod encode;
 mod settings;
 mod sign;
 mod sink;
+mod template;
 
 pub use classify::{classify, classify_error, parse_retry_after};
 pub use config::{
     WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMethod, WebhookMode, WebhookSigning,
     WebhookTls,
 };
-pub use sink::WebhookSink;
+pub use sink::{RequestPreview, WebhookSink};
+pub use template::WebhookTemplate;
