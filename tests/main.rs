@@ -31,6 +31,7 @@ mod run_rbac;
 mod run_reload;
 mod run_retry_after;
 mod run_supervisor;
+mod run_templates;
 mod run_webhook;
 mod run_webhook_tls;
 mod sink_kafka;
