@@ -28,6 +28,7 @@ mod run_dlq;
 mod run_events;
 mod run_filters;
 mod run_rbac;
+mod run_recipes;
 mod run_reload;
 mod run_retry_after;
 mod run_supervisor;
