@@ -241,3 +241,184 @@ async fn github_repository_dispatch_recipe() {
     }
     assert_eq!(herald.terminate().await, Some(0));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Loki: POST /loki/api/v1/push (grafana.com/docs/loki/latest/reference/loki-http-api/#ingest-logs)
+
+/// Loki's documented push shape (JSON): `{"streams": [{"stream": {label: string}, "values":
+/// [["<ns>", "<line>"]]}]}`.
+fn loki_problems(r: &ApiRequest) -> Vec<String> {
+    let mut p = Vec::new();
+    rule(&mut p, r.method == "POST", "method POST");
+    rule(&mut p, r.path == "/loki/api/v1/push", "path");
+    rule(
+        &mut p,
+        r.header("content-type") == Some("application/json"),
+        "Content-Type: application/json",
+    );
+    rule(
+        &mut p,
+        r.header("x-scope-orgid") == Some("platform"),
+        "X-Scope-OrgID",
+    );
+    let body: Value = match serde_json::from_slice(&r.body) {
+        Ok(body) => body,
+        Err(e) => return vec![format!("body is not JSON: {e}")],
+    };
+    let Some(streams) = body["streams"].as_array().filter(|s| !s.is_empty()) else {
+        return vec!["streams: a non-empty array".into()];
+    };
+    let label_name = |k: &str| {
+        let mut chars = k.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    for stream in streams {
+        match stream["stream"].as_object() {
+            Some(labels) => rule(
+                &mut p,
+                !labels.is_empty() && labels.iter().all(|(k, v)| label_name(k) && v.is_string()),
+                "stream: labels with legal names and string values",
+            ),
+            None => p.push("stream: an object".into()),
+        }
+        let Some(values) = stream["values"].as_array().filter(|v| !v.is_empty()) else {
+            p.push("values: a non-empty array".into());
+            continue;
+        };
+        for value in values {
+            let pair = value.as_array().map(Vec::as_slice);
+            rule(
+                &mut p,
+                matches!(pair, Some([ts, line]) if ts.as_str().is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())) && line.is_string()),
+                "values[]: [\"<unix ns as a string>\", \"<line>\"]",
+            );
+        }
+    }
+    p
+}
+
+#[tokio::test]
+async fn loki_push_recipe() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    // The first push meets Loki's ingestion limit (429, as Loki words it); then 204s.
+    let loki = ApiReceiver::start(|r, n| {
+        if !loki_problems(r).is_empty() {
+            ApiAnswer::empty(400)
+        } else if n == 0 {
+            ApiAnswer {
+                status: 429,
+                headers: vec![("content-type".into(), "text/plain".into())],
+                body: "Ingestion rate limit exceeded for user platform (limit: 4194304 bytes/sec)"
+                    .into(),
+            }
+        } else {
+            ApiAnswer::empty(204)
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = recipe_config(
+        &sim,
+        dir.path(),
+        "loki-push.yaml",
+        ("http://loki.monitoring.svc:3100", &loki.base),
+        &[],
+        "",
+    );
+    // Objects made before herald starts come in one burst (its first list): batches.
+    let mut expected = Vec::new();
+    let mut w2_uid = String::new();
+    for name in ["w1", "w2", "w3"] {
+        let created = raw
+            .post(WIDGETS, &widget(name, json!({}), json!({"size": 1})))
+            .await
+            .body;
+        expected.push(id_of(&created, "created"));
+        if name == "w2" {
+            w2_uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+        }
+    }
+    let mut herald = Herald::start(dir.path(), &config);
+    // Seen first, then deleted: a `deleted` entry whose id herald takes from the watch.
+    loki.wait_for(1, "the first push").await;
+    let reply = raw.delete(&format!("{WIDGETS}/w2")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    expected.push(format!("{w2_uid}:<rv>:deleted"));
+    // Every entry arrives, the refused batch again after the 429.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let entries = loop {
+        let got = loki.received();
+        let mut entries: Vec<(String, Value, Value)> = Vec::new();
+        for request in got.iter().skip(1) {
+            for stream in request.json()["streams"].as_array().unwrap() {
+                for value in stream["values"].as_array().unwrap() {
+                    let line: Value = serde_json::from_str(value[1].as_str().unwrap()).unwrap();
+                    entries.push((
+                        value[0].as_str().unwrap().to_owned(),
+                        stream["stream"].clone(),
+                        line,
+                    ));
+                }
+            }
+        }
+        if entries.len() >= expected.len() {
+            break entries;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} entries: {got:#?}",
+            entries.len(),
+            expected.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let mut ids: Vec<String> = entries
+        .iter()
+        .map(|(_, _, line)| {
+            let id = line["id"].as_str().unwrap();
+            match id.strip_suffix(":deleted") {
+                // The deletion's resourceVersion is the API server's; the rest is checked.
+                Some(rest) => format!("{}:<rv>:deleted", rest.rsplit_once(':').unwrap().0),
+                None => id.to_owned(),
+            }
+        })
+        .collect();
+    ids.sort();
+    expected.sort();
+    assert_eq!(ids, expected, "each change once, after the retry");
+    for request in loki.received() {
+        assert_eq!(loki_problems(&request), Vec::<String>::new(), "{request:?}");
+    }
+    // The refused push's entries came again, the same to the byte (time frozen in the journal).
+    let received = loki.received();
+    let later: Vec<Value> = received[1..]
+        .iter()
+        .flat_map(|r| r.json()["streams"].as_array().unwrap().clone())
+        .collect();
+    for stream in received[0].json()["streams"].as_array().unwrap() {
+        assert!(later.contains(stream), "{stream} retried as it was");
+    }
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    for (ts, labels, line) in &entries {
+        let ts: u128 = ts.parse().unwrap();
+        assert!(ts <= now_ns && now_ns - ts < 600_000_000_000, "{ts}");
+        assert_eq!(labels["job"], "herald");
+        assert_eq!(labels["namespace"], "default");
+        assert_eq!(labels["kind"], "Widget");
+        assert_eq!(labels["op"], line["op"]);
+        assert_eq!(
+            line["subject"].as_str().unwrap().split('/').next(),
+            Some("default")
+        );
+    }
+    assert_eq!(dead_letters(&herald.config, "loki"), json!([]));
+    assert_eq!(herald.terminate().await, Some(0));
+}
