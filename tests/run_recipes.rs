@@ -422,3 +422,193 @@ async fn loki_push_recipe() {
     assert_eq!(dead_letters(&herald.config, "loki"), json!([]));
     assert_eq!(herald.terminate().await, Some(0));
 }
+
+// ---------------------------------------------------------------------------------------------
+// PagerDuty: POST /v2/enqueue (developer.pagerduty.com/api-reference/368ae3d938c9e-send-an-event-to-pager-duty)
+
+const ROUTING_KEY: &str = "R0123456789abcdef0123456789abcde";
+
+/// The Events API v2 shape: routing_key, event_action, dedup_key, and for a trigger a payload
+/// with summary, source and severity.
+fn pagerduty_problems(r: &ApiRequest) -> Vec<String> {
+    let mut p = Vec::new();
+    rule(&mut p, r.method == "POST", "method POST");
+    rule(&mut p, r.path == "/v2/enqueue", "path");
+    rule(
+        &mut p,
+        r.header("content-type") == Some("application/json"),
+        "Content-Type: application/json",
+    );
+    let body: Value = match serde_json::from_slice(&r.body) {
+        Ok(body) => body,
+        Err(e) => return vec![format!("body is not JSON: {e}")],
+    };
+    rule(&mut p, body["routing_key"] == ROUTING_KEY, "routing_key");
+    let action = body["event_action"].as_str().unwrap_or_default();
+    rule(
+        &mut p,
+        ["trigger", "acknowledge", "resolve"].contains(&action),
+        "event_action: trigger, acknowledge or resolve",
+    );
+    rule(
+        &mut p,
+        body["dedup_key"]
+            .as_str()
+            .is_some_and(|k| !k.is_empty() && k.chars().count() <= 255),
+        "dedup_key: a string of at most 255 characters",
+    );
+    if action == "trigger" {
+        let payload = &body["payload"];
+        rule(
+            &mut p,
+            payload["summary"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty() && s.chars().count() <= 1024),
+            "payload.summary: at most 1024 characters",
+        );
+        rule(&mut p, payload["source"].is_string(), "payload.source");
+        rule(
+            &mut p,
+            ["critical", "error", "warning", "info"]
+                .contains(&payload["severity"].as_str().unwrap_or_default()),
+            "payload.severity",
+        );
+        rule(
+            &mut p,
+            payload["timestamp"]
+                .as_str()
+                .is_none_or(|t| t.parse::<jiff::Timestamp>().is_ok()),
+            "payload.timestamp: ISO 8601",
+        );
+        for key in ["component", "group", "class"] {
+            rule(
+                &mut p,
+                payload[key].is_null() || payload[key].is_string(),
+                "payload component/group/class: strings",
+            );
+        }
+        rule(
+            &mut p,
+            payload["custom_details"].is_null() || payload["custom_details"].is_object(),
+            "payload.custom_details: an object",
+        );
+    }
+    p
+}
+
+#[tokio::test]
+async fn pagerduty_events_recipe() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    // The first trigger meets PagerDuty's rate limit (429); everything else is accepted (202).
+    let triggers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = triggers.clone();
+    let pagerduty = ApiReceiver::start(move |r, _| {
+        let problems = pagerduty_problems(r);
+        if !problems.is_empty() {
+            return ApiAnswer::json(
+                400,
+                json!({"status": "invalid event", "message": "Event object is invalid", "errors": problems}),
+            );
+        }
+        let body = r.json();
+        if body["event_action"] == "trigger"
+            && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
+        {
+            return ApiAnswer::json(
+                429,
+                json!({"status": "throttle event", "message": "Requests for this service are arriving too quickly. Please retry later."}),
+            );
+        }
+        ApiAnswer::json(
+            202,
+            json!({"status": "success", "message": "Event processed", "dedup_key": body["dedup_key"]}),
+        )
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = recipe_config(
+        &sim,
+        dir.path(),
+        "pagerduty-events.yaml",
+        ("https://events.pagerduty.com", &pagerduty.base),
+        &[("PAGERDUTY_ROUTING_KEY", ROUTING_KEY)],
+        "",
+    );
+    let mut herald = Herald::start(dir.path(), &config);
+    // Created without a status (the status subresource sets it): not failed.
+    raw.post(WIDGETS, &widget("w1", json!({}), json!({"size": 1})))
+        .await;
+    let actions = |n: usize| {
+        let pagerduty = &pagerduty;
+        async move {
+            pagerduty
+                .wait_for(n, "PagerDuty events")
+                .await
+                .iter()
+                .map(|r| r.json())
+                .collect::<Vec<Value>>()
+        }
+    };
+    assert_eq!(actions(1).await[0]["event_action"], "resolve");
+    // Failed: a trigger, refused once with 429 and retried.
+    let set_phase = |phase: &'static str, message: &'static str| {
+        let raw = &raw;
+        async move {
+            let reply = raw
+                .patch(
+                    &format!("{WIDGETS}/w1/status"),
+                    "application/merge-patch+json",
+                    &json!({"status": {"phase": phase, "message": message}}),
+                )
+                .await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            reply.body
+        }
+    };
+    let failed = set_phase("Failed", "image pull back-off").await;
+    let got = actions(3).await;
+    assert_eq!(
+        got[1], got[2],
+        "the trigger refused with 429 is sent again, unchanged"
+    );
+    let trigger = &got[2];
+    assert_eq!(trigger["event_action"], "trigger");
+    assert_eq!(
+        trigger["dedup_key"],
+        "herald/k8s://test/example.com/widgets/default/w1"
+    );
+    assert_eq!(
+        trigger["payload"]["summary"],
+        "Widget default/w1 failed: image pull back-off"
+    );
+    assert_eq!(
+        trigger["payload"]["source"],
+        "k8s://test/example.com/widgets"
+    );
+    assert_eq!(trigger["payload"]["severity"], "critical");
+    assert_eq!(
+        trigger["payload"]["custom_details"]["id"],
+        id_of(&failed, "updated")
+    );
+    assert_eq!(
+        trigger["payload"]["custom_details"]["status"]["phase"],
+        "Failed"
+    );
+    // Recovered: a resolve of the same incident, after its trigger.
+    set_phase("Running", "").await;
+    let got = actions(4).await;
+    assert_eq!(got[3]["event_action"], "resolve");
+    assert_eq!(got[3]["dedup_key"], trigger["dedup_key"]);
+    assert!(got[3].get("payload").is_none());
+    for request in pagerduty.received() {
+        assert_eq!(
+            pagerduty_problems(&request),
+            Vec::<String>::new(),
+            "{request:?}"
+        );
+    }
+    assert_eq!(dead_letters(&herald.config, "pagerduty"), json!([]));
+    assert_eq!(herald.terminate().await, Some(0));
+}
