@@ -59,12 +59,6 @@ impl ApiAnswer {
             body: String::new(),
         }
     }
-
-    /// Adds a header.
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
 }
 
 type Answerer = Arc<dyn Fn(&ApiRequest, usize) -> ApiAnswer + Send + Sync>;
