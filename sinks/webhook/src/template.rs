@@ -349,6 +349,33 @@ mod tests {
     }
 
     #[test]
+    fn batched_mode_renders_one_body_for_the_batch() {
+        let config = crate::settings::Settings {
+            mode: crate::settings::Mode::Batched { max_events: 10 },
+            template: Some(template(&WebhookTemplate {
+                body: Some(
+                    "{% for e in events %}{{ {\"id\": e.id, \"sink\": sink} | tojson }}\n{% endfor %}"
+                        .into(),
+                ),
+                content_type: Some("application/x-ndjson".into()),
+                ..WebhookTemplate::default()
+            })),
+            ..crate::settings::Settings::new("http://h/")
+        };
+        let (a, b) = (event(), CloudEvent::new("u2:8:created", "/s", "t"));
+        let built = crate::encode::build(&config, &[&a, &b], &[], 0).unwrap();
+        assert_eq!(
+            String::from_utf8(built.body).unwrap(),
+            "{\"id\":\"u1:7:updated\",\"sink\":\"hooks\"}\n{\"id\":\"u2:8:created\",\"sink\":\"hooks\"}\n"
+        );
+        assert_eq!(
+            built.headers,
+            [("content-type".to_owned(), "application/x-ndjson".to_owned())]
+        );
+        assert!(built.id.starts_with("batch_"), "{}", built.id);
+    }
+
+    #[test]
     fn bad_renders_are_errors_naming_the_part() {
         let bad = |t: WebhookTemplate| template(&t).render(&[&event()], false).unwrap_err();
         assert_eq!(
