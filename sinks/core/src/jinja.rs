@@ -139,6 +139,109 @@ impl fmt::Debug for Templates {
     }
 }
 
+/// The compiled `template:` of a Kafka or NATS sink: a record key (Kafka) and header values,
+/// rendered per event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageTemplate {
+    templates: Templates,
+    key: bool,
+    header_names: Vec<String>,
+    sink: String,
+}
+
+/// What a [`MessageTemplate`] rendered for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedMessage {
+    /// The key, when the template has one.
+    pub key: Option<String>,
+    /// `(name, value)` in the order of the configuration's `headers` mapping.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The key path of a message template's key.
+const KEY: &str = "template.key";
+
+impl MessageTemplate {
+    /// Records the templates of `key` and `headers` that do not compile (at `template.key`,
+    /// `template.headers.<name>`, with the line), and header names `reserved` refuses.
+    pub fn validate(
+        key: Option<&str>,
+        headers: &BTreeMap<String, String>,
+        reserved: impl Fn(&str) -> Option<String>,
+        problems: &mut crate::config::Problems,
+    ) {
+        for (name, source) in Self::sources(key, headers) {
+            if let Err(problem) = Templates::compile([(name.clone(), source)]) {
+                problems.add(name, problem.message);
+            }
+        }
+        for name in headers.keys() {
+            if let Some(message) = reserved(name) {
+                problems.add(format!("template.headers.{name}"), message);
+            }
+        }
+    }
+
+    /// Compiles `key` and `headers` for the sink named `sink`.
+    ///
+    /// # Errors
+    ///
+    /// The first template that does not compile.
+    pub fn compile(
+        sink: &str,
+        key: Option<&str>,
+        headers: &BTreeMap<String, String>,
+    ) -> Result<Self, TemplateProblem> {
+        Ok(Self {
+            templates: Templates::compile(Self::sources(key, headers))?,
+            key: key.is_some(),
+            header_names: headers.keys().cloned().collect(),
+            sink: sink.to_owned(),
+        })
+    }
+
+    fn sources(key: Option<&str>, headers: &BTreeMap<String, String>) -> Vec<(String, String)> {
+        key.map(|k| (KEY.to_owned(), k.to_owned()))
+            .into_iter()
+            .chain(
+                headers
+                    .iter()
+                    .map(|(n, s)| (format!("template.headers.{n}"), s.clone())),
+            )
+            .collect()
+    }
+
+    /// The key and headers for `event`.
+    ///
+    /// # Errors
+    ///
+    /// `template.<part>: line N: …` when a template fails on this event, or renders an empty key
+    /// (a keyless record would lose the key's partition and order) or a header value with a line
+    /// break.
+    pub fn render(&self, event: &CloudEvent) -> Result<RenderedMessage, String> {
+        let context = event_context(event, &self.sink);
+        let key = if self.key {
+            let key = self.templates.render(KEY, &context)?;
+            if key.is_empty() {
+                return Err(format!("{KEY}: rendered an empty key"));
+            }
+            Some(key)
+        } else {
+            None
+        };
+        let mut headers = Vec::with_capacity(self.header_names.len());
+        for name in &self.header_names {
+            let path = format!("template.headers.{name}");
+            let value = self.templates.render(&path, &context)?;
+            if value.contains(['\r', '\n']) {
+                return Err(format!("{path}: the rendered value contains a line break"));
+            }
+            headers.push((name.clone(), value));
+        }
+        Ok(RenderedMessage { key, headers })
+    }
+}
+
 /// A template that cannot be used: its name (the key path) and why, with the line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name}: {message}")]
@@ -497,6 +600,48 @@ mod tests {
         assert!(error.starts_with("t: line 2: undefined value"), "{error}");
         let error = render("{{ 'soon' | unix }}").unwrap_err();
         assert!(error.contains("is not an RFC 3339 time"), "{error}");
+    }
+
+    #[test]
+    fn message_templates_render_a_key_and_headers() {
+        let headers = BTreeMap::from([("x-op".to_owned(), "{{ op }}".to_owned())]);
+        let t = MessageTemplate::compile(
+            "bus",
+            Some("{{ namespace }}/{{ kind | default('?') }}"),
+            &headers,
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&event()).unwrap(),
+            RenderedMessage {
+                key: Some("default/?".into()),
+                headers: vec![("x-op".into(), "updated".into())],
+            }
+        );
+        let empty =
+            MessageTemplate::compile("bus", Some("{{ missing }}"), &BTreeMap::new()).unwrap();
+        assert_eq!(
+            empty.render(&event()).unwrap_err(),
+            "template.key: rendered an empty key"
+        );
+        let mut problems = crate::config::Problems::default();
+        MessageTemplate::validate(
+            Some("{{ id | nope }}"),
+            &BTreeMap::from([("ce_id".to_owned(), "x".to_owned())]),
+            |name| name.starts_with("ce_").then(|| "reserved".to_owned()),
+            &mut problems,
+        );
+        let problems: Vec<String> = problems
+            .into_iter()
+            .map(|p| format!("{}: {}", p.key, p.message))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                "template.key: line 1: unknown filter \"nope\"",
+                "template.headers.ce_id: reserved"
+            ]
+        );
     }
 
     #[test]
