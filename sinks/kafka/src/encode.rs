@@ -341,9 +341,12 @@ mod tests {
             keyed.headers[..keyed.headers.len() - 1],
             event.kafka_binary_headers()[..]
         );
-        let broken =
-            MessageTemplate::compile("bus", Some("{{ object.spec.x.y }}"), &Default::default())
-                .unwrap();
+        let broken = MessageTemplate::compile(
+            "bus",
+            Some("{{ object.spec.x.y }}"),
+            &std::collections::BTreeMap::default(),
+        )
+        .unwrap();
         let error = record(
             &template("t"),
             KafkaMode::Binary,
