@@ -205,7 +205,7 @@ const SINK: &str = "  sinks:\n    - {name: out, type: webhook, url: \"http://rec
 fn deploy_chart_rbac_agrees_with_herald_rbac() {
     let Some(helm) = deploy::helm() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str, bool); 7] = [
+    let cases: [(&str, &str, bool); 9] = [
         (
             "all namespaces",
             "  resources:\n    - {group: example.com, kind: Widget}\n    - {group: example.com, kind: Database, namespaces: all}\n",
@@ -224,6 +224,16 @@ fn deploy_chart_rbac_agrees_with_herald_rbac() {
         (
             "namespace selector",
             "  resources:\n    - {group: example.com, kind: Gateway, namespaces: {selector: \"team=platform\"}}\n    - {group: example.com, kind: Widget}\n",
+            false,
+        ),
+        (
+            "namespace name patterns",
+            "  resources:\n    - {group: example.com, kind: Gateway, namespaces: {include: [\"team-*\"], exclude: [\"kube-*\"]}}\n    - {group: example.com, kind: Widget, namespaces: {exclude: [\"kube-*\"]}}\n",
+            false,
+        ),
+        (
+            "group patterns",
+            "  resources:\n    - {group: example.com, kinds: [\"*\"]}\n    - {group: other.example.com, kinds: [Policy, Box], namespaces: {selector: \"team=a\", exclude: [\"kube-*\"]}}\n    - {group: \"\", kind: ConfigMap}\n",
             false,
         ),
         (
@@ -602,7 +612,7 @@ fn deploy_chart_refuses_contradictions() {
         );
     }
     // The namespace-scoped refusals are herald rbac's own words.
-    for ns in ["all", "{selector: \"team=a\"}"] {
+    for ns in ["all", "{selector: \"team=a\"}", "{exclude: [\"kube-*\"]}"] {
         let file = dir.path().join("refused.yaml");
         let config = resources(ns).replace("config:\n", "").replace("\n  ", "\n");
         std::fs::write(&file, config.trim_start()).unwrap();

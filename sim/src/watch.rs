@@ -271,10 +271,20 @@ async fn run(store: Arc<Store>, req: WatchRequest, mut out: Out) {
         loop {
             let batch = {
                 let state = store.read();
-                if !state.resources.contains_key(&req.def.gr)
-                    && state.changes_after(pos, 1).is_some_and(|c| c.is_empty())
-                {
+                let caught_up = || state.changes_after(pos, 1).is_some_and(|c| c.is_empty());
+                if !state.resources.contains_key(&req.def.gr) && caught_up() {
                     // The CRD is gone and its DELETED events are out: the real server ends such watches.
+                    return;
+                }
+                if state
+                    .resources
+                    .get(&req.def.gr)
+                    .is_some_and(|d| versions_changed(&req.def, d))
+                    && caught_up()
+                {
+                    // The CRD's versions changed (served or storage): the real server rebuilds the
+                    // resource's storage and ends the watches of the old one; clients re-watch from
+                    // their last revision (a version no longer served answers 404).
                     return;
                 }
                 state.changes_after(pos, BATCH)
@@ -318,4 +328,15 @@ async fn run(store: Arc<Store>, req: WatchRequest, mut out: Out) {
             () = out.tx.closed() => return,
         }
     }
+}
+
+/// Whether a CRD update changed which versions are served or stored since `was`.
+fn versions_changed(was: &ResourceDef, now: &ResourceDef) -> bool {
+    let flags = |d: &ResourceDef| -> Vec<(String, bool, bool)> {
+        d.versions
+            .iter()
+            .map(|v| (v.name.clone(), v.served, v.storage))
+            .collect()
+    };
+    flags(was) != flags(now)
 }

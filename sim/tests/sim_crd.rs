@@ -384,3 +384,91 @@ async fn updating_a_crd_changes_what_is_served() {
         r.body["metadata"]["resourceVersion"]
     );
 }
+
+/// A CRD whose versions change (storage moved, a version no longer served) ends the watches of the
+/// old definition, as the real server rebuilds the resource's storage; a re-watch from the last
+/// revision shows only what came later (nothing twice), and a version no longer served answers 404.
+#[tokio::test]
+async fn a_version_change_ends_watches_and_a_rewatch_resumes_without_repeats() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&crd(
+        "example.com",
+        "widgets",
+        "Widget",
+        "Namespaced",
+        &[("v1", true, true), ("v2", true, false)],
+    ))
+    .await;
+    let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+    for n in ["a", "b"] {
+        raw.post(widgets, &widget(n, json!({}), json!({}))).await;
+    }
+    let rv = sim.resource_version();
+    let mut v1 = raw
+        .watch(&format!(
+            "/apis/example.com/v1/widgets?watch=1&resourceVersion={rv}&timeoutSeconds=60"
+        ))
+        .await;
+
+    // Storage moves to v2; both stay served.
+    let path = format!("{CRDS}/widgets.example.com");
+    let mut next = raw.get(&path).await.body;
+    next["spec"]["versions"][0]["storage"] = json!(false);
+    next["spec"]["versions"][1]["storage"] = json!(true);
+    assert_eq!(raw.put(&path, &next).await.status, 200);
+    assert!(
+        v1.next_event().await.is_none(),
+        "the watch of the old definition ends, showing nothing"
+    );
+    let rv = sim.resource_version();
+    let mut v1 = raw
+        .watch(&format!(
+            "/apis/example.com/v1/widgets?watch=1&resourceVersion={rv}&timeoutSeconds=60"
+        ))
+        .await;
+    raw.patch(
+        &format!("{widgets}/a"),
+        "application/merge-patch+json",
+        &json!({"spec": {"n": 1}}),
+    )
+    .await;
+    let (t, o) = v1.next_event().await.unwrap();
+    assert_eq!(
+        (t.as_str(), o["metadata"]["name"].as_str()),
+        ("MODIFIED", Some("a"))
+    );
+
+    // v1 is no longer served: its watch ends, v1 answers 404, v2 resumes from the revision.
+    let rv = sim.resource_version();
+    let mut next = raw.get(&path).await.body;
+    next["spec"]["versions"][0]["served"] = json!(false);
+    assert_eq!(raw.put(&path, &next).await.status, 200);
+    assert!(v1.next_event().await.is_none(), "the v1 watch ends");
+    assert_eq!(
+        raw.get("/apis/example.com/v1/widgets").await.status,
+        404,
+        "v1 is no longer served"
+    );
+    let mut v2 = raw
+        .watch(&format!(
+            "/apis/example.com/v2/widgets?watch=1&resourceVersion={rv}&timeoutSeconds=60"
+        ))
+        .await;
+    raw.patch(
+        "/apis/example.com/v2/namespaces/default/widgets/b",
+        "application/merge-patch+json",
+        &json!({"spec": {"n": 2}}),
+    )
+    .await;
+    let (t, o) = v2.next_event().await.unwrap();
+    assert_eq!(
+        (
+            t.as_str(),
+            o["metadata"]["name"].as_str(),
+            o["apiVersion"].as_str()
+        ),
+        ("MODIFIED", Some("b"), Some("example.com/v2")),
+        "only the later change, nothing repeated"
+    );
+}

@@ -80,6 +80,7 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
             per_sink(&count(|st| load(&st.forward_failed)))
         }
         MetricName::SinkTruncatedEventsTotal => per_sink(&count(|st| load(&st.truncated))),
+        MetricName::SinkDebouncedEventsTotal => per_sink(&count(|st| load(&st.debounced))),
         MetricName::SinkPaused => per_sink(&count(|st| flag(&st.paused))),
         MetricName::JournalLagEvents => {
             let head = s.journal.head();
@@ -181,6 +182,7 @@ mod tests {
         out.forwarded.store(6, Ordering::Relaxed);
         out.forward_failed.store(7, Ordering::Relaxed);
         out.truncated.store(8, Ordering::Relaxed);
+        out.debounced.store(9, Ordering::Relaxed);
         out.latency.observe(Duration::from_millis(3));
         out.latency.observe(Duration::from_millis(40));
         out.latency.observe(Duration::from_secs(60));
@@ -371,6 +373,10 @@ herald_dead_letters_forward_rejected_total{sink="hook\"x"} 0
 # TYPE herald_sink_truncated_events_total counter
 herald_sink_truncated_events_total{sink="out"} 8
 herald_sink_truncated_events_total{sink="hook\"x"} 0
+# HELP herald_sink_debounced_events_total Events replaced by a newer event of their object within the sink's debounce: acknowledged, not sent.
+# TYPE herald_sink_debounced_events_total counter
+herald_sink_debounced_events_total{sink="out"} 9
+herald_sink_debounced_events_total{sink="hook\"x"} 0
 # HELP herald_sink_paused 1 while a sink fails everything and is being probed.
 # TYPE herald_sink_paused gauge
 herald_sink_paused{sink="out"} 0

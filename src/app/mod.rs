@@ -18,6 +18,7 @@ use crate::watch::{self, WatchSpec};
 
 mod cluster;
 mod deferred;
+mod group;
 mod reload;
 mod sinks;
 mod supervisor;

@@ -102,7 +102,17 @@ async fn check<S: Sink>(sink: &S) -> Result<(), Unhealthy> {
 
 /// The delivery settings a sink's configuration asks for.
 pub(super) fn settings(sink: &config::SinkConfig) -> delivery::Settings {
-    delivery::Settings::from_options(&sink.delivery, sink.kind.batch_max_events(&sink.delivery))
+    delivery::Settings {
+        // `rateLimit` counts requests: a `batched` webhook sends one per call.
+        one_request_per_call: matches!(
+            &sink.kind,
+            SinkKind::Webhook(c) if c.mode == herald_sink_webhook::WebhookMode::Batched
+        ),
+        ..delivery::Settings::from_options(
+            &sink.delivery,
+            sink.kind.batch_max_events(&sink.delivery),
+        )
+    }
 }
 
 /// Calls `$body` with `$s` bound to the concrete sink, whatever its type.

@@ -96,6 +96,18 @@ impl Registry {
     pub fn has_sink(&self, name: &str) -> bool {
         self.sinks.contains(name)
     }
+
+    /// Lists a watcher a group pattern started, in place of any entry of that label a stopped
+    /// pattern left behind (a pattern abandoned while stopping cannot unlist its watchers).
+    pub(super) fn add_watcher(&self, label: String, health: Arc<watch::Health>) {
+        self.watchers.remove(&label);
+        self.watchers.push(label, health);
+    }
+
+    /// Unlists a watcher a group pattern stopped.
+    pub(super) fn remove_watcher(&self, label: &str) {
+        self.watchers.remove(label);
+    }
 }
 
 /// Named entries in insertion order, read far more often than changed.
@@ -246,18 +258,34 @@ impl Supervisor {
         }
         let health = Arc::new(watch::Health::default());
         let stop = self.stop_watch.child_token();
-        let handle = tokio::spawn(guarded(
-            self.alive.clone(),
-            stop.clone(),
-            watch::run(
-                self.client.clone(),
-                self.journal.clone(),
-                spec,
-                self.tuning.clone(),
+        let handle = if spec.kinds.is_some() {
+            // A group pattern: a set of watchers, one per matching CRD, that changes as CRDs do.
+            let ctx = super::group::Context {
+                client: self.client.clone(),
+                journal: self.journal.clone(),
+                tuning: self.tuning.clone(),
+                alive: self.alive.clone(),
+                registry: self.registry.clone(),
+            };
+            tokio::spawn(guarded(
+                self.alive.clone(),
                 stop.clone(),
-                health.clone(),
-            ),
-        ));
+                super::group::run(ctx, spec, stop.clone(), health.clone()),
+            ))
+        } else {
+            tokio::spawn(guarded(
+                self.alive.clone(),
+                stop.clone(),
+                watch::run(
+                    self.client.clone(),
+                    self.journal.clone(),
+                    spec,
+                    self.tuning.clone(),
+                    stop.clone(),
+                    health.clone(),
+                ),
+            ))
+        };
         self.registry.watchers.push(label.clone(), health);
         self.watchers.push(WatcherSlot {
             label,

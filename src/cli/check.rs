@@ -8,7 +8,8 @@ use clap::Args;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use kube::api::{Api, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use super::CliError;
@@ -43,6 +44,42 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
         let app::Cluster { client, sim, url } =
             app::client(&cfg).await.map_err(CliError::StartFailed)?;
         for spec in crate::watch::WatchSpec::from_config(&cfg) {
+            if spec.kinds.is_some() {
+                let checked = check_pattern(&client, &spec, &mut problems)
+                    .await
+                    .map_err(|e| {
+                        CliError::StartFailed(app::StartError::ClusterUnreachable(format!(
+                            "{url}: {}",
+                            watch::ApiProblem::of(&e)
+                        )))
+                    })?;
+                if !args.json {
+                    let kinds: Vec<String> = checked
+                        .iter()
+                        .map(|m| format!("{} ({})", m.kind, m.label))
+                        .collect();
+                    outln!(
+                        "resources[{}] ({}): {}",
+                        spec.index,
+                        spec.label(),
+                        if kinds.is_empty() {
+                            "matches no kind yet".to_owned()
+                        } else {
+                            format!("matches {}", kinds.join(", "))
+                        }
+                    );
+                }
+                resources.push(json!({
+                    "index": spec.index,
+                    "pattern": spec.label(),
+                    "kinds": checked
+                        .iter()
+                        .map(|m| json!({"kind": m.kind, "resource": m.label}))
+                        .collect::<Vec<_>>(),
+                    "served": true,
+                }));
+                continue;
+            }
             match watch::resolve(&client, &spec).await {
                 Ok(Some(r)) => {
                     for verb in ["list", "watch", "get"] {
@@ -135,19 +172,88 @@ pub(super) fn lock_embedded(cfg: &config::Config) -> Result<crate::journal::DirL
     })
 }
 
+/// The kinds a group pattern matches now (its CRDs listed), each checked as a configured resource
+/// is; problems are added for what herald may not do. Zero kinds is no problem: CRDs may come later.
+async fn check_pattern(
+    client: &kube::Client,
+    spec: &watch::WatchSpec,
+    problems: &mut Vec<String>,
+) -> Result<Vec<watch::pattern::MatchedKind>, kube::Error> {
+    for verb in ["list", "watch"] {
+        match review(client, verb, "apiextensions.k8s.io", "customresourcedefinitions", None).await
+        {
+            Ok(true) => {}
+            Ok(false) => problems.push(format!(
+                "resources[{}].kinds: herald may not {verb} customresourcedefinitions (RBAC), which a group pattern follows",
+                spec.index
+            )),
+            Err(e) => problems.push(format!(
+                "resources[{}]: access review failed: {e}",
+                spec.index
+            )),
+        }
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let list = match crds.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(s)) if s.code == 403 => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let matched = watch::pattern::matched_kinds(spec, &list.items);
+    for m in &matched {
+        let kind_spec = spec.for_kind(&m.kind, &m.plural);
+        // Defined but not served yet (a CRD not yet established): the watcher waits for it.
+        let Some(r) = watch::resolve(client, &kind_spec).await? else {
+            continue;
+        };
+        for verb in ["list", "watch", "get"] {
+            match allowed(client, &r, verb).await {
+                Ok(true) => {}
+                Ok(false) => problems.push(format!(
+                    "resources[{}]: herald may not {verb} {} (RBAC)",
+                    spec.index,
+                    r.display()
+                )),
+                Err(e) => problems.push(format!(
+                    "resources[{}]: access review failed: {e}",
+                    spec.index
+                )),
+            }
+        }
+    }
+    Ok(matched)
+}
+
 async fn allowed(
     client: &kube::Client,
     r: &watch::Resolved,
     verb: &str,
+) -> Result<bool, kube::Error> {
+    review(
+        client,
+        verb,
+        &r.api_resource.group,
+        &r.api_resource.plural,
+        r.namespace.clone(),
+    )
+    .await
+}
+
+async fn review(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<String>,
 ) -> Result<bool, kube::Error> {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let ssar = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(verb.into()),
-                group: Some(r.api_resource.group.clone()),
-                resource: Some(r.api_resource.plural.clone()),
-                namespace: r.namespace.clone(),
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                namespace,
                 ..ResourceAttributes::default()
             }),
             ..SelfSubjectAccessReviewSpec::default()

@@ -96,6 +96,13 @@ async fn discovered(cfg: &config::Config) -> Result<Vec<Target>, CliError> {
         if !seen.insert(spec.index) {
             continue;
         }
+        if let Some(kinds) = &spec.kinds {
+            // A pattern's rule must cover kinds whose CRDs come later: the same as offline.
+            if let Some(r) = cfg.resources.get(spec.index) {
+                targets.extend(rbac::pattern_targets(spec.index, r, kinds).0);
+            }
+            continue;
+        }
         match watch::resolve(&client, &spec).await {
             Ok(Some(r)) => targets.push(Target {
                 index: spec.index,
@@ -107,6 +114,7 @@ async fn discovered(cfg: &config::Config) -> Result<Vec<Target>, CliError> {
                     .map(|c| c.namespaces.clone())
                     .unwrap_or_default(),
                 cluster_scoped: Some(!r.namespaced),
+                pattern: false,
             }),
             Ok(None) => problems.push(watch::resolve::unserved(&spec)),
             Err(e) => {

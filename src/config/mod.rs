@@ -30,8 +30,8 @@ pub use cluster::{
 pub use herald_sink_core::config::{SecretError, SecretRef, SinkStart};
 pub use journal::{AdminConfig, DEFAULT_ADMIN_LISTEN, JournalSettings};
 pub use resource::{
-    DEFAULT_TYPE_PREFIX, EventType, InitialState, Namespaces, OnOversize, PayloadPart,
-    PayloadParts, ResourceConfig,
+    ANY_KIND, DEFAULT_TYPE_PREFIX, EventType, InitialState, Namespaces, OnOversize, PayloadPart,
+    PayloadParts, ResourceConfig, glob_match,
 };
 pub(crate) use route::split_resource;
 pub use route::{ANY_RESOURCE, RouteConfig};

@@ -7,6 +7,9 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+/// `kinds` entry that matches every kind of the group.
+pub const ANY_KIND: &str = "*";
+
 /// Default CloudEvent `type` prefix; the operation is appended (`dev.herald.resource.created`).
 pub const DEFAULT_TYPE_PREFIX: &str = "dev.herald.resource";
 
@@ -29,9 +32,17 @@ pub struct ResourceConfig {
     /// both. Example: `databases`.
     #[serde(default)]
     pub plural: Option<String>,
+    /// Instead of `kind`/`plural`: every custom resource of `group` (`["*"]`) or those of these
+    /// kinds, as their CRDs are installed (one watcher and checkpoint each, the same as if each kind
+    /// were configured alone); a deleted CRD's watcher stops once its objects' deletions are
+    /// reported. Default: none. Example: `["*"]`.
+    #[serde(default)]
+    pub kinds: Option<Vec<String>>,
     /// Which namespaces to watch: `all`, `{selector: LABEL_SELECTOR}` (namespaces whose labels
-    /// match) or a list of names (one watch each, works with namespaced Roles). Ignored for
-    /// cluster-scoped resources. Default `all`. Example: `[payments, billing]`.
+    /// match), `{include: [GLOB], exclude: [GLOB]}` (namespace names matching the patterns, `*` and
+    /// `?` wildcards; combinable with `selector`) or a list of names (one watch each, works with
+    /// namespaced Roles). Ignored for cluster-scoped resources. Default `all`.
+    /// Example: `{include: ["team-*"], exclude: ["kube-*"]}`.
     #[serde(default)]
     pub namespaces: Namespaces,
     /// Label selector, Kubernetes syntax; an event is emitted when the old or the new state
@@ -153,8 +164,59 @@ pub enum Namespaces {
         /// Label selector over the namespaces' labels.
         selector: String,
     },
+    /// `{include: [GLOB], exclude: [GLOB], selector: …}`: one cluster-wide watch, kept to
+    /// namespaces whose names match an `include` pattern (every name when `include` is empty), match
+    /// no `exclude` pattern and, with `selector`, whose labels match it: all that are given.
+    Patterns {
+        /// Name patterns a namespace must match one of; empty: every namespace.
+        include: Vec<String>,
+        /// Name patterns a namespace must match none of.
+        exclude: Vec<String>,
+        /// Label selector over the namespaces' labels, when given.
+        selector: Option<String>,
+    },
     /// `[a, b]`: one watch (and checkpoint) per listed namespace.
     List(Vec<String>),
+}
+
+impl Namespaces {
+    /// The label selector a namespace must match, if any.
+    #[must_use]
+    pub fn selector(&self) -> Option<&str> {
+        match self {
+            Self::Selector { selector } => Some(selector),
+            Self::Patterns { selector, .. } => selector.as_deref(),
+            Self::All | Self::List(_) => None,
+        }
+    }
+}
+
+/// Whether `name` matches the glob `pattern`: `*` stands for any run of characters (also none),
+/// `?` for exactly one, everything else for itself.
+#[must_use]
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    // Iterative matching with one backtrack point (the last `*`): linear in practice, never
+    // exponential whatever the pattern.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
 }
 
 impl<'de> Deserialize<'de> for Namespaces {
@@ -169,6 +231,8 @@ impl<'de> Visitor<'de> for NamespacesVisitor {
     type Value = Namespaces;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The map form also takes `include`/`exclude` (see the docs); the short form keeps the
+        // message users know.
         f.write_str("`all`, a list of namespaces, or {selector: LABEL_SELECTOR}")
     }
 
@@ -189,18 +253,33 @@ impl<'de> Visitor<'de> for NamespacesVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Namespaces, A::Error> {
-        let s = NamespaceSelector::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        Ok(Namespaces::Selector {
-            selector: s.selector,
+        let s = NamespaceFilter::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(match (s.selector, s.include, s.exclude) {
+            (Some(selector), None, None) => Namespaces::Selector { selector },
+            (None, None, None) => {
+                return Err(de::Error::custom(
+                    "give selector, include or exclude; write `all` for every namespace",
+                ));
+            }
+            (selector, include, exclude) => Namespaces::Patterns {
+                include: include.unwrap_or_default(),
+                exclude: exclude.unwrap_or_default(),
+                selector,
+            },
         })
     }
 }
 
-/// The `{selector: …}` form of `namespaces`.
+/// The map form of `namespaces`: `{selector, include, exclude}`, each optional.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NamespaceSelector {
-    selector: String,
+struct NamespaceFilter {
+    #[serde(default)]
+    selector: Option<String>,
+    #[serde(default)]
+    include: Option<Vec<String>>,
+    #[serde(default)]
+    exclude: Option<Vec<String>>,
 }
 
 impl JsonSchema for Namespaces {
@@ -210,7 +289,7 @@ impl JsonSchema for Namespaces {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "`all`, a list of namespace names, or {selector: LABEL_SELECTOR}.",
+            "description": "`all`, a list of namespace names, or {selector: LABEL_SELECTOR, include: [GLOB], exclude: [GLOB]}.",
             "oneOf": [
                 { "const": "all" },
                 { "type": "array", "items": { "type": "string" } },
@@ -220,9 +299,19 @@ impl JsonSchema for Namespaces {
                         "selector": {
                             "type": "string",
                             "description": "Label selector over namespace labels. Example: `team=payments`."
+                        },
+                        "include": {
+                            "type": "array",
+                            "items": { "type": "string" },
+                            "description": "Namespace name patterns (`*`, `?`) to watch; omitted: every namespace. Example: `[team-*]`."
+                        },
+                        "exclude": {
+                            "type": "array",
+                            "items": { "type": "string" },
+                            "description": "Namespace name patterns (`*`, `?`) never watched. Example: `[kube-*, herald]`."
                         }
                     },
-                    "required": ["selector"],
+                    "minProperties": 1,
                     "additionalProperties": false
                 }
             ]

@@ -14,7 +14,7 @@ pub const ANY_RESOURCE: &str = "*";
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RouteConfig {
     /// Resources this route takes: `plural.group`, `Kind.group`, `plural` or `Kind` alone (or with
-    /// `.core`) for the core group, or `*` for all. Each must name a configured resource. After
+    /// `.core`) for the core group, `*.group` for every resource of a group, or `*` for all. Each must name a configured resource. After
     /// loading, core-group entries are written without a group (`configmaps`). Default `["*"]`.
     /// Example: `[databases.example.com, Backup.example.com]`.
     #[serde(default = "any_resource")]
@@ -38,7 +38,9 @@ pub(crate) fn split_resource(entry: &str) -> Result<Option<(&str, &str)>, String
     }
     let (name, group) = entry.split_once('.').unwrap_or((entry, ""));
     let group = if group == "core" { "" } else { group };
-    let name_ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    // `*.example.com`: every resource of the group (a `kinds` pattern's, or any other's).
+    let name_ok = (name == ANY_RESOURCE && !group.is_empty())
+        || (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     let group_ok = group.is_empty() || super::validate::is_dns_subdomain(group);
     if !name_ok || !group_ok {
         return Err(format!(

@@ -403,15 +403,15 @@ fn unknown_keys_are_errors_at_every_depth() {
         ),
         (
             resource("labelselector: a=b"),
-            "resources[0].labelselector: unknown field `labelselector`, expected one of `group`, `version`, `kind`, `plural`, `namespaces`, `labelSelector`, `fieldSelector`, `events`, `initialState`, `skipStatusOnlyUpdates`, `payload`, `redact`, `keepManagedFields`, `typePrefix`, `onOversize`",
+            "resources[0].labelselector: unknown field `labelselector`, expected one of `group`, `version`, `kind`, `plural`, `kinds`, `namespaces`, `labelSelector`, `fieldSelector`, `events`, `initialState`, `skipStatusOnlyUpdates`, `payload`, `redact`, `keepManagedFields`, `typePrefix`, `onOversize`",
         ),
         (
             resource("namespaces: {selector: a=b, names: [x]}"),
-            "resources[0].namespaces.names: unknown field `names`, expected `selector`",
+            "resources[0].namespaces.names: unknown field `names`, expected one of `selector`, `include`, `exclude`",
         ),
         (
             sink("fsyncIntervall: 1s"),
-            "sinks[0].fsyncIntervall: unknown field `fsyncIntervall`, expected one of `path`, `fsync`, `fsyncInterval`, `rotate`, `start`",
+            "sinks[0].fsyncIntervall: unknown field `fsyncIntervall`, expected one of `path`, `fsync`, `fsyncInterval`, `rotate`, `rateLimit`, `debounce`, `start`",
         ),
         (
             sink("rotate: {maxSize: 1MiB, maxFile: 3}"),
@@ -1290,6 +1290,8 @@ fn webhook_sink_defaults() {
             max_age: None,
             dead_letter_sink: None,
             start: SinkStart::Head,
+            rate_limit: None,
+            debounce: None,
         }
     );
 }
@@ -1705,5 +1707,155 @@ fn nats_sink_defaults_and_checks() {
             "type: nats, servers: ['nats://x:4222'], subject: s, tls: {clientCertFile: c.pem}"
         )),
         "sinks[0].tls.clientKeyFile: required with clientCertFile"
+    );
+}
+
+// ----- namespace patterns and group patterns (issue 19) ----------------------------------------
+
+#[test]
+fn namespace_patterns_parse_alone_and_with_a_selector() {
+    let config = ok(&resource(
+        "namespaces: {include: ['team-*'], exclude: ['kube-*', herald]}",
+    ));
+    assert_eq!(
+        config.resources[0].namespaces,
+        Namespaces::Patterns {
+            include: vec!["team-*".into()],
+            exclude: vec!["kube-*".into(), "herald".into()],
+            selector: None,
+        }
+    );
+    let config = ok(&resource("namespaces: {exclude: ['kube-*']}"));
+    assert_eq!(
+        config.resources[0].namespaces,
+        Namespaces::Patterns {
+            include: vec![],
+            exclude: vec!["kube-*".into()],
+            selector: None,
+        }
+    );
+    let config = ok(&resource(
+        "namespaces: {selector: 'team=payments', exclude: ['*-test']}",
+    ));
+    assert_eq!(
+        config.resources[0].namespaces.selector(),
+        Some("team=payments")
+    );
+    // The selector alone keeps its own form.
+    let config = ok(&resource("namespaces: {selector: 'team=payments'}"));
+    assert!(matches!(
+        config.resources[0].namespaces,
+        Namespaces::Selector { .. }
+    ));
+}
+
+#[test]
+fn namespace_patterns_are_checked() {
+    assert_eq!(
+        errors(&resource(
+            "namespaces: {include: ['Team_*'], exclude: [''], selector: 'a in b'}"
+        )),
+        [
+            "resources[0].namespaces.selector: invalid label selector \"a in b\": \"in\" needs a list in parentheses, like (in (a,b))",
+            "resources[0].namespaces.include[0]: \"Team_*\" is not a namespace name pattern (lowercase letters, digits, '-', and the wildcards * and ?)",
+            "resources[0].namespaces.exclude[0]: \"\" is not a namespace name pattern (lowercase letters, digits, '-', and the wildcards * and ?)",
+        ]
+    );
+    assert_eq!(
+        error(&resource("namespaces: {include: [], exclude: []}")),
+        "resources[0].namespaces: empty include and exclude lists watch every namespace; write `all`"
+    );
+    assert!(
+        error(&resource("namespaces: {}")).contains("give selector, include or exclude"),
+        "{}",
+        error(&resource("namespaces: {}"))
+    );
+    assert!(error(&resource("namespaces: {inclde: [a]}")).contains("inclde"));
+}
+
+#[test]
+fn globs_match_names() {
+    use super::glob_match;
+    for (pattern, name) in [
+        ("kube-*", "kube-system"),
+        ("kube-*", "kube-"),
+        ("*", ""),
+        ("*", "anything"),
+        ("team-?", "team-a"),
+        ("*-prod", "payments-prod"),
+        ("a*b*c", "aXbYbZc"),
+        ("herald", "herald"),
+    ] {
+        assert!(glob_match(pattern, name), "{pattern} should match {name}");
+    }
+    for (pattern, name) in [
+        ("kube-*", "kube"),
+        ("kube-*", "mykube-system"),
+        ("team-?", "team-ab"),
+        ("herald", "herald2"),
+        ("a*b*c", "aXbYbZ"),
+        ("", "a"),
+    ] {
+        assert!(
+            !glob_match(pattern, name),
+            "{pattern} should not match {name}"
+        );
+    }
+}
+
+#[test]
+fn group_patterns_parse_and_are_checked() {
+    let config = ok(&format!(
+        "resources:\n- {{group: example.com, kinds: ['*']}}\n{SINK}"
+    ));
+    assert_eq!(config.resources[0].kinds, Some(vec!["*".to_owned()]));
+    ok(&format!(
+        "resources:\n- {{group: example.com, kinds: [Database, Backup]}}\n{SINK}"
+    ));
+    assert_eq!(
+        errors(&format!(
+            "resources:\n- {{group: example.com, kind: Database, kinds: ['*', Backup, backup, Backup]}}\n{SINK}"
+        )),
+        [
+            "resources[0].kinds: give kinds or kind/plural, not both: kinds watches several resources of the group",
+            "resources[0].kinds[0]: \"*\" already takes every kind; list nothing else",
+            "resources[0].kinds[2]: \"backup\" is not a kind (letters and digits, like Database) or \"*\"",
+            "resources[0].kinds[3]: kind \"Backup\" is listed twice",
+        ]
+    );
+    assert_eq!(
+        error(&format!(
+            "resources:\n- {{group: core, kinds: ['*']}}\n{SINK}"
+        )),
+        "resources[0].kinds: only a custom resource group (one CRDs define) can be watched whole; name the kind for core resources"
+    );
+    assert_eq!(
+        error(&format!(
+            "resources:\n- {{group: example.com, kinds: []}}\n{SINK}"
+        )),
+        "resources[0].kinds: an empty list watches nothing; write [\"*\"] for every kind of the group"
+    );
+    assert_eq!(
+        error(&format!(
+            "resources:\n- {{group: example.com, kinds: ['*']}}\n- {{group: example.com, kind: Database}}\n{SINK}"
+        )),
+        "resources[1]: watches resources of group \"example.com\" that resources[0] watches too (a kinds list takes its group's resources); their events would share ids and checkpoints"
+    );
+}
+
+#[test]
+fn routes_may_name_a_group_pattern() {
+    let config = ok(&format!(
+        "resources:\n- {{group: example.com, kinds: [Database]}}\n{SINK}routes:\n- {{resources: ['*.example.com', Database.example.com, databases.example.com], sinks: [archive]}}\n"
+    ));
+    assert_eq!(config.routes[0].resources.len(), 3);
+    assert_eq!(
+        errors(&format!(
+            "resources:\n- {{group: example.com, kinds: [Database]}}\n{SINK}routes:\n- {{resources: ['*.other.example', Backup.example.com], sinks: [archive]}}\n"
+        )),
+        [
+            "routes[0].resources[0]: \"*.other.example\" matches no configured resource",
+            "routes[0].resources[1]: \"Backup.example.com\" matches no configured resource",
+        ]
     );
 }

@@ -94,6 +94,21 @@ fn check_resources(config: &Config, problems: &mut Problems) {
     for (i, r) in config.resources.iter().enumerate() {
         let at = format!("resources[{i}]");
         check_resource(r, &at, problems);
+        // A group pattern and another entry of its group could both watch one resource.
+        if let Some(first) = config.resources[..i]
+            .iter()
+            .position(|o| o.group == r.group && (o.kinds.is_some() || r.kinds.is_some()))
+        {
+            problems.add(
+                &at,
+                format!(
+                    "watches resources of group {:?} that resources[{first}] watches too (a kinds list \
+                     takes its group's resources); their events would share ids and checkpoints",
+                    r.group
+                ),
+            );
+            continue;
+        }
         for name in [r.kind.as_deref(), r.plural.as_deref()]
             .into_iter()
             .flatten()
@@ -117,6 +132,55 @@ fn check_resources(config: &Config, problems: &mut Problems) {
     }
 }
 
+/// A `namespaces.include`/`exclude` entry: a namespace name where `*` and `?` may stand for
+/// characters.
+fn is_namespace_pattern(pattern: &str) -> bool {
+    !pattern.is_empty()
+        && pattern.len() <= 63
+        && pattern
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '*' | '?'))
+}
+
+/// `kinds`: `["*"]` or kind names, in a custom resource group, instead of `kind` and `plural`.
+fn check_kinds(r: &ResourceConfig, kinds: &[String], at: &str, problems: &mut Problems) {
+    if r.kind.is_some() || r.plural.is_some() {
+        problems.add(
+            format!("{at}.kinds"),
+            "give kinds or kind/plural, not both: kinds watches several resources of the group",
+        );
+    }
+    if r.group.is_empty() {
+        problems.add(
+            format!("{at}.kinds"),
+            "only a custom resource group (one CRDs define) can be watched whole; name the kind for core resources",
+        );
+    }
+    if kinds.is_empty() {
+        problems.add(
+            format!("{at}.kinds"),
+            "an empty list watches nothing; write [\"*\"] for every kind of the group",
+        );
+    }
+    for (j, kind) in kinds.iter().enumerate() {
+        let path = format!("{at}.kinds[{j}]");
+        if kind == crate::config::ANY_KIND {
+            if kinds.len() > 1 {
+                problems.add(&path, "\"*\" already takes every kind; list nothing else");
+            }
+        } else if !is_dns1035_label(&kind.to_ascii_lowercase())
+            || !kind.starts_with(|c: char| c.is_ascii_uppercase())
+        {
+            problems.add(
+                &path,
+                format!("{kind:?} is not a kind (letters and digits, like Database) or \"*\""),
+            );
+        } else if kinds[..j].contains(kind) {
+            problems.add(&path, format!("kind {kind:?} is listed twice"));
+        }
+    }
+}
+
 fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
     if !r.group.is_empty() && !is_dns_subdomain(&r.group) {
         problems.add(
@@ -135,7 +199,11 @@ fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
             format!("{version:?} is not an API version (like v1 or v1beta2)"),
         );
     }
+    if let Some(kinds) = &r.kinds {
+        check_kinds(r, kinds, at, problems);
+    }
     match (&r.kind, &r.plural) {
+        (None, None) if r.kinds.is_some() => {}
         (None, None) => problems.add(at, "give kind, plural or both"),
         (kind, plural) => {
             if let Some(kind) = kind
@@ -161,6 +229,35 @@ fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
         Namespaces::Selector { selector } => {
             if let Err(e) = check_label_selector(selector) {
                 problems.add(format!("{at}.namespaces.selector"), e);
+            }
+        }
+        Namespaces::Patterns {
+            include,
+            exclude,
+            selector,
+        } => {
+            if let Some(selector) = selector
+                && let Err(e) = check_label_selector(selector)
+            {
+                problems.add(format!("{at}.namespaces.selector"), e);
+            }
+            for (key, patterns) in [("include", include), ("exclude", exclude)] {
+                for (j, pattern) in patterns.iter().enumerate() {
+                    if !is_namespace_pattern(pattern) {
+                        problems.add(
+                            format!("{at}.namespaces.{key}[{j}]"),
+                            format!(
+                                "{pattern:?} is not a namespace name pattern (lowercase letters, digits, '-', and the wildcards * and ?)"
+                            ),
+                        );
+                    }
+                }
+            }
+            if include.is_empty() && exclude.is_empty() && selector.is_none() {
+                problems.add(
+                    format!("{at}.namespaces"),
+                    "empty include and exclude lists watch every namespace; write `all`",
+                );
             }
         }
         Namespaces::List(names) => {
@@ -390,6 +487,16 @@ fn could_match(r: &ResourceConfig, name: &str, group: &str) -> bool {
         return false;
     }
     let looks_like_kind = name.starts_with(|c: char| c.is_ascii_uppercase());
+    if name == crate::config::ANY_KIND {
+        return true;
+    }
+    if let Some(kinds) = &r.kinds {
+        // A plural cannot be checked without discovery; a kind can.
+        return !looks_like_kind
+            || kinds
+                .iter()
+                .any(|k| k == crate::config::ANY_KIND || k == name);
+    }
     r.kind.as_deref() == Some(name)
         || r.plural.as_deref() == Some(name)
         || (r.plural.is_none() && !looks_like_kind)

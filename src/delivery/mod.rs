@@ -19,11 +19,18 @@
 //!   retry, the others go on) are recorded beside it as ranges ([`Journal::acknowledge`]) and
 //!   skipped after a restart, so a crash re-sends what was in flight, not everything after the
 //!   stuck event.
+//! - `rateLimit` ([`pace::TokenBucket`]) caps the requests per second of every send call (retries,
+//!   probes and replays included); what waits stays in the journal. `debounce` holds each event
+//!   for its window and lets a newer event of the same key replace it
+//!   ([`Window::push_debounced`]); replaced events are acknowledged and counted
+//!   ([`Stats::debounced`]), never sent. docs/adr/0012-replies.md says why that keeps the
+//!   ordering and at-least-once rules.
 //! - An entry that does not read back as a valid event ([`CloudEvent::validate`], the one
 //!   definition the normalizer also checks) is dead-lettered with its sequence number, its decode
 //!   error and its bytes ([`unreadable::unreadable_entry`]); nothing is skipped silently.
 
 pub mod forward;
+pub mod pace;
 pub mod unreadable;
 mod window;
 
@@ -32,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use herald_sink_core::config::DeliveryOptions;
+use herald_sink_core::config::{DeliveryOptions, RateLimit};
 use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink};
 use tokio::time::Instant;
@@ -80,6 +87,13 @@ pub struct Settings {
     /// Start paused: the sink's health check found its target unreachable. The driver probes
     /// with events, or with the health check while it has none, and resumes on the first success.
     pub start_paused: bool,
+    /// Most requests per second (`rateLimit`); `None` sends as fast as the sink takes them.
+    pub rate_limit: Option<RateLimit>,
+    /// One send call is one request whatever its size (a `batched` webhook), so it takes one
+    /// token of `rate_limit`; otherwise each event of a call takes one.
+    pub one_request_per_call: bool,
+    /// Per key, only the latest event within this window is sent (`debounce`).
+    pub debounce: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -97,6 +111,9 @@ impl Default for Settings {
             dead_letter_recount: Duration::from_secs(5),
             oversize: OversizePolicy::default(),
             start_paused: false,
+            rate_limit: None,
+            one_request_per_call: false,
+            debounce: None,
         }
     }
 }
@@ -146,8 +163,53 @@ impl Settings {
             batch_max: batch_max_events.unwrap_or(defaults.batch_max),
             max_attempts: options.max_attempts,
             max_age: options.max_age,
+            rate_limit: options.rate_limit,
+            debounce: options.debounce,
             ..defaults
         }
+    }
+}
+
+/// The pace of one driver's send calls: its `rateLimit` bucket, if any.
+struct Pace {
+    bucket: Option<pace::TokenBucket>,
+    batch_max: usize,
+    per_call: bool,
+}
+
+impl Pace {
+    fn new(settings: &Settings, now: Instant) -> Self {
+        Self {
+            bucket: settings
+                .rate_limit
+                .map(|limit| pace::TokenBucket::new(limit, now)),
+            batch_max: settings.batch_max.max(1),
+            per_call: settings.one_request_per_call,
+        }
+    }
+
+    /// Most events the next send call may carry now (0: wait for [`Pace::ready_at`]).
+    fn budget(&mut self, now: Instant) -> usize {
+        match &mut self.bucket {
+            None => self.batch_max,
+            Some(bucket) => match bucket.available(now) {
+                0 => 0,
+                _ if self.per_call => self.batch_max,
+                n => n.min(self.batch_max),
+            },
+        }
+    }
+
+    /// A send call of `events` events went now.
+    fn spend(&mut self, events: usize, now: Instant) {
+        if let Some(bucket) = &mut self.bucket {
+            bucket.take(if self.per_call { 1 } else { events }, now);
+        }
+    }
+
+    /// When the next send call may go.
+    fn ready_at(&self, now: Instant) -> Instant {
+        self.bucket.as_ref().map_or(now, |b| b.ready_at(now))
     }
 }
 
@@ -168,6 +230,8 @@ pub struct Stats {
     pub dead_letter_queue_full: AtomicBool,
     /// Oversized events sent again in their reference-only form.
     pub truncated: AtomicU64,
+    /// Events replaced by a newer event of their key within `debounce`: acknowledged, not sent.
+    pub debounced: AtomicU64,
     /// Dead letters forwarded to the `deadLetterSink`.
     pub forwarded: AtomicU64,
     /// Dead letters the `deadLetterSink` rejected (they stay in the queue).
@@ -400,10 +464,11 @@ pub async fn run<S: Sink>(
         stats.paused.store(true, Ordering::SeqCst);
     }
     let mut recount_at = Instant::now();
+    let mut pace = Pace::new(&settings, Instant::now());
     loop {
         while window.len() < settings.window {
             match reads.try_recv() {
-                Ok(read) => take_read(&name, &mut window, &stats, dead.as_deref(), read),
+                Ok(read) => take_read(&name, &settings, &mut window, &stats, dead.as_deref(), read),
                 Err(_) => break,
             }
         }
@@ -427,8 +492,11 @@ pub async fn run<S: Sink>(
         }
         if breaker.paused {
             if inflight.is_empty() && now >= breaker.probe_at {
-                if let Some(probe) = window.take_probe(breaker.last_probe) {
+                if pace.budget(now) == 0 {
+                    // A probe is a request too: it waits for the rate limit.
+                } else if let Some(probe) = window.take_probe(breaker.last_probe) {
                     breaker.last_probe = Some(probe.seq);
+                    pace.spend(1, now);
                     inflight.push(send(sink.clone(), vec![probe], Call::Probe));
                 } else if breaker.health_probe {
                     inflight.push(health(sink.clone()));
@@ -436,18 +504,25 @@ pub async fn run<S: Sink>(
             }
         } else {
             while inflight.len() < settings.concurrency.max(1) {
-                let batch = window.take_ready(now, settings.batch_max.max(1));
+                let budget = pace.budget(now);
+                if budget == 0 {
+                    break;
+                }
+                let batch = window.take_ready(now, budget);
                 if batch.is_empty() {
                     break;
                 }
+                pace.spend(batch.len(), now);
                 inflight.push(send(sink.clone(), batch, Call::Normal));
             }
-            if !replaying && Instant::now() >= replay_at {
-                let batch = replays(&name, &journal, settings.batch_max.max(1));
+            let budget = pace.budget(now);
+            if !replaying && budget > 0 && Instant::now() >= replay_at {
+                let batch = replays(&name, &journal, budget);
                 if batch.is_empty() {
                     replay_at = Instant::now() + REPLAY_POLL;
                 } else {
                     replaying = true;
+                    pace.spend(batch.len(), now);
                     inflight.push(send(sink.clone(), batch, Call::Replay));
                 }
             }
@@ -480,7 +555,8 @@ pub async fn run<S: Sink>(
             // turn this into a busy loop that rescans the window every millisecond.
             None
         } else {
-            window.next_due()
+            // A due event that the rate limit holds back wakes the loop when a token is there.
+            window.next_due().map(|due| due.max(pace.ready_at(now)))
         };
         let idle = wake.map_or(IDLE_POLL, |w| {
             w.saturating_duration_since(now).min(IDLE_POLL)
@@ -502,7 +578,7 @@ pub async fn run<S: Sink>(
                     tracing::error!(message = "The journal reader stopped; the sink's driver stops with it.", sink = %name);
                     return;
                 };
-                take_read(&name, &mut window, &stats, dead.as_deref(), read);
+                take_read(&name, &settings, &mut window, &stats, dead.as_deref(), read);
             }
             () = tokio::time::sleep(idle) => {}
         }
@@ -755,6 +831,7 @@ fn journaled(seq: u64, event: CloudEvent, bytes: &[u8]) -> Envelope {
 
 fn take_read(
     name: &str,
+    settings: &Settings,
     window: &mut Window,
     stats: &Stats,
     dead: Option<&dyn DeadLetters>,
@@ -767,7 +844,17 @@ fn take_read(
         {
             window.read_through(seq);
         }
-        Read::Event(envelope) => window.push(envelope, Instant::now()),
+        Read::Event(envelope) => match settings.debounce {
+            Some(debounce) => {
+                if window
+                    .push_debounced(envelope, Instant::now(), debounce)
+                    .is_some()
+                {
+                    stats.debounced.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None => window.push(envelope, Instant::now()),
+        },
         Read::Skipped(seq) => {
             stats.skipped.fetch_add(1, Ordering::Relaxed);
             window.read_through(seq);

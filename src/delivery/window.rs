@@ -6,9 +6,11 @@
 //! Done above the cursor means read and no longer pending: every event of a key leaves the window
 //! (delivered, dead-lettered) before the next one of that key is sent, so a done event never has
 //! an earlier event of its key still pending, and skipping it after a restart keeps each key's
-//! order.
+//! order. The one exception is `debounce` ([`Window::push_debounced`]): an event replaced by a
+//! newer one of its key is done while an older one may still be in flight; skipping it after a
+//! restart is what debounce would do again, as the newer one is still pending and is sent.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use herald_sink_core::sink::{Envelope, Reason};
@@ -48,6 +50,8 @@ pub struct Window {
     inherited: Vec<(u64, u64)>,
     /// Bumped whenever the done set changes, so the driver writes it only then.
     changes: u64,
+    /// With `debounce`: each key's newest pending event, the one a newer event replaces.
+    newest: HashMap<String, u64>,
 }
 
 impl Window {
@@ -59,6 +63,7 @@ impl Window {
             acked_upto: cursor,
             inherited: Vec::new(),
             changes: 0,
+            newest: HashMap::new(),
         }
     }
 
@@ -153,6 +158,43 @@ impl Window {
         );
     }
 
+    /// Adds an event read from the journal under `debounce`: it waits `debounce` before it may
+    /// be sent, and it replaces its key's newest pending event when that one is not in flight,
+    /// taking over its due time (so a key's window starts with its first event, and a stream of
+    /// changes still sends its latest state every `debounce`). Returns the replaced event, which
+    /// is done: acknowledged without being sent.
+    pub fn push_debounced(
+        &mut self,
+        envelope: Envelope,
+        now: Instant,
+        debounce: Duration,
+    ) -> Option<u64> {
+        let seq = envelope.seq;
+        let key = envelope
+            .event
+            .partition_key()
+            .unwrap_or(&envelope.event.id)
+            .to_string();
+        let mut due = now + debounce;
+        let replaced = self
+            .newest
+            .get(&key)
+            .copied()
+            .filter(|old| self.pending.get(old).is_some_and(|p| !p.in_flight));
+        if let Some(old) = replaced
+            && let Some(p) = self.pending.remove(&old)
+        {
+            self.changes += 1;
+            due = p.not_before;
+        }
+        self.newest.insert(key, seq);
+        self.push(envelope, now);
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.not_before = due;
+        }
+        replaced
+    }
+
     /// Notes that everything up to `seq` was read even if nothing was pushed (skipped events).
     pub fn read_through(&mut self, seq: u64) {
         self.read_upto = self.read_upto.max(seq);
@@ -222,8 +264,11 @@ impl Window {
     /// The event `seq` was taken: it leaves the window.
     pub fn done(&mut self, seq: u64) -> Option<Pending> {
         let removed = self.pending.remove(&seq);
-        if removed.is_some() {
+        if let Some(p) = &removed {
             self.changes += 1;
+            if !self.newest.is_empty() && self.newest.get(&p.key) == Some(&seq) {
+                self.newest.remove(&p.key);
+            }
         }
         removed
     }
@@ -380,6 +425,43 @@ mod tests {
             [(12, 13), (15, 15), (17, 30)],
             "what was not read again yet is kept"
         );
+    }
+
+    #[test]
+    fn debounce_sends_each_keys_latest_state_once_its_window_ends() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(2);
+        let mut w = Window::new(0);
+        assert_eq!(w.push_debounced(env(1, "a"), t0, window), None);
+        assert_eq!(w.push_debounced(env(2, "b"), t0, window), None);
+        let t1 = t0 + Duration::from_millis(500);
+        assert_eq!(w.push_debounced(env(3, "a"), t1, window), Some(1));
+        assert_eq!(w.push_debounced(env(4, "a"), t1, window), Some(3));
+        assert!(
+            w.take_ready(t1, 10).is_empty(),
+            "nothing before the window ends"
+        );
+        assert_eq!(
+            w.next_due(),
+            Some(t0 + window),
+            "a's window began with its first event"
+        );
+        assert_eq!(w.ack_point(), 1, "1 was replaced: done; 2 (b) is pending");
+        assert_eq!(w.done_above(10), [(3, 3)], "replaced events are done");
+        assert_eq!(seqs(&w.take_ready(t0 + window, 10)), [2, 4]);
+        // In flight: a newer event waits behind it with a window of its own, and is not replaced
+        // into the one in flight.
+        let t2 = t0 + window;
+        assert_eq!(w.push_debounced(env(5, "a"), t2, window), None);
+        w.done(4);
+        w.done(2);
+        assert_eq!(w.ack_point(), 4);
+        assert!(w.take_ready(t2, 10).is_empty());
+        assert_eq!(w.push_debounced(env(6, "a"), t2, window), Some(5));
+        assert_eq!(seqs(&w.take_ready(t2 + window, 10)), [6]);
+        w.done(6);
+        assert!(w.is_empty() && w.newest.is_empty());
+        assert_eq!(w.ack_point(), 6);
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! [`namespace_selector`]), joined in [`cluster_rules`] and [`namespace_rules`]: a later feature
 //! that needs more (API-group wildcards, Lease leader election) adds its own function there.
 //!
-//! There is deliberately no rule for CustomResourceDefinitions: herald waits for a missing CRD by
-//! repeating API discovery (`/apis/<group>`, see [`crate::watch::resolve`]), which every
-//! authenticated user may read through the built-in `system:discovery` ClusterRole.
+//! A resource configured by `kind`/`plural` needs no rule for CustomResourceDefinitions: herald
+//! waits for a missing CRD by repeating API discovery (`/apis/<group>`, see
+//! [`crate::watch::resolve`]), which every authenticated user may read through the built-in
+//! `system:discovery` ClusterRole. A group pattern (`kinds`) follows the CRDs themselves, so it
+//! needs list and watch on them ([`crd_watch`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,6 +30,9 @@ pub struct Target {
     pub namespaces: Namespaces,
     /// Whether the resource is cluster-scoped: `Some` when discovery said so, `None` offline.
     pub cluster_scoped: Option<bool>,
+    /// Part of a group pattern (`kinds`), which follows the group's CRDs; its `plural` is `*` for
+    /// `kinds: ["*"]` (every resource of the group, also those whose CRDs come later).
+    pub pattern: bool,
 }
 
 /// A plural guessed from a kind because the configuration gave none (offline only).
@@ -82,6 +87,22 @@ pub enum RbacError {
         /// Position in `resources`.
         index: usize,
     },
+    /// Namespace name patterns need a cluster-wide watch.
+    #[error(
+        "resources[{index}].namespaces: name patterns need a cluster-wide watch, which only a ClusterRole can grant; list the namespaces, or drop --namespace-scoped"
+    )]
+    Patterns {
+        /// Position in `resources`.
+        index: usize,
+    },
+    /// A group pattern follows CRDs, which are cluster-scoped.
+    #[error(
+        "resources[{index}].kinds: a group pattern follows the group's CustomResourceDefinitions, which only a ClusterRole can grant; name the kinds one by one, or drop --namespace-scoped"
+    )]
+    GroupPattern {
+        /// Position in `resources`.
+        index: usize,
+    },
     /// The resource is cluster-scoped.
     #[error(
         "resources[{index}]: {plural} is cluster-scoped, which only a ClusterRole can grant; drop --namespace-scoped"
@@ -126,6 +147,12 @@ pub fn offline_targets(cfg: &Config) -> (Vec<Target>, Vec<Guess>) {
     let mut targets = Vec::new();
     let mut guesses = Vec::new();
     for (index, r) in cfg.resources.iter().enumerate() {
+        if let Some(kinds) = &r.kinds {
+            let (t, g) = pattern_targets(index, r, kinds);
+            targets.extend(t);
+            guesses.extend(g);
+            continue;
+        }
         let plural = match (&r.plural, &r.kind) {
             (Some(p), _) => p.clone(),
             (None, Some(kind)) => {
@@ -146,9 +173,55 @@ pub fn offline_targets(cfg: &Config) -> (Vec<Target>, Vec<Guess>) {
             plural,
             namespaces: r.namespaces.clone(),
             cluster_scoped: None,
+            pattern: false,
         });
     }
     (targets, guesses)
+}
+
+/// The targets of a group pattern without a cluster: `*` (every resource of the group, present
+/// and future) for `kinds: ["*"]`, else the conventional plural of each listed kind (as guesses).
+pub fn pattern_targets(
+    index: usize,
+    r: &crate::config::ResourceConfig,
+    kinds: &[String],
+) -> (Vec<Target>, Vec<Guess>) {
+    let target = |plural: String| Target {
+        index,
+        group: r.group.clone(),
+        plural,
+        namespaces: r.namespaces.clone(),
+        cluster_scoped: None,
+        pattern: true,
+    };
+    if kinds.iter().any(|k| k == crate::config::ANY_KIND) {
+        return (vec![target(crate::config::ANY_KIND.to_owned())], Vec::new());
+    }
+    let mut targets = Vec::new();
+    let mut guesses = Vec::new();
+    for kind in kinds {
+        let plural = conventional_plural(kind);
+        guesses.push(Guess {
+            index,
+            kind: kind.clone(),
+            plural: plural.clone(),
+        });
+        targets.push(target(plural));
+    }
+    (targets, guesses)
+}
+
+/// list and watch on CustomResourceDefinitions when a group pattern follows them.
+pub fn crd_watch(targets: &[Target]) -> Vec<Rule> {
+    if targets.iter().any(|t| t.pattern) {
+        vec![Rule {
+            api_group: "apiextensions.k8s.io".to_owned(),
+            resources: BTreeSet::from(["customresourcedefinitions".to_owned()]),
+            verbs: vec!["list", "watch"],
+        }]
+    } else {
+        Vec::new()
+    }
 }
 
 /// get/list/watch on every watched resource, one rule per API group.
@@ -170,14 +243,15 @@ pub fn watched_resources<'a>(targets: impl IntoIterator<Item = &'a Target>) -> V
         .collect()
 }
 
-/// list on namespaces when a namespaced resource is watched through `namespaces: {selector: …}`:
+/// list on namespaces when a namespaced resource is watched through `namespaces: {selector: …}`
+/// (alone or with name patterns, which need nothing by themselves):
 /// herald lists the namespaces (all, and those matching the selector, and a new one by name) to
 /// decide which objects pass. It never gets or watches them. Cluster-scoped resources ignore
 /// `namespaces`, so they need nothing here.
 pub fn namespace_selector(targets: &[Target]) -> Vec<Rule> {
-    let needed = targets.iter().any(|t| {
-        matches!(t.namespaces, Namespaces::Selector { .. }) && t.cluster_scoped != Some(true)
-    });
+    let needed = targets
+        .iter()
+        .any(|t| t.namespaces.selector().is_some() && t.cluster_scoped != Some(true));
     if needed {
         vec![Rule {
             api_group: String::new(),
@@ -193,6 +267,7 @@ pub fn namespace_selector(targets: &[Target]) -> Vec<Rule> {
 pub fn cluster_rules(targets: &[Target]) -> Vec<Rule> {
     let mut rules = watched_resources(targets);
     rules.extend(namespace_selector(targets));
+    rules.extend(crd_watch(targets));
     rules
 }
 
@@ -201,6 +276,9 @@ pub fn cluster_rules(targets: &[Target]) -> Vec<Rule> {
 pub fn namespace_rules(targets: &[Target]) -> Result<BTreeMap<String, Vec<Rule>>, RbacError> {
     let mut per_ns: BTreeMap<String, Vec<&Target>> = BTreeMap::new();
     for t in targets {
+        if t.pattern {
+            return Err(RbacError::GroupPattern { index: t.index });
+        }
         if t.cluster_scoped == Some(true) {
             return Err(RbacError::ClusterScoped {
                 index: t.index,
@@ -210,6 +288,7 @@ pub fn namespace_rules(targets: &[Target]) -> Result<BTreeMap<String, Vec<Rule>>
         match &t.namespaces {
             Namespaces::All => return Err(RbacError::AllNamespaces { index: t.index }),
             Namespaces::Selector { .. } => return Err(RbacError::Selector { index: t.index }),
+            Namespaces::Patterns { .. } => return Err(RbacError::Patterns { index: t.index }),
             Namespaces::List(names) => {
                 for ns in names {
                     per_ns.entry(ns.clone()).or_default().push(t);

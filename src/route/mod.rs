@@ -49,11 +49,12 @@ impl Route {
 pub enum ResourcePattern {
     /// `*`: every resource.
     Any,
-    /// `plural.group` or `Kind.group` (the core group is `""`; `pods.core` and `pods` are the same).
+    /// `plural.group` or `Kind.group` (the core group is `""`; `pods.core` and `pods` are the same),
+    /// or `*.group`: every resource of the group.
     Named {
         /// The API group, `""` for the core group.
         group: String,
-        /// The plural or the kind; an event matches when either equals it.
+        /// The plural or the kind, or `*` for any; an event matches when either equals it.
         name: String,
     },
 }
@@ -75,6 +76,24 @@ impl std::str::FromStr for ResourcePattern {
 impl ResourcePattern {
     /// The patterns naming one configured resource: by its plural and by its kind, whichever it gives.
     pub fn of_resource(resource: &config::ResourceConfig) -> Vec<Self> {
+        if let Some(kinds) = &resource.kinds {
+            // A group pattern's kinds are only known at run time; their plurals are not known here.
+            let every = kinds.iter().any(|k| k == config::ANY_KIND);
+            return if every {
+                vec![Self::Named {
+                    group: resource.group.clone(),
+                    name: config::ANY_RESOURCE.to_owned(),
+                }]
+            } else {
+                kinds
+                    .iter()
+                    .map(|k| Self::Named {
+                        group: resource.group.clone(),
+                        name: k.clone(),
+                    })
+                    .collect()
+            };
+        }
         [&resource.plural, &resource.kind]
             .into_iter()
             .flatten()
@@ -91,7 +110,10 @@ impl ResourcePattern {
             Self::Any => true,
             Self::Named { group, name } => {
                 let (source_group, plural) = group_and_plural(event);
-                source_group == group && (name == plural || name == ext(event, "k8skind"))
+                source_group == group
+                    && (name == config::ANY_RESOURCE
+                        || name == plural
+                        || name == ext(event, "k8skind"))
             }
         }
     }

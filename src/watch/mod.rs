@@ -5,6 +5,7 @@
 //! Every batch of changes is appended to the journal atomically with the object index and the new
 //! checkpoint, so the checkpoint never passes an event that is not in the journal.
 
+pub mod pattern;
 pub mod problem;
 pub mod resolve;
 mod spec;
@@ -107,7 +108,7 @@ impl Health {
     }
 
     /// A request to the API server succeeded.
-    fn clear_problem(&self) {
+    pub(crate) fn clear_problem(&self) {
         *self.lock_problem() = None;
     }
 
@@ -115,7 +116,7 @@ impl Health {
     /// file descriptors reported as such. True when that report is all the log needs: every
     /// watcher fails at once then, and [`fds::note`](crate::telemetry::fds::note) logs it once
     /// for all of them.
-    fn note_problem(&self, error: &kube::Error) -> bool {
+    pub(crate) fn note_problem(&self, error: &kube::Error) -> bool {
         let problem = ApiProblem::of(error);
         let reported = match crate::telemetry::fds::exhaustion_in(error) {
             Some(io) => {
@@ -157,6 +158,23 @@ pub async fn run(
     stop: CancellationToken,
     health: Arc<Health>,
 ) {
+    run_retiring(client, journal, spec, tuning, stop, health, None).await;
+}
+
+/// Runs one watcher until `stop` fires, or, once `retire` is set, until its resource is no longer
+/// served: a group pattern's watcher whose CRD is being deleted reads the deletions the watch shows
+/// (the API server deletes every object before the CRD goes) and ends when the resource is gone,
+/// so no deletion is lost and none is left for a later relist to report.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_retiring(
+    client: kube::Client,
+    journal: Journal,
+    spec: WatchSpec,
+    tuning: Tuning,
+    stop: CancellationToken,
+    health: Arc<Health>,
+    retire: Option<Arc<AtomicBool>>,
+) {
     let mut state = State::Resolving;
     let mut resolved: Option<Resolved> = None;
     let mut backoff = Backoff::new(backoff::WATCH);
@@ -191,6 +209,13 @@ pub async fn run(
                     next
                 }
                 Some(Ok(Ok(None))) => {
+                    if retire.as_ref().is_some_and(|r| r.load(Ordering::SeqCst)) {
+                        tracing::info!(
+                            message = "Resource no longer served and its CRD deleted; watcher stopped.",
+                            resource = %spec.label(),
+                        );
+                        return;
+                    }
                     health.clear_problem();
                     health.unserved.store(true, Ordering::SeqCst);
                     if health.resolved.swap(false, Ordering::SeqCst) || backoff.failures() == 0 {

@@ -21,6 +21,13 @@ pub struct WatchSpec {
     pub namespace: Option<String>,
     /// Only namespaces whose labels match (one cluster-wide watch, filtered here).
     pub namespace_selector: Option<String>,
+    /// Only namespaces whose names match one of these globs (empty: every name).
+    pub namespace_include: Vec<String>,
+    /// Never namespaces whose names match one of these globs.
+    pub namespace_exclude: Vec<String>,
+    /// `kinds` of a group pattern (`["*"]` or kind names): this spec stands for a set of watchers,
+    /// one per matching CRD, which the group watcher starts and stops ([`WatchSpec::for_kind`]).
+    pub kinds: Option<Vec<String>>,
     /// Server-side label selector.
     pub label_selector: Option<String>,
     /// Server-side field selector.
@@ -48,6 +55,9 @@ impl WatchSpec {
                 plural: r.plural.clone(),
                 namespace: None,
                 namespace_selector: None,
+                namespace_include: Vec::new(),
+                namespace_exclude: Vec::new(),
+                kinds: r.kinds.clone(),
                 label_selector: r.label_selector.clone().filter(|s| !s.is_empty()),
                 field_selector: r.field_selector.clone().filter(|s| !s.is_empty()),
                 ops: r.events.iter().copied().map(Op::from).collect(),
@@ -61,6 +71,16 @@ impl WatchSpec {
                     namespace_selector: Some(selector.clone()),
                     ..base
                 }),
+                Namespaces::Patterns {
+                    include,
+                    exclude,
+                    selector,
+                } => out.push(Self {
+                    namespace_selector: selector.clone(),
+                    namespace_include: include.clone(),
+                    namespace_exclude: exclude.clone(),
+                    ..base
+                }),
                 Namespaces::List(list) => out.extend(list.iter().map(|ns| Self {
                     namespace: Some(ns.clone()),
                     ..base.clone()
@@ -70,14 +90,54 @@ impl WatchSpec {
         out
     }
 
+    /// Whether a namespace's name passes `namespaces.include`/`exclude` (the selector, over its
+    /// labels, is asked separately).
+    pub fn namespace_name_allowed(&self, namespace: &str) -> bool {
+        let included = self.namespace_include.is_empty()
+            || self
+                .namespace_include
+                .iter()
+                .any(|p| config::glob_match(p, namespace));
+        included
+            && !self
+                .namespace_exclude
+                .iter()
+                .any(|p| config::glob_match(p, namespace))
+    }
+
+    /// The spec of one kind a group pattern matched: the same as if that kind had been configured
+    /// alone, so its label, journal stream and checkpoint are that resource's own.
+    pub fn for_kind(&self, kind: &str, plural: &str) -> Self {
+        let mut template = self.template.clone();
+        kind.clone_into(&mut template.kind);
+        plural.clone_into(&mut template.plural);
+        Self {
+            kind: Some(kind.to_owned()),
+            plural: Some(plural.to_owned()),
+            kinds: None,
+            template,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the group pattern takes this kind.
+    pub fn takes_kind(&self, kind: &str) -> bool {
+        self.kinds
+            .as_ref()
+            .is_some_and(|ks| ks.iter().any(|k| k == config::ANY_KIND || k == kind))
+    }
+
     /// The watcher's name in metrics, `/status` and the supervisor: `plural.group` (or `Kind.group`),
-    /// plus `/namespace` when limited to one.
+    /// plus `/namespace` when limited to one; `*.group` for a group pattern.
     pub fn label(&self) -> String {
-        let name = self
-            .plural
-            .as_deref()
-            .or(self.kind.as_deref())
-            .unwrap_or("");
+        let name = if self.kinds.is_some() {
+            config::ANY_KIND
+        } else {
+            self.plural
+                .as_deref()
+                .or(self.kind.as_deref())
+                .unwrap_or("")
+        };
         let base = if self.group.is_empty() {
             name.to_string()
         } else {

@@ -283,18 +283,23 @@ impl<'a> Recorder<'a> {
             .map_err(SyncError::JournalFailed)
     }
 
-    /// Whether `namespace` passes the namespace selector (always, without one).
+    /// Whether `namespace` passes `namespaces`: its name patterns, then the namespace selector
+    /// (always, without either).
     ///
     /// The answer is cached for [`NAMESPACE_CACHE`], except for a namespace the cache has never
     /// seen: one created since then is looked up at once, or the objects created in it right away
     /// would be taken for outsiders and never reported.
     async fn namespace_allowed(&self, namespace: &str) -> Result<bool, SyncError> {
-        let Some(selector) = &self.spec.namespace_selector else {
-            return Ok(true);
-        };
         if namespace.is_empty() {
             return Ok(true);
         }
+        // Name patterns first: they need no request.
+        if !self.spec.namespace_name_allowed(namespace) {
+            return Ok(false);
+        }
+        let Some(selector) = &self.spec.namespace_selector else {
+            return Ok(true);
+        };
         let api: Api<Namespace> = Api::all(self.resolved.client.clone());
         let look = |c: &Namespaces| {
             let allowed = c.allowed.contains(namespace);

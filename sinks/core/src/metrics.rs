@@ -65,6 +65,8 @@ pub enum MetricName {
     DeadLettersForwardRejectedTotal,
     /// `herald_sink_truncated_events_total{sink}`, a counter.
     SinkTruncatedEventsTotal,
+    /// `herald_sink_debounced_events_total{sink}`, a counter.
+    SinkDebouncedEventsTotal,
     /// `herald_sink_paused{sink}`, a gauge.
     SinkPaused,
     /// `herald_journal_lag_events{sink}`, a gauge.
@@ -93,7 +95,7 @@ pub enum MetricName {
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 26] = [
+    pub const ALL: [MetricName; 27] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -108,6 +110,7 @@ impl MetricName {
         Self::DeadLettersForwardedTotal,
         Self::DeadLettersForwardRejectedTotal,
         Self::SinkTruncatedEventsTotal,
+        Self::SinkDebouncedEventsTotal,
         Self::SinkPaused,
         Self::JournalLagEvents,
         Self::JournalOldestUndeliveredAgeSeconds,
@@ -140,6 +143,7 @@ impl MetricName {
             Self::DeadLettersForwardedTotal => "herald_dead_letters_forwarded_total",
             Self::DeadLettersForwardRejectedTotal => "herald_dead_letters_forward_rejected_total",
             Self::SinkTruncatedEventsTotal => "herald_sink_truncated_events_total",
+            Self::SinkDebouncedEventsTotal => "herald_sink_debounced_events_total",
             Self::SinkPaused => "herald_sink_paused",
             Self::JournalLagEvents => "herald_journal_lag_events",
             Self::JournalOldestUndeliveredAgeSeconds => {
@@ -172,6 +176,7 @@ impl MetricName {
             | Self::DeadLettersForwardedTotal
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
+            | Self::SinkDebouncedEventsTotal
             | Self::JournalAppendsTotal
             | Self::JournalWriteErrorsTotal
             | Self::OpenFilesExhaustedTotal
@@ -208,6 +213,7 @@ impl MetricName {
             | Self::DeadLettersForwardedTotal
             | Self::DeadLettersForwardRejectedTotal
             | Self::SinkTruncatedEventsTotal
+            | Self::SinkDebouncedEventsTotal
             | Self::SinkPaused
             | Self::JournalLagEvents
             | Self::JournalOldestUndeliveredAgeSeconds
@@ -252,6 +258,9 @@ impl MetricName {
             }
             Self::SinkTruncatedEventsTotal => {
                 "Oversized events sent in their reference-only form (onOversize: reference)."
+            }
+            Self::SinkDebouncedEventsTotal => {
+                "Events replaced by a newer event of their object within the sink's debounce: acknowledged, not sent."
             }
             Self::SinkPaused => "1 while a sink fails everything and is being probed.",
             Self::JournalLagEvents => "Journaled events a sink has not finished yet.",
@@ -320,6 +329,7 @@ mod tests {
                 "herald_dead_letters_forwarded_total",
                 "herald_dead_letters_forward_rejected_total",
                 "herald_sink_truncated_events_total",
+                "herald_sink_debounced_events_total",
                 "herald_sink_paused",
                 "herald_journal_lag_events",
                 "herald_journal_oldest_undelivered_age_seconds",

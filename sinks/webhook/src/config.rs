@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
 use crate::WebhookSink;
+use crate::replies::WebhookReplies;
 use crate::settings::{self, DEFAULT_TIMEOUT, Settings, SigningConfig};
 use crate::template::WebhookTemplate;
 
@@ -88,6 +89,12 @@ pub struct WebhookConfig {
     /// Example: `{body: '{"text": {{ subject | tojson }}}'}`.
     #[serde(default)]
     pub template: Option<WebhookTemplate>,
+    /// How this receiver's answers are read: statuses to retry or reject, rate-limit headers, a
+    /// 2xx body check (see [`WebhookReplies`]). Default: 2xx delivered; 408, 429, 5xx
+    /// except 501 retried with `Retry-After`; every other status refused.
+    /// Example: `{rateLimited: [403], rateLimitHeaders: [retryAfter, xRateLimitReset]}`.
+    #[serde(default)]
+    pub replies: Option<WebhookReplies>,
 }
 
 impl WebhookConfig {
@@ -105,6 +112,7 @@ impl WebhookConfig {
             mode: WebhookMode::default(),
             signing: None,
             template: None,
+            replies: None,
         }
     }
 }
@@ -268,6 +276,9 @@ impl SinkConfig for WebhookConfig {
         if let Some(template) = &self.template {
             template.validate(&self.headers, problems);
         }
+        if let Some(replies) = &self.replies {
+            replies.validate(problems);
+        }
     }
 
     fn secret_files(&self) -> Vec<&std::path::Path> {
@@ -387,6 +398,11 @@ impl WebhookConfig {
                 Some(template) => Some(template.compile(name)?),
                 None => None,
             },
+            replies: self
+                .replies
+                .as_ref()
+                .map(WebhookReplies::rules)
+                .unwrap_or_default(),
             ..Settings::new(self.url.clone())
         })
     }
@@ -483,7 +499,7 @@ mod tests {
     fn unknown_keys_are_refused_with_every_key_a_webhook_takes() {
         assert_eq!(
             flat(json!({"url": "https://events.example.com/herald", "path": "x"})).unwrap_err(),
-            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `template`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `start`",
+            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `template`, `replies`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `rateLimit`, `debounce`, `start`",
         );
     }
 

@@ -8,7 +8,10 @@
 //!   `application/cloudevents-batch+json` array per request, at most `batchMaxEvents` events each.
 //! - **Outcomes** ([`classify()`], table in [`mod@classify`]): 2xx is `Ok`; 408, 429 and 5xx except 501 are `Retry`, with the
 //!   `Retry-After` header as the hint; redirects are never followed, so 3xx, 501 and every other
-//!   status are `Reject`. Connection failures and timeouts are `Retry`.
+//!   status are `Reject`. Connection failures and timeouts are `Retry`. A sink's `replies`
+//!   ([`WebhookReplies`]) change that for its receiver: more statuses to retry or reject, GitHub's
+//!   403 rate limit, `X-RateLimit-Reset`, and an Elasticsearch `_bulk` body check that retries or
+//!   dead-letters only the failed items of a 200.
 //! - **Signing** ([`WebhookSigning`]): `webhook-id`, `webhook-timestamp` and
 //!   `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, and optionally GitHub's
 //!   `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of body>`. The timestamp and signatures are
@@ -22,15 +25,17 @@
 pub mod classify;
 mod config;
 mod encode;
+mod replies;
 mod settings;
 mod sign;
 mod sink;
 mod template;
 
-pub use classify::{classify, classify_error, parse_retry_after};
+pub use classify::{classify, classify_error, classify_reply, parse_retry_after};
 pub use config::{
     WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMethod, WebhookMode, WebhookSigning,
     WebhookTls,
 };
+pub use replies::{RateLimitHeader, ReplyBody, WebhookReplies};
 pub use sink::{RequestPreview, WebhookSink};
 pub use template::WebhookTemplate;

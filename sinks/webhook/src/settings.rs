@@ -45,6 +45,8 @@ pub(crate) struct Settings {
     pub parallel_requests: usize,
     /// Request templates (`template:`); `None` sends CloudEvents as `mode` says.
     pub template: Option<crate::template::RequestTemplate>,
+    /// How the receiver's answers are read (`replies`). Default: the table in [`crate::classify`].
+    pub replies: crate::classify::ReplyRules,
 }
 
 impl Settings {
@@ -63,6 +65,7 @@ impl Settings {
             signing: None,
             parallel_requests: DEFAULT_PARALLEL_REQUESTS,
             template: None,
+            replies: crate::classify::ReplyRules::default(),
         }
     }
 }
@@ -82,6 +85,7 @@ impl fmt::Debug for Settings {
             .field("signing", &self.signing)
             .field("parallel_requests", &self.parallel_requests)
             .field("template", &self.template)
+            .field("replies", &self.replies)
             .finish()
     }
 }

@@ -11,13 +11,19 @@ use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, Sink
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 
-use crate::classify::{classify, classify_error, excerpt};
+use crate::classify::{
+    BodyCheck, RATE_LIMIT_REMAINING, RATE_LIMIT_RESET, ReplyHeaders, classify_bulk, classify_error,
+    classify_reply, excerpt,
+};
 use crate::config::header_problem;
 use crate::encode;
 use crate::settings::{Auth, Mode, Settings};
 
 /// Bytes of an error response read for its excerpt; the rest is not read.
 const ERROR_BODY_LIMIT: usize = 4096;
+/// Bytes of a 2xx response read for a body check (`replies.body`): an Elasticsearch `_bulk` reply
+/// of a few thousand items fits; a longer one is cut, fails to parse and retries the request.
+const BULK_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// Bytes of a successful response read so the connection can be reused; a longer body is dropped
 /// (and its connection with it).
 const OK_BODY_LIMIT: usize = 64 * 1024;
@@ -113,20 +119,26 @@ impl WebhookSink {
         self.send_each(letters, error_headers).await
     }
 
-    /// One request for `events` (one event, or one batch), classified.
-    async fn post(&self, events: &[&CloudEvent], error_headers: &[(String, String)]) -> Outcome {
+    /// One request for `events` (one event, or one batch), classified: one outcome per event
+    /// (they differ only when a body check reads per-item results from a 2xx answer).
+    async fn post(
+        &self,
+        events: &[&CloudEvent],
+        error_headers: &[(String, String)],
+    ) -> Vec<Outcome> {
+        let all = |outcome| Outcome::all(events.len(), outcome);
         if let Some((name, _)) = error_headers
             .iter()
             .find(|(name, _)| !name.to_ascii_lowercase().starts_with(ERROR_HEADER_PREFIX))
         {
-            return Outcome::reject(Reason::new(
+            return all(Outcome::reject(Reason::new(
                 "invalid_request",
                 format!("dead-letter header {name:?} is not named {ERROR_HEADER_PREFIX}*"),
-            ));
+            )));
         }
         let request = match self.prepare(events, error_headers, unix_now()) {
             Ok(prepared) => prepared,
-            Err(reason) => return Outcome::reject(reason),
+            Err(reason) => return all(Outcome::reject(reason)),
         };
         let request = self
             .client
@@ -135,24 +147,37 @@ impl WebhookSink {
             .body(request.body);
         let mut response = match request.send().await {
             Ok(response) => response,
-            Err(error) => return classify_error(&error),
+            Err(error) => return all(classify_error(&error)),
         };
         let status = response.status().as_u16();
-        if (200..=299).contains(&status) {
-            // Read (a bounded amount of) the body so the connection goes back to the pool. The
-            // receiver has answered 2xx, so a failure here does not change the outcome.
-            let _ = read_prefix(&mut response, OK_BODY_LIMIT).await;
-            return Outcome::Ok;
-        }
-        let header = |name| {
+        let rules = &self.config.replies;
+        let header = |name: &str| {
             response
                 .headers()
                 .get(name)
                 .and_then(|v: &HeaderValue| v.to_str().ok())
                 .map(str::to_owned)
         };
-        let retry_after = header(RETRY_AFTER);
-        let location = header(LOCATION).filter(|_| (300..=399).contains(&status));
+        let retry_after = header(RETRY_AFTER.as_str());
+        let reset = header(RATE_LIMIT_RESET);
+        let remaining = header(RATE_LIMIT_REMAINING);
+        let hints = ReplyHeaders {
+            retry_after: retry_after.as_deref(),
+            rate_limit_reset: reset.as_deref(),
+            rate_limit_remaining: remaining.as_deref(),
+        };
+        if (200..=299).contains(&status) {
+            if rules.body == BodyCheck::ElasticsearchBulk {
+                let body = read_prefix(&mut response, BULK_BODY_LIMIT).await;
+                let after = rules.hint(&hints, SystemTime::now());
+                return classify_bulk(&body, events.len(), rules, after);
+            }
+            // Read (a bounded amount of) the body so the connection goes back to the pool. The
+            // receiver has answered 2xx, so a failure here does not change the outcome.
+            let _ = read_prefix(&mut response, OK_BODY_LIMIT).await;
+            return all(Outcome::Ok);
+        }
+        let location = header(LOCATION.as_str()).filter(|_| (300..=399).contains(&status));
         let body = read_prefix(&mut response, ERROR_BODY_LIMIT).await;
         let mut text = excerpt(&body);
         if let Some(location) = location {
@@ -162,7 +187,13 @@ impl WebhookSink {
                 format!("redirect to {location} not followed; {text}")
             };
         }
-        classify(status, retry_after.as_deref(), &text)
+        all(classify_reply(
+            status,
+            &hints,
+            &text,
+            rules,
+            SystemTime::now(),
+        ))
     }
 
     /// The request for `events`, signed at `timestamp`, not sent: what [`Sink::send`] sends, and
@@ -272,14 +303,7 @@ impl WebhookSink {
         }
         outcomes
             .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Outcome::retry(Reason::new(
-                        herald_sink_core::sink::codes::MISSING_OUTCOME,
-                        "the webhook sink lost track of this event",
-                    ))
-                })
-            })
+            .map(|o| o.unwrap_or_else(lost_track))
             .collect()
     }
 
@@ -298,7 +322,11 @@ impl WebhookSink {
                 continue;
             }
             let extra = error_headers.get(index).map_or(&[][..], Vec::as_slice);
-            let outcome = self.post(&[&batch[index].event], extra).await;
+            let outcome = self
+                .post(&[&batch[index].event], extra)
+                .await
+                .pop()
+                .unwrap_or_else(lost_track);
             if let Outcome::Retry { after, reason } = &outcome {
                 held = Some(held_for_order(*after, reason));
             }
@@ -322,18 +350,22 @@ impl WebhookSink {
                         .is_some_and(|k| retried_keys.contains(k))
                 })
             });
-            let outcome = if let Some(held) = blocked {
-                held.clone()
-            } else {
-                let events: Vec<&CloudEvent> = chunk.iter().map(|e| &*e.event).collect();
-                let outcome = self.post(&events, &[]).await;
-                if let Outcome::Retry { after, reason } = &outcome {
-                    retried_keys.extend(chunk.iter().filter_map(|e| e.event.partition_key()));
+            if let Some(held) = blocked {
+                outcomes.extend(Outcome::all(chunk.len(), held.clone()));
+                continue;
+            }
+            let events: Vec<&CloudEvent> = chunk.iter().map(|e| &*e.event).collect();
+            let mut answered = self.post(&events, &[]).await;
+            answered.resize_with(chunk.len(), lost_track);
+            // Only the events that are retried hold their keys back: with a body check, the
+            // items a 200 took are done.
+            for (envelope, outcome) in chunk.iter().zip(&answered) {
+                if let Outcome::Retry { after, reason } = outcome {
+                    retried_keys.extend(envelope.event.partition_key());
                     held = Some(held_for_order(*after, reason));
                 }
-                outcome
-            };
-            outcomes.extend(Outcome::all(chunk.len(), outcome));
+            }
+            outcomes.extend(answered);
         }
         outcomes
     }
@@ -364,6 +396,14 @@ pub(crate) struct Prepared {
     /// The headers in sending order, as built.
     pub(crate) header_list: Vec<(String, String)>,
     pub(crate) body: Vec<u8>,
+}
+
+/// The outcome of an event the sink has no answer for (a bug, retried rather than lost).
+fn lost_track() -> Outcome {
+    Outcome::retry(Reason::new(
+        herald_sink_core::sink::codes::MISSING_OUTCOME,
+        "the webhook sink lost track of this event",
+    ))
 }
 
 /// The outcome of an event held back behind a same-key event that is retried: the same hint.

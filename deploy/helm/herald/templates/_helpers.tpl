@@ -118,13 +118,21 @@ YAML list. Argument: a list of resource entries of `config.resources`.
 {{- define "herald.watchRules" -}}
 {{- $byGroup := dict }}
 {{- range $r := . }}
-{{- $plural := "" }}
-{{- if $r.plural }}
-{{- $plural = $r.plural }}
-{{- else if $r.kind }}
-{{- $plural = include "herald.plural" $r.kind }}
+{{- $plurals := list }}
+{{- if $r.kinds }}
+{{- if has "*" $r.kinds }}
+{{- $plurals = list "*" }}
+{{- else }}
+{{- range $k := $r.kinds }}
+{{- $plurals = append $plurals (include "herald.plural" $k) }}
 {{- end }}
-{{- if $plural }}
+{{- end }}
+{{- else if $r.plural }}
+{{- $plurals = list $r.plural }}
+{{- else if $r.kind }}
+{{- $plurals = list (include "herald.plural" $r.kind) }}
+{{- end }}
+{{- range $plural := $plurals }}
 {{- $group := toString (default "" $r.group) }}
 {{- $_ := set $byGroup $group (append (get $byGroup $group | default list) $plural) }}
 {{- end }}
@@ -136,14 +144,15 @@ YAML list. Argument: a list of resource entries of `config.resources`.
 {{- toYaml $rules }}
 {{- end }}
 
-{{/* Whether a resource entry uses `namespaces: {selector: …}`. */}}
+{{/* Whether a resource entry uses `namespaces: {selector: …}` (alone or with name patterns). */}}
 {{- define "herald.usesSelector" -}}
-{{- if kindIs "map" .namespaces }}true{{- end }}
+{{- if and (kindIs "map" .namespaces) (hasKey .namespaces "selector") }}true{{- end }}
 {{- end }}
 
 {{/*
 The ClusterRole's rules (src/rbac, cluster_rules): the watch rules, `list` on namespaces when a
-namespace selector is used, then rbac.extraRules.
+namespace selector is used, list/watch on CRDs when a group pattern (`kinds`) is, then
+rbac.extraRules.
 */}}
 {{- define "herald.clusterRules" -}}
 {{- $resources := default list .Values.config.resources }}
@@ -156,6 +165,15 @@ namespace selector is used, then rbac.extraRules.
 {{- end }}
 {{- if $selector }}
 {{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "namespaces") "verbs" (list "list")) }}
+{{- end }}
+{{- $pattern := false }}
+{{- range $r := $resources }}
+{{- if $r.kinds }}
+{{- $pattern = true }}
+{{- end }}
+{{- end }}
+{{- if $pattern }}
+{{- $rules = append $rules (dict "apiGroups" (list "apiextensions.k8s.io") "resources" (list "customresourcedefinitions") "verbs" (list "list" "watch")) }}
 {{- end }}
 {{- $rules = concat $rules (default list .Values.rbac.extraRules) }}
 {{- toYaml $rules }}
@@ -170,7 +188,11 @@ a selector.
 {{- $perNs := dict }}
 {{- range $i, $r := default list .Values.config.resources }}
 {{- $ns := default "all" $r.namespaces }}
-{{- if kindIs "map" $ns }}
+{{- if $r.kinds }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].kinds: a group pattern follows the group's CustomResourceDefinitions, which only a ClusterRole can grant; name the kinds one by one, or set rbac.namespaceScoped=false" $i) }}
+{{- else if and (kindIs "map" $ns) (not (hasKey $ns "selector")) }}
+{{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: name patterns need a cluster-wide watch, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
+{{- else if kindIs "map" $ns }}
 {{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: a namespace selector needs a cluster-wide watch and the namespaces' labels, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}
 {{- else if not (kindIs "slice" $ns) }}
 {{- fail (printf "rbac.namespaceScoped: config.resources[%d].namespaces: watches all namespaces, which only a ClusterRole can grant; list the namespaces, or set rbac.namespaceScoped=false" $i) }}

@@ -1,5 +1,8 @@
 //! [`DeliveryOptions`]: the keys the delivery driver reads for every sink, written flat beside
 //! the sink's own keys (`{name: hook, type: webhook, url: …, maxAttempts: 20}`).
+//!
+//! `rateLimit` and `debounce` pace what the driver sends, so every sink type takes them, as it
+//! takes `start`.
 
 use std::time::Duration;
 
@@ -14,7 +17,7 @@ use super::units::{MAX_KEEP, deserialize_duration};
 /// that type before these keys had one home.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryKeys {
-    /// Only `start`: a local sink (the file sink) that the driver feeds one batch at a time and
+    /// Only `start`, `rateLimit` and `debounce`: a local sink (the file sink) that the driver feeds one batch at a time and
     /// never gives up on.
     Start,
     /// Every key: a network sink with concurrent sends, attempt budgets and a dead-letter sink.
@@ -29,14 +32,22 @@ pub enum DeliveryKeys {
 }
 
 /// The delivery keys in the order they are listed after a sink's own keys.
-const KEYS: [&str; 6] = [
+const KEYS: [&str; 8] = [
     "concurrency",
     "batchMaxEvents",
     "maxAttempts",
     "maxAge",
     "deadLetterSink",
+    "rateLimit",
+    "debounce",
     "start",
 ];
+
+/// The delivery keys every sink type takes.
+const EVERY_TYPE: [&str; 3] = ["rateLimit", "debounce", "start"];
+
+/// The longest `debounce`: events of an object wait this long before one is sent.
+const MAX_DEBOUNCE: super::Bound = super::Bound::new(std::time::Duration::from_secs(3600), "1h");
 
 /// `concurrency` when the sink type takes it and the user left it out.
 const DEFAULT_CONCURRENCY: usize = 8;
@@ -46,7 +57,7 @@ impl DeliveryKeys {
     #[must_use]
     pub fn takes(self, key: &str) -> bool {
         match self {
-            Self::Start => key == "start",
+            Self::Start => EVERY_TYPE.contains(&key),
             Self::All { .. } => KEYS.contains(&key),
         }
     }
@@ -112,7 +123,46 @@ pub struct DeliveryOptions {
     /// events journaled from now on) or `earliest` (everything still in the journal). Default
     /// `head`. Example: `earliest`.
     pub start: SinkStart,
+    /// Most requests per second this sink sends (each event of a send call is one, a `batched`
+    /// webhook request is one), retries and replays included: `{perSecond: N, burst: M}`. Every
+    /// sink type takes it. Default: none (as fast as the sink takes them).
+    /// Example: `{perSecond: 10, burst: 20}`.
+    pub rate_limit: Option<RateLimit>,
+    /// Per object (`partitionkey`): an event waits this long before it is sent, and a newer event
+    /// of the same object arriving meanwhile replaces it, so only the latest state within the
+    /// window is sent; the replaced ones are counted and acknowledged. Greater than zero, at most
+    /// `1h`. Every sink type takes it. Not for audit sinks, which need every change. Default:
+    /// none. Example: `30s`.
+    #[schemars(with = "Option<String>")]
+    pub debounce: Option<Duration>,
 }
+
+/// `rateLimit` of a sink: a token bucket of `burst` requests, refilled at `perSecond`.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateLimit {
+    /// Requests per second on average; greater than 0, fractions allowed (`0.5`: one every two
+    /// seconds). Required. Example: `10`.
+    pub per_second: f64,
+    /// Requests that may go at once after a quiet spell; at least 1. Default `1`: evenly spaced.
+    /// Example: `20`.
+    #[serde(default = "one")]
+    pub burst: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Equal when both numbers are (`perSecond` compared bit for bit: it is read from text, never
+/// computed, so equal text gives equal bits).
+impl PartialEq for RateLimit {
+    fn eq(&self, other: &Self) -> bool {
+        self.per_second.to_bits() == other.per_second.to_bits() && self.burst == other.burst
+    }
+}
+
+impl Eq for RateLimit {}
 
 impl DeliveryOptions {
     /// The options of a sink type taking `keys`, every key at its default.
@@ -131,6 +181,8 @@ impl DeliveryOptions {
             max_age: None,
             dead_letter_sink: None,
             start: SinkStart::default(),
+            rate_limit: None,
+            debounce: None,
         }
     }
 
@@ -155,6 +207,8 @@ impl DeliveryOptions {
             "maxAge" => self.max_age = Some(map.next_value_seed(DurationSeed)?),
             "deadLetterSink" => self.dead_letter_sink = map.next_value()?,
             "start" => self.start = map.next_value()?,
+            "rateLimit" => self.rate_limit = Some(map.next_value()?),
+            "debounce" => self.debounce = Some(map.next_value_seed(DurationSeed)?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -184,6 +238,31 @@ impl DeliveryOptions {
         if let Some(age) = self.max_age {
             MAX_KEEP.check(problems, "maxAge", age, "omit it to retry without limit");
         }
+        if let Some(limit) = self.rate_limit {
+            if !(limit.per_second.is_finite() && limit.per_second > 0.0) {
+                problems.add(
+                    "rateLimit.perSecond",
+                    "must be greater than 0; omit rateLimit to send without a limit",
+                );
+            }
+            if limit.burst == 0 {
+                problems.add("rateLimit.burst", "must be at least 1");
+            }
+        }
+        if self.debounce.is_some_and(|d| d.is_zero()) {
+            problems.add(
+                "debounce",
+                "must be greater than 0s; omit it to send every event",
+            );
+        }
+        if let Some(debounce) = self.debounce {
+            MAX_DEBOUNCE.check(
+                problems,
+                "debounce",
+                debounce,
+                "an object's events wait this long before one is sent",
+            );
+        }
     }
 }
 
@@ -194,7 +273,7 @@ impl Default for DeliveryOptions {
     }
 }
 
-/// `maxAge`'s value: a duration with a unit.
+/// `maxAge`'s and `debounce`'s value: a duration with a unit.
 struct DurationSeed;
 
 impl<'de> DeserializeSeed<'de> for DurationSeed {
@@ -217,6 +296,7 @@ pub enum SinkStart {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -243,6 +323,8 @@ mod tests {
                 max_age: None,
                 dead_letter_sink: None,
                 start: SinkStart::Head,
+                rate_limit: None,
+                debounce: None,
             }
         );
         assert_eq!(DeliveryOptions::default().concurrency, None);
@@ -253,7 +335,7 @@ mod tests {
     fn keys_are_listed_after_the_sinks_own() {
         assert_eq!(
             DeliveryKeys::Start.listed(&["path", "fsync"]),
-            ["path", "fsync", "start"]
+            ["path", "fsync", "rateLimit", "debounce", "start"]
         );
         assert_eq!(
             KAFKA.listed(&["brokers", "topic"]),
@@ -265,6 +347,8 @@ mod tests {
                 "maxAttempts",
                 "maxAge",
                 "deadLetterSink",
+                "rateLimit",
+                "debounce",
                 "start"
             ]
         );
@@ -279,9 +363,80 @@ mod tests {
                 "maxAttempts",
                 "maxAge",
                 "deadLetterSink",
+                "rateLimit",
+                "debounce",
                 "start"
             ]
         );
+    }
+
+    #[test]
+    fn every_type_takes_rate_limit_and_debounce() {
+        for keys in [DeliveryKeys::Start, KAFKA, WEBHOOK] {
+            assert!(
+                keys.takes("rateLimit") && keys.takes("debounce"),
+                "{keys:?}"
+            );
+        }
+        let limit: RateLimit =
+            serde_json::from_value(serde_json::json!({"perSecond": 2.5})).unwrap();
+        assert_eq!(
+            limit,
+            RateLimit {
+                per_second: 2.5,
+                burst: 1
+            }
+        );
+        let err =
+            serde_json::from_value::<RateLimit>(serde_json::json!({"perSecond": 1, "rate": 2}))
+                .unwrap_err()
+                .to_string();
+        assert!(err.starts_with("unknown field `rate`"), "{err}");
+    }
+
+    #[test]
+    fn rate_limits_and_debounces_must_be_positive() {
+        let mut problems = Problems::default();
+        DeliveryOptions {
+            rate_limit: Some(RateLimit {
+                per_second: 0.0,
+                burst: 0,
+            }),
+            debounce: Some(Duration::ZERO),
+            ..DeliveryOptions::new(KAFKA)
+        }
+        .validate(&mut problems);
+        let found: Vec<(String, String)> =
+            problems.into_iter().map(|p| (p.key, p.message)).collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "rateLimit.perSecond".to_owned(),
+                    "must be greater than 0; omit rateLimit to send without a limit".to_owned()
+                ),
+                (
+                    "rateLimit.burst".to_owned(),
+                    "must be at least 1".to_owned()
+                ),
+                (
+                    "debounce".to_owned(),
+                    "must be greater than 0s; omit it to send every event".to_owned()
+                ),
+            ]
+        );
+        let mut long = Problems::default();
+        DeliveryOptions {
+            rate_limit: Some(RateLimit {
+                per_second: f64::NAN,
+                burst: 1,
+            }),
+            debounce: Some(Duration::from_secs(3601)),
+            ..DeliveryOptions::default()
+        }
+        .validate(&mut long);
+        let keys: Vec<String> = long.into_iter().map(|p| p.key).collect();
+        assert_eq!(keys, ["rateLimit.perSecond", "debounce"]);
     }
 
     #[test]

@@ -330,11 +330,11 @@ mod tests {
     fn errors_keep_their_key_and_list_every_key_the_sink_takes() {
         assert_eq!(
             error::<Flat<Spool>>(json!({"path": "/spool", "concurrency": 2})),
-            "concurrency: unknown field `concurrency`, expected `path` or `start`"
+            "concurrency: unknown field `concurrency`, expected one of `path`, `rateLimit`, `debounce`, `start`"
         );
         assert_eq!(
             error::<Flat<Spool>>(json!({"path": "/spool", "name": "a"})),
-            "name: unknown field `name`, expected `path` or `start`"
+            "name: unknown field `name`, expected one of `path`, `rateLimit`, `debounce`, `start`"
         );
         assert_eq!(
             error::<Named>(json!({"path": "/spool", "start": "latest"})),

@@ -14,7 +14,7 @@ mod units;
 
 use std::path::PathBuf;
 
-pub use delivery::{DeliveryKeys, DeliveryOptions, SinkStart};
+pub use delivery::{DeliveryKeys, DeliveryOptions, RateLimit, SinkStart};
 pub use flat::{Flat, OtherKeys, read_sink};
 pub use secret::{EnvLookup, SecretError, SecretRef, is_var_name};
 pub use units::{

@@ -1,0 +1,221 @@
+//! Group patterns (`group` with `kinds`): one watcher per custom resource of the group that matches,
+//! started and stopped as the group's CustomResourceDefinitions come and go. Entry point: [`run`].
+//!
+//! The CRDs are followed with a list and watch of `apiextensions.k8s.io/v1`
+//! `customresourcedefinitions` (kube's `watcher`, which relists by itself: only the current set
+//! matters, never a missed change). Each matched kind gets the watcher it would get if it were
+//! configured alone (same label, journal stream and checkpoint), so restarts resume per kind and a
+//! switch between `kind: X` and `kinds: ["*"]` resumes too. A CRD being deleted retires its watcher:
+//! the watcher reads the deletions of its objects that the watch shows, and ends once the resource
+//! is no longer served.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::supervisor::{Registry, guarded};
+use crate::journal::Journal;
+use crate::watch::pattern::{MatchedKind, matched_kinds};
+use crate::watch::{self, WatchSpec};
+
+/// How often finished (retired) watchers are collected.
+const COLLECT_EVERY: Duration = Duration::from_millis(250);
+
+/// What a group pattern's watchers share with the supervisor.
+pub(super) struct Context {
+    /// The cluster client.
+    pub client: kube::Client,
+    /// The journal every watcher appends to.
+    pub journal: Journal,
+    /// Timings of the watch loops.
+    pub tuning: watch::Tuning,
+    /// `/healthz`: turns false when a loop dies on its own.
+    pub alive: Arc<std::sync::atomic::AtomicBool>,
+    /// Where the matched kinds' watchers are listed for `/status` and metrics.
+    pub registry: Arc<Registry>,
+}
+
+/// One matched kind's watcher.
+struct Child {
+    stop: CancellationToken,
+    /// Set while its CRD is being deleted (cleared if the CRD comes back first).
+    retire: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+}
+
+/// Runs a group pattern until `stop` fires: follows the CRDs of `spec.group`, keeping one watcher per
+/// matching kind. `health` is the pattern's own entry: served once CRDs can be listed, synced while
+/// their watch runs.
+pub(super) async fn run(
+    ctx: Context,
+    spec: WatchSpec,
+    stop: CancellationToken,
+    health: Arc<watch::Health>,
+) {
+    let api: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
+    let mut crds = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    // The CRDs of the last complete view, by name; a relist builds the next one aside.
+    let mut known: BTreeMap<String, CustomResourceDefinition> = BTreeMap::new();
+    let mut listing: Option<BTreeMap<String, CustomResourceDefinition>> = None;
+    let mut children: BTreeMap<String, Child> = BTreeMap::new();
+    let mut collect = tokio::time::interval(COLLECT_EVERY);
+    // After the first complete view, a new CRD is new: its objects are all reported, whatever
+    // `initialState` says (that is for what existed when herald first started).
+    let mut late = false;
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => break,
+            _ = collect.tick() => {
+                if collect_finished(&ctx, &mut children, &spec) {
+                    // A CRD installed again while its old watcher was ending gets a new one.
+                    reconcile(&ctx, &spec, &stop, &known, &mut children, late);
+                }
+                continue;
+            }
+            event = crds.next() => event,
+        };
+        let Some(event) = event else { break };
+        let changed = match event {
+            Ok(watcher::Event::Init) => {
+                listing = Some(BTreeMap::new());
+                false
+            }
+            Ok(watcher::Event::InitApply(crd)) => {
+                if let Some(l) = listing.as_mut() {
+                    l.insert(crd_name(&crd), crd);
+                }
+                false
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(l) = listing.take() {
+                    known = l;
+                }
+                health.clear_problem();
+                health.resolved.store(true, Ordering::SeqCst);
+                health.synced.store(true, Ordering::SeqCst);
+                true
+            }
+            Ok(watcher::Event::Apply(crd)) => {
+                known.insert(crd_name(&crd), crd);
+                true
+            }
+            Ok(watcher::Event::Delete(crd)) => {
+                known.remove(&crd_name(&crd));
+                true
+            }
+            Err(error) => {
+                health.synced.store(false, Ordering::SeqCst);
+                let message = error.to_string();
+                if let watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) =
+                    &error
+                {
+                    let _ = health.note_problem(e);
+                }
+                tracing::warn!(message = "Following CustomResourceDefinitions failed; retrying.", resource = %spec.label(), error = %message);
+                false
+            }
+        };
+        if changed {
+            reconcile(&ctx, &spec, &stop, &known, &mut children, late);
+            late = true;
+        }
+    }
+    // Stopping: the children's tokens are children of `stop`, so they stop with it.
+    for child in children.values() {
+        child.stop.cancel();
+    }
+    for (label, child) in children {
+        let _ = tokio::time::timeout(Duration::from_secs(4), child.handle).await;
+        ctx.registry.remove_watcher(&label);
+    }
+}
+
+fn crd_name(crd: &CustomResourceDefinition) -> String {
+    crd.metadata.name.clone().unwrap_or_default()
+}
+
+/// Starts a watcher for each newly matched kind (`late`: found after the first complete view of
+/// the CRDs, so its objects are reported whatever `initialState` says); retires the watchers of
+/// kinds no longer matched (their CRD is being deleted or gone): they end once their resource is
+/// no longer served.
+fn reconcile(
+    ctx: &Context,
+    spec: &WatchSpec,
+    stop: &CancellationToken,
+    crds: &BTreeMap<String, CustomResourceDefinition>,
+    children: &mut BTreeMap<String, Child>,
+    late: bool,
+) {
+    let want: BTreeMap<String, MatchedKind> = matched_kinds(spec, crds.values())
+        .into_iter()
+        .map(|m| (m.label.clone(), m))
+        .collect();
+    for (label, child) in children.iter() {
+        let retire = !want.contains_key(label);
+        if child.retire.swap(retire, Ordering::SeqCst) != retire && retire {
+            tracing::info!(message = "CRD deleted; its watcher stops once the deletions of its objects are read.", resource = %label);
+        }
+    }
+    for (label, m) in want {
+        if children.contains_key(&label) {
+            continue;
+        }
+        let mut child_spec = spec.for_kind(&m.kind, &m.plural);
+        child_spec.initial_emit |= late;
+        tracing::info!(message = "Kind of a watched group found; starting its watcher.", resource = %label, pattern = %spec.label());
+        let child_health = Arc::new(watch::Health::default());
+        let child_stop = stop.child_token();
+        let retire = Arc::new(AtomicBool::new(false));
+        let task = {
+            let (client, journal, tuning) =
+                (ctx.client.clone(), ctx.journal.clone(), ctx.tuning.clone());
+            let (s, h, r) = (child_stop.clone(), child_health.clone(), retire.clone());
+            async move {
+                watch::run_retiring(client, journal, child_spec, tuning, s.clone(), h, Some(r))
+                    .await;
+                // Ending by retirement is no failure: mark it stopped before the guard looks.
+                s.cancel();
+            }
+        };
+        let handle = tokio::spawn(guarded(ctx.alive.clone(), child_stop.clone(), task));
+        ctx.registry.add_watcher(label.clone(), child_health);
+        children.insert(
+            label,
+            Child {
+                stop: child_stop,
+                retire,
+                handle,
+            },
+        );
+    }
+}
+
+/// Drops the watchers that ended (retired after their CRD's deletion) from the registry; true when
+/// there were some.
+fn collect_finished(
+    ctx: &Context,
+    children: &mut BTreeMap<String, Child>,
+    spec: &WatchSpec,
+) -> bool {
+    let done: Vec<String> = children
+        .iter()
+        .filter(|(_, c)| c.handle.is_finished())
+        .map(|(l, _)| l.clone())
+        .collect();
+    for label in &done {
+        children.remove(label);
+        ctx.registry.remove_watcher(label);
+        tracing::info!(message = "Watcher of a deleted CRD stopped.", resource = %label, pattern = %spec.label());
+    }
+    !done.is_empty()
+}
