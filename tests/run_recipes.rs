@@ -160,13 +160,27 @@ fn github_problems(r: &ApiRequest) -> Vec<String> {
     p
 }
 
-/// Answers as GitHub does: 204, or 422 for an `event_type` over 100 characters; a request of
-/// another shape gets 400 and fails the test.
-fn github_answer(r: &ApiRequest) -> ApiAnswer {
+/// Answers as GitHub does: 204, or 422 for an `event_type` over 100 characters, and the first
+/// `frontend.updated` meets the secondary rate limit (403 with `Retry-After`); a request of another
+/// shape gets 400 and fails the test.
+fn github_answer(r: &ApiRequest, limited: &std::sync::atomic::AtomicBool) -> ApiAnswer {
     if !github_problems(r).is_empty() {
         return ApiAnswer::json(400, json!({"message": "Problems parsing JSON"}));
     }
     let body = r.json();
+    if body["event_type"] == "frontend.updated"
+        && !limited.swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        let mut answer = ApiAnswer::json(
+            403,
+            json!({
+                "message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+                "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+            }),
+        );
+        answer.headers.push(("retry-after".into(), "1".into()));
+        return answer;
+    }
     if body["event_type"].as_str().unwrap().chars().count() > 100 {
         return ApiAnswer::json(
             422,
@@ -185,7 +199,8 @@ async fn github_repository_dispatch_recipe() {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;
-    let github = ApiReceiver::start(|r, _| github_answer(r)).await;
+    let limited = std::sync::atomic::AtomicBool::new(false);
+    let github = ApiReceiver::start(move |r, _| github_answer(r, &limited)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = recipe_config(
         &sim,
@@ -227,7 +242,11 @@ async fn github_repository_dispatch_recipe() {
     let mut changed = created.clone();
     changed["spec"]["size"] = json!(2);
     let updated = raw.put(&format!("{WIDGETS}/frontend"), &changed).await.body;
-    let got = github.wait_for(3, "frontend.updated").await;
+    // Refused once by the secondary rate limit (403, Retry-After: 1), then sent again and taken.
+    let got = github
+        .wait_for(4, "frontend.updated, retried after the 403")
+        .await;
+    assert_eq!(got[2].body, got[3].body, "the same request again");
     let last = got.last().unwrap().json();
     assert_eq!(last["event_type"], "frontend.updated");
     assert_eq!(last["client_payload"]["id"], id_of(&updated, "updated"));
@@ -239,6 +258,13 @@ async fn github_repository_dispatch_recipe() {
             "{request:?}"
         );
     }
+    // The 422 alone is a dead letter; the rate-limited request was retried.
+    assert_eq!(
+        dead_letters(&herald.config, "github-ci")
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
     assert_eq!(herald.terminate().await, Some(0));
 }
 
