@@ -1,7 +1,7 @@
 //! herald into a webhook: events/s to a local receiver that answers at once, and the p99
 //! change-to-delivery latency at 1,000 changes/s; in the same run the ceiling — a bare HTTP client
 //! posting the same number of requests with the same concurrency — and the same throughput phase
-//! with a request template (a JSON body from the object, a templated header and path) beside the
+//! with a request template (a JSON body from the object and a templated header) beside the
 //! plain CloudEvent. Printed, not asserted.
 //!
 //! `HERALD_BENCH_CHANGES` (default 30,000) sizes the throughput phase.
@@ -46,7 +46,7 @@ async fn receiver() -> (String, Arc<AtomicU64>) {
 
 /// The template of the templated phase: what a chat or alerting receiver gets, built from the
 /// object (docs/configuration.md, "Request templates").
-const TEMPLATE: &str = "    template:\n      path: /hook\n      headers: {X-Object: \"{{ subject }}\"}\n      body: '{\"text\": {{ (kind ~ \" \" ~ subject ~ \" \" ~ op) | tojson }}, \"replicas\": {{ object | dig(\"spec\", \"replicas\") | tojson }}, \"image\": {{ object.spec.image | tojson }}, \"at\": {{ time | unix_ms }}}'\n";
+const TEMPLATE: &str = "    template:\n      headers: {X-Object: \"{{ subject }}\"}\n      body: '{\"text\": {{ (kind ~ \" \" ~ subject ~ \" \" ~ op) | tojson }}, \"replicas\": {{ object | dig(\"spec\", \"replicas\") | tojson }}, \"image\": {{ object.spec.image | tojson }}, \"at\": {{ time | unix_ms }}}'\n";
 
 fn config(
     sim: &Simulator,
@@ -196,7 +196,7 @@ async fn run() {
     );
     println!(
         "{:<48} {:>12.0} {:>16.4}",
-        "herald, request template (body, header, path)",
+        "herald, request template (body, header)",
         rate(changes, templated_wall),
         templated_cpu / (changes as f64 / 1000.0)
     );
