@@ -1,6 +1,8 @@
 //! herald into a webhook: events/s to a local receiver that answers at once, and the p99
 //! change-to-delivery latency at 1,000 changes/s; in the same run the ceiling — a bare HTTP client
-//! posting the same number of requests with the same concurrency. Printed, not asserted.
+//! posting the same number of requests with the same concurrency — and the same throughput phase
+//! with a request template (a JSON body from the object and a templated header) beside the
+//! plain CloudEvent. Printed, not asserted.
 //!
 //! `HERALD_BENCH_CHANGES` (default 30,000) sizes the throughput phase.
 
@@ -42,9 +44,18 @@ async fn receiver() -> (String, Arc<AtomicU64>) {
     (url, count)
 }
 
-fn config(sim: &Simulator, dir: &std::path::Path, url: &str) -> herald::config::Config {
+/// The template of the templated phase: what a chat or alerting receiver gets, built from the
+/// object (docs/configuration.md, "Request templates").
+const TEMPLATE: &str = "    template:\n      headers: {X-Object: \"{{ subject }}\"}\n      body: '{\"text\": {{ (kind ~ \" \" ~ subject ~ \" \" ~ op) | tojson }}, \"replicas\": {{ object | dig(\"spec\", \"replicas\") | tojson }}, \"image\": {{ object.spec.image | tojson }}, \"at\": {{ time | unix_ms }}}'\n";
+
+fn config(
+    sim: &Simulator,
+    dir: &std::path::Path,
+    url: &str,
+    template: &str,
+) -> herald::config::Config {
     herald::config::from_str(&format!(
-        "cluster:\n  kubeconfig:\n    path: {kc}\nresources:\n  - group: example.com\n    kind: Widget\n    initialState: skip\nsinks:\n  - name: hook\n    type: webhook\n    url: {url}\n    concurrency: {CONCURRENCY}\njournal:\n  path: {journal}\nadmin:\n  listen: 127.0.0.1:0\n",
+        "cluster:\n  kubeconfig:\n    path: {kc}\nresources:\n  - group: example.com\n    kind: Widget\n    initialState: skip\nsinks:\n  - name: hook\n    type: webhook\n    url: {url}\n    concurrency: {CONCURRENCY}\n{template}journal:\n  path: {journal}\nadmin:\n  listen: 127.0.0.1:0\n",
         kc = sim.kubeconfig_path().display(),
         journal = dir.join("journal").display(),
     ))
@@ -94,28 +105,35 @@ async fn run() {
     .expect("preload");
     let (url, received) = receiver().await;
 
-    // Throughput: changes as fast as the load generator writes them.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let running = herald::app::start(&config(&sim, dir.path(), &url), None)
-        .await
-        .expect("herald");
-    wait_synced(&running).await;
-    let base = received.load(Ordering::Relaxed);
-    let cpu0 = cpu_seconds();
-    let t0 = Instant::now();
-    sim.churn(&widgets, &names, 0, changes)
-        .await
-        .expect("churn");
-    while received.load(Ordering::Relaxed) - base < changes {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let wall = t0.elapsed();
-    let cpu = cpu_seconds() - cpu0;
-    running.stop(Duration::from_secs(10)).await.expect("stop");
+    // Throughput: changes as fast as the load generator writes them; plain CloudEvents, then the
+    // same with a request template.
+    let throughput = |template: &'static str| {
+        let (sim, widgets, names, url, received) = (&sim, &widgets, &names, &url, &received);
+        async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let running = herald::app::start(&config(sim, dir.path(), url, template), None)
+                .await
+                .expect("herald");
+            wait_synced(&running).await;
+            let base = received.load(Ordering::Relaxed);
+            let cpu0 = cpu_seconds();
+            let t0 = Instant::now();
+            sim.churn(widgets, names, 0, changes).await.expect("churn");
+            while received.load(Ordering::Relaxed) - base < changes {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let wall = t0.elapsed();
+            let cpu = cpu_seconds() - cpu0;
+            running.stop(Duration::from_secs(10)).await.expect("stop");
+            (wall, cpu)
+        }
+    };
+    let (wall, cpu) = throughput("").await;
+    let (templated_wall, templated_cpu) = throughput(TEMPLATE).await;
 
     // Latency at a steady 1,000 changes/s for 10 s.
     let dir2 = tempfile::tempdir().expect("tempdir");
-    let running = herald::app::start(&config(&sim, dir2.path(), &url), None)
+    let running = herald::app::start(&config(&sim, dir2.path(), &url, ""), None)
         .await
         .expect("herald");
     wait_synced(&running).await;
@@ -175,6 +193,12 @@ async fn run() {
         "herald: watch → journal → webhook",
         rate(changes, wall),
         cpu / (changes as f64 / 1000.0)
+    );
+    println!(
+        "{:<48} {:>12.0} {:>16.4}",
+        "herald, request template (body, header)",
+        rate(changes, templated_wall),
+        templated_cpu / (changes as f64 / 1000.0)
     );
     println!(
         "{:<48} {:>12.0} {:>16.4}",

@@ -258,3 +258,98 @@ async fn a_missing_topic_is_an_unknown_topic_retry() {
         other => panic!("{other:?}; {}", broker.log_tail()),
     }
 }
+
+/// `template.key` partitions by namespace: every object's events land on one partition, in the
+/// order sent; `template.headers` add headers; an event the template fails on is rejected
+/// (`render_failed`), never produced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_template_partitions_by_namespace_and_header_templates_add_headers() {
+    let Some(broker) = Broker::start() else {
+        return;
+    };
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let topic = format!("herald-it-{}-{nonce}-keyed", std::process::id());
+    create_topic(&broker.bootstrap, &topic, 3).await;
+    let config: KafkaConfig = serde_json::from_value(json!({
+        "brokers": [broker.bootstrap],
+        "topic": topic,
+        "messageTimeout": "20s",
+        "template": {
+            "key": "{{ namespace }}",
+            "headers": {"x-kind": "{{ kind }}", "x-replicas": "{{ object.spec.replicas }}"}
+        }
+    }))
+    .unwrap();
+    let sink = build(&config).await;
+    let mut sent = Vec::new();
+    let mut seq = 0;
+    for step in 0..3u64 {
+        let batch: Vec<Envelope> = ["w0", "w1", "w2"]
+            .iter()
+            .map(|name| {
+                seq += 1;
+                let event = event(
+                    name,
+                    if step == 0 { "created" } else { "updated" },
+                    2000 + seq,
+                );
+                sent.push(event.id.clone());
+                Envelope::new(seq, event)
+            })
+            .collect();
+        // One key for all: the driver would send them one at a time; so does this test.
+        for envelope in batch {
+            assert_eq!(
+                sink.send(std::slice::from_ref(&envelope)).await,
+                [Outcome::Ok],
+                "{}",
+                broker.log_tail()
+            );
+        }
+    }
+    let mut broken = event("w9", "updated", 3000);
+    broken.data = Some(json!({"op": "updated", "resync": false}));
+    let outcomes = sink.send(&[Envelope::new(99, broken)]).await;
+    let reason = outcomes[0].reason().expect("a reason");
+    assert!(
+        matches!(outcomes[0], Outcome::Reject { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(reason.code, "render_failed");
+    assert!(
+        reason
+            .detail
+            .starts_with("template.headers.x-replicas: line 1: undefined value"),
+        "{reason}"
+    );
+
+    let records = consume(
+        &broker.bootstrap,
+        &format!("{topic}-reader"),
+        &topic,
+        sent.len(),
+    );
+    assert_eq!(records.len(), sent.len(), "{records:#?}");
+    let ids: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let id = r.headers.iter().find(|(n, _)| n == "ce_id").unwrap();
+            String::from_utf8(id.1.clone()).unwrap()
+        })
+        .collect();
+    assert_eq!(ids, sent, "one key, one partition: the order sent");
+    for record in &records {
+        assert_eq!(record.key.as_deref(), Some("default"));
+        let header = |name: &str| {
+            record
+                .headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| String::from_utf8(v.clone()).unwrap())
+        };
+        assert_eq!(header("x-kind").as_deref(), Some("Widget"));
+        assert!(header("x-replicas").is_some_and(|r| r.parse::<u64>().is_ok()));
+    }
+}

@@ -1035,3 +1035,59 @@ async fn required_tls_refuses_a_plain_server() {
     assert!(matches!(err, SinkError::ConnectFailed { .. }), "{err:?}");
     assert!(!NatsSink::is_transient(&err), "{err:?}");
 }
+
+/// `template.headers` add headers rendered from the event (here the namespace, for a consumer that
+/// routes on it); an event the template fails on is rejected (`render_failed`), never published.
+#[tokio::test]
+async fn header_templates_add_headers_and_a_failing_one_rejects_the_event() {
+    let Some(server) = NatsServer::start(&[]) else {
+        return;
+    };
+    let watcher = client(&server).await;
+    let mut subscriber = watcher.subscribe("herald.>").await.unwrap();
+    watcher.flush().await.unwrap();
+    let mut config = core_config(&server, "herald.{kind}");
+    config.template = Some(
+        serde_json::from_value(json!({"headers": {
+            "tenant": "{{ namespace }}",
+            "x-version": "{{ object.metadata.resourceVersion }}"
+        }}))
+        .unwrap(),
+    );
+    let sink = connect(config).await.unwrap();
+    let sent = event("team-a", "w1", 42, "updated");
+    assert_eq!(sink.send(&envelopes([sent])).await, [Outcome::Ok]);
+    let message = next_message(&mut subscriber).await;
+    let headers = message.headers.as_ref();
+    assert_eq!(header(headers, "tenant"), Some("team-a"));
+    assert_eq!(header(headers, "x-version"), Some("42"));
+    assert_eq!(
+        header(headers, "content-type"),
+        Some("application/cloudevents+json; charset=UTF-8")
+    );
+
+    let mut broken = event("team-a", "w2", 43, "updated");
+    broken.data = Some(json!({"op": "updated", "resync": false}));
+    let outcomes = sink.send(&envelopes([broken])).await;
+    assert!(
+        matches!(outcomes[0], Outcome::Reject { .. }),
+        "{outcomes:?}"
+    );
+    let reason = outcomes[0].reason().unwrap();
+    assert_eq!(reason.code, "render_failed");
+    assert!(
+        reason
+            .detail
+            .starts_with("template.headers.x-version: line 1: undefined value"),
+        "{reason}"
+    );
+    // Nothing else was published.
+    assert!(
+        tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            futures::StreamExt::next(&mut subscriber)
+        )
+        .await
+        .is_err()
+    );
+}

@@ -22,6 +22,7 @@ mod journal;
 mod out;
 mod rbac;
 mod reload;
+mod render;
 mod run;
 mod sim;
 mod status;
@@ -70,6 +71,9 @@ pub enum Command {
     Journal(journal::JournalArgs),
     /// Make a running herald load its configuration file again (as SIGHUP does; needs admin.token).
     Reload(reload::ReloadArgs),
+    /// Print the request a webhook sink would send for an object's change (templates, headers
+    /// with secrets masked, body), without a cluster.
+    Render(render::RenderArgs),
     /// Show where herald stands (from its admin endpoint, or its journal when it is stopped).
     Status(status::StatusArgs),
     /// Run the Kubernetes API simulator until interrupted (SIGINT or SIGTERM).
@@ -111,6 +115,10 @@ pub enum CliError {
     /// A running herald refused to reload its configuration (it keeps the one in force).
     #[error("the running herald refused the reload: {0}")]
     ReloadRefused(String),
+    /// `herald render`: the sink cannot be built (a secret is missing) or its template fails
+    /// for this object.
+    #[error("cannot render the request: {0}")]
+    Render(String),
     /// A `--sink` that names no sink (not in the configuration, and no dead letters kept for it).
     #[error("no sink named {sink:?} (the configured sinks: {})", if .known.is_empty() { "none".to_owned() } else { .known.join(", ") })]
     UnknownSink {
@@ -145,7 +153,8 @@ impl CliError {
             CliError::SimLoadFailed(_)
             | CliError::ConfigInvalid(_)
             | CliError::RbacRefused(_)
-            | CliError::ReloadRefused(_) => exit_code::CONFIG_INVALID,
+            | CliError::ReloadRefused(_)
+            | CliError::Render(_) => exit_code::CONFIG_INVALID,
             CliError::StartFailed(e) => match e {
                 crate::app::StartError::ClusterUnreachable(_) => exit_code::CLUSTER_UNREACHABLE,
                 crate::app::StartError::JournalFailed(_)
@@ -213,6 +222,7 @@ async fn run(command: Command) -> Result<(), CliError> {
         Command::Sim(args) => sim::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Reload(args) => reload::run(args).await,
+        Command::Render(args) => render::run(args).await,
         Command::Dlq(args) => dlq::dlq(args).await,
         Command::Replay(args) => dlq::replay(args).await,
         Command::Journal(args) => journal::run(args).await,

@@ -7,6 +7,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod encode;
 pub mod event;
+pub mod jinja;
 pub mod metrics;
 pub mod sink;
 pub mod template;

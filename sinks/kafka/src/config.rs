@@ -8,6 +8,7 @@ use herald_sink_core::config::{
     DeliveryKeys, DeliveryOptions, EnvLookup, MAX_TIMEOUT, Problems, SecretRef, SinkConfig,
     check_secret, deserialize_duration, resolve_secret, setting_failed,
 };
+use herald_sink_core::jinja::MessageTemplate;
 use herald_sink_core::sink::SinkError;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -77,6 +78,34 @@ pub struct KafkaConfig {
     /// Example: `{sasl.password: ${KAFKA_PASSWORD}}`.
     #[serde(default)]
     pub secret_properties: BTreeMap<String, SecretRef>,
+    /// Record key and header templates (minijinja, as the webhook's `template`): partition by
+    /// something other than `partitionkey`, or add headers consumers route on; see
+    /// [`KafkaTemplate`]. Default: none (key = `partitionkey`, the binding's headers only).
+    /// Example: `{key: "{{ namespace }}"}`.
+    #[serde(default)]
+    pub template: Option<KafkaTemplate>,
+}
+
+/// `template` of a Kafka sink: the record key and extra headers, rendered per event from the same
+/// context as webhook templates. A template that fails on an event dead-letters it
+/// (`render_failed`).
+///
+/// Order: herald keeps each object's events in order, and Kafka keeps a partition's. A key at
+/// least as coarse as the object (`{{ namespace }}`, `{{ kind }}`, `{{ partitionkey }}`) sends
+/// all of an object's events to one partition, so consumers see them in order; a key that varies
+/// per event (`{{ id }}`) spreads them over partitions, and their order is lost. With
+/// `tombstones`, the tombstone carries the rendered key, which compaction then forgets: keep the key
+/// per object there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KafkaTemplate {
+    /// The record key. Default: `partitionkey`. Example: `{{ namespace }}`.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Extra headers, name to template, after the binding's. `ce_*`, `content-type` and
+    /// `herald_error_*` are refused. Default: none. Example: `{tenant: "{{ object.metadata.labels.tenant }}"}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
 }
 
 impl KafkaConfig {
@@ -92,6 +121,7 @@ impl KafkaConfig {
             message_timeout: default_message_timeout(),
             properties: BTreeMap::new(),
             secret_properties: BTreeMap::new(),
+            template: None,
         }
     }
 }
@@ -176,6 +206,14 @@ impl SinkConfig for KafkaConfig {
                 );
             }
         }
+        if let Some(template) = &self.template {
+            MessageTemplate::validate(
+                template.key.as_deref(),
+                &template.headers,
+                kafka_header_problem,
+                problems,
+            );
+        }
     }
 
     /// Every secret property.
@@ -207,6 +245,13 @@ impl KafkaConfig {
             tombstones: self.tombstones,
             message_timeout: self.message_timeout,
             client_id: format!("herald-{name}"),
+            template: match &self.template {
+                Some(t) => Some(
+                    MessageTemplate::compile(name, t.key.as_deref(), &t.headers)
+                        .map_err(|e| setting_failed(e.name.clone(), e.message))?,
+                ),
+                None => None,
+            },
             ..Settings::new(self.brokers.join(","), topic)
         };
         for (key, value) in &self.properties {
@@ -217,6 +262,23 @@ impl KafkaConfig {
             out = out.property(key.clone(), value);
         }
         Ok(out)
+    }
+}
+
+/// Why a templated header name cannot be used: empty, or one the binding or dead-lettering sets.
+fn kafka_header_problem(name: &str) -> Option<String> {
+    let lower = name.to_ascii_lowercase();
+    if name.is_empty() {
+        Some("a header name must not be empty".to_owned())
+    } else if lower == "content-type"
+        || lower.starts_with("ce_")
+        || lower.starts_with("herald_error_")
+    {
+        Some(format!(
+            "{name:?} is set by herald and cannot be configured"
+        ))
+    } else {
+        None
     }
 }
 

@@ -2,6 +2,7 @@
 
 use herald_sink_core::encode::{CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE};
 use herald_sink_core::event::CloudEvent;
+use herald_sink_core::jinja::MessageTemplate;
 use herald_sink_core::template::{Template, Vars};
 use rdkafka::message::{Header, OwnedHeaders};
 
@@ -15,7 +16,7 @@ const SOURCE_SCHEME: &str = "k8s://";
 pub(crate) struct Record {
     /// The rendered, sanitised topic.
     pub topic: String,
-    /// The `partitionkey` extension, if the event has one.
+    /// The rendered `template.key`, else the `partitionkey` extension, if the event has one.
     pub key: Option<String>,
     /// The value; `None` is a null value (a tombstone on a compacted topic).
     pub value: Option<Vec<u8>>,
@@ -72,14 +73,21 @@ fn zigzag_varint_len(n: usize) -> usize {
     len
 }
 
-/// The record for `event`: topic from `topic`, key from `partitionkey`, value and headers per
-/// `mode`, then `extra_headers` (a dead letter's `herald_error_*`).
+/// The record for `event`: topic from `topic`, key from `partitionkey` (or `template.key`), value
+/// and headers per `mode`, then the template's headers, then `extra_headers` (a dead letter's
+/// `herald_error_*`).
+///
+/// # Errors
+///
+/// The template's render error (`template.<part>: line N: …`).
 pub(crate) fn record(
     topic: &Template,
     mode: KafkaMode,
+    template: Option<&MessageTemplate>,
     event: &CloudEvent,
     extra_headers: Vec<(String, Vec<u8>)>,
-) -> Record {
+) -> Result<Record, String> {
+    let rendered = template.map(|t| t.render(event)).transpose()?;
     let (value, mut headers) = match mode {
         KafkaMode::Binary => {
             // The binding maps "no data" to "no value" (1.0.3-wip). herald's events always carry
@@ -95,13 +103,25 @@ pub(crate) fn record(
             )],
         ),
     };
+    let mut key = event.partition_key().map(str::to_owned);
+    if let Some(rendered) = rendered {
+        if rendered.key.is_some() {
+            key = rendered.key;
+        }
+        headers.extend(
+            rendered
+                .headers
+                .into_iter()
+                .map(|(name, value)| (name, value.into_bytes())),
+        );
+    }
     headers.extend(extra_headers);
-    Record {
+    Ok(Record {
         topic: topic.render_kafka_topic(&vars(event)),
-        key: event.partition_key().map(str::to_owned),
+        key,
         value,
         headers,
-    }
+    })
 }
 
 /// The tombstone that follows a `deleted` event's `record`: same topic and key, null value, no
@@ -179,7 +199,14 @@ mod tests {
     #[test]
     fn binary_records_carry_data_and_every_attribute_as_ce_headers() {
         let event = widget("updated");
-        let record = record(&template("herald"), KafkaMode::Binary, &event, Vec::new());
+        let record = record(
+            &template("herald"),
+            KafkaMode::Binary,
+            None,
+            &event,
+            Vec::new(),
+        )
+        .unwrap();
         assert_eq!(record.topic, "herald");
         assert_eq!(record.key.as_deref(), Some("default/w1"));
         assert_eq!(
@@ -225,7 +252,7 @@ mod tests {
     #[test]
     fn binary_events_without_data_have_no_value() {
         let event = CloudEvent::new("1", "/s", "t").extension("partitionkey", "k");
-        let record = record(&template("t"), KafkaMode::Binary, &event, Vec::new());
+        let record = record(&template("t"), KafkaMode::Binary, None, &event, Vec::new()).unwrap();
         assert_eq!(record.value, None);
         assert_eq!(header(&record, "content-type"), None);
     }
@@ -233,7 +260,14 @@ mod tests {
     #[test]
     fn structured_records_carry_the_json_event() {
         let event = widget("created");
-        let record = record(&template("t"), KafkaMode::Structured, &event, Vec::new());
+        let record = record(
+            &template("t"),
+            KafkaMode::Structured,
+            None,
+            &event,
+            Vec::new(),
+        )
+        .unwrap();
         assert_eq!(record.key.as_deref(), Some("default/w1"));
         assert_eq!(
             record.headers,
@@ -263,9 +297,11 @@ mod tests {
         let record = record(
             &template("dlq"),
             KafkaMode::Binary,
+            None,
             &widget("updated"),
             context.kafka_headers(),
-        );
+        )
+        .unwrap();
         for (name, value) in [
             ("herald_error_sink", "webhook"),
             ("herald_error_class", "permanent"),
@@ -285,14 +321,57 @@ mod tests {
     }
 
     #[test]
+    fn a_template_sets_the_key_and_adds_headers_or_fails_with_its_line() {
+        let headers =
+            std::collections::BTreeMap::from([("x-op".to_owned(), "{{ op }}".to_owned())]);
+        let by_namespace =
+            MessageTemplate::compile("bus", Some("{{ namespace }}"), &headers).unwrap();
+        let event = widget("updated");
+        let keyed = record(
+            &template("t"),
+            KafkaMode::Binary,
+            Some(&by_namespace),
+            &event,
+            Vec::new(),
+        )
+        .unwrap();
+        assert_eq!(keyed.key.as_deref(), Some("default"));
+        assert_eq!(header(&keyed, "x-op"), Some(&b"updated"[..]));
+        assert_eq!(
+            keyed.headers[..keyed.headers.len() - 1],
+            event.kafka_binary_headers()[..]
+        );
+        let broken = MessageTemplate::compile(
+            "bus",
+            Some("{{ object.spec.x.y }}"),
+            &std::collections::BTreeMap::default(),
+        )
+        .unwrap();
+        let error = record(
+            &template("t"),
+            KafkaMode::Binary,
+            Some(&broken),
+            &event,
+            Vec::new(),
+        )
+        .unwrap_err();
+        assert!(
+            error.starts_with("template.key: line 1: undefined value"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn topics_render_from_extensions_and_source() {
         let event = widget("updated");
         let record = record(
             &template("herald.{group}.{version}.{kind}.{plural}.{namespace}"),
             KafkaMode::Binary,
+            None,
             &event,
             Vec::new(),
-        );
+        )
+        .unwrap();
         assert_eq!(record.topic, "herald.example.com.v1.Widget.widgets.default");
     }
 
@@ -358,9 +437,11 @@ mod tests {
         let event = record(
             &template("t"),
             KafkaMode::Binary,
+            None,
             &widget("deleted"),
             Vec::new(),
-        );
+        )
+        .unwrap();
         let tombstone = tombstone(&event);
         assert_eq!(tombstone.topic, "t");
         assert_eq!(tombstone.key.as_deref(), Some("default/w1"));
@@ -401,9 +482,11 @@ mod tests {
         let record = record(
             &template("t"),
             KafkaMode::Binary,
+            None,
             &widget("updated"),
             Vec::new(),
-        );
+        )
+        .unwrap();
         let owned = record.owned_headers();
         assert_eq!(owned.count(), record.headers.len());
         for (i, (name, value)) in record.headers.iter().enumerate() {

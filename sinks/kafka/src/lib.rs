@@ -38,5 +38,5 @@ mod sink;
 mod tests;
 
 pub use classify::{classify, classify_code};
-pub use config::{KafkaConfig, KafkaMode};
+pub use config::{KafkaConfig, KafkaMode, KafkaTemplate};
 pub use sink::KafkaSink;

@@ -49,6 +49,8 @@ pub(crate) struct Settings {
     pub properties: BTreeMap<String, String>,
     /// `client.id`, seen in broker logs and quotas. Default [`DEFAULT_CLIENT_ID`].
     pub client_id: String,
+    /// The record key and header templates (`template:`); `None`: key = `partitionkey`.
+    pub template: Option<herald_sink_core::jinja::MessageTemplate>,
 }
 
 impl Settings {
@@ -64,6 +66,7 @@ impl Settings {
             message_timeout: DEFAULT_MESSAGE_TIMEOUT,
             properties: BTreeMap::new(),
             client_id: DEFAULT_CLIENT_ID.to_owned(),
+            template: None,
         }
     }
 
@@ -152,6 +155,7 @@ impl fmt::Debug for Settings {
             .field("message_timeout", &self.message_timeout)
             .field("properties", &property_names)
             .field("client_id", &self.client_id)
+            .field("template", &self.template)
             .finish()
     }
 }

@@ -176,8 +176,22 @@ impl KafkaSink {
                 .and_then(|errors| errors.get(index))
                 .map(ErrorContext::kafka_headers)
                 .unwrap_or_default();
-            let record =
-                encode::record(&self.config.topic, self.config.mode, &envelope.event, extra);
+            let record = match encode::record(
+                &self.config.topic,
+                self.config.mode,
+                self.config.template.as_ref(),
+                &envelope.event,
+                extra,
+            ) {
+                Ok(record) => record,
+                Err(error) => {
+                    pending.push(Pending::Done(Outcome::reject(Reason::new(
+                        herald_sink_core::jinja::RENDER_FAILED,
+                        error,
+                    ))));
+                    continue;
+                }
+            };
             let size = record.wire_size();
             if size > self.max_message_bytes {
                 pending.push(Pending::Done(Outcome::reject(Reason::new(

@@ -92,6 +92,22 @@ pub struct NatsConfig {
     /// Example: `1024`.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Header templates (minijinja, as the webhook's `template`); see [`NatsTemplate`]. Default:
+    /// none. Example: `{headers: {tenant: "{{ namespace }}"}}`.
+    #[serde(default)]
+    pub template: Option<NatsTemplate>,
+}
+
+/// `template` of a NATS sink: extra headers rendered per event from the same context as webhook
+/// templates. A template that fails on an event dead-letters it (`render_failed`). (The subject
+/// stays a `{var}` name template: subjects are names, sanitized token by token.)
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NatsTemplate {
+    /// Headers, name to template, after the binding's. `ce-*`, `content-type`, `Nats-*` and
+    /// `herald-error-*` are refused. Default: none. Example: `{tenant: "{{ namespace }}"}`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 impl NatsConfig {
@@ -110,6 +126,7 @@ impl NatsConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             ack_timeout: DEFAULT_ACK_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            template: None,
         }
     }
 }
@@ -391,6 +408,14 @@ impl SinkConfig for NatsConfig {
                 );
             }
         }
+        if let Some(template) = &self.template {
+            herald_sink_core::jinja::MessageTemplate::validate(
+                None,
+                &template.headers,
+                nats_header_problem,
+                problems,
+            );
+        }
         if let Err(error) = Template::parse(&self.subject).and_then(|t| t.check_nats_subject()) {
             problems.add("subject", error.to_string());
         }
@@ -466,7 +491,14 @@ impl SinkConfig for NatsConfig {
     /// file) and connects as `herald-<name>`; with JetStream, looks the stream up (creating it
     /// from `jetstream.create` when missing).
     async fn build(&self, name: &str, _delivery: &DeliveryOptions) -> Result<NatsSink, SinkError> {
-        NatsSink::connect(self.settings(format!("herald-{name}"))?).await
+        let mut settings = self.settings(format!("herald-{name}"))?;
+        if let Some(template) = &self.template {
+            settings.template = Some(
+                herald_sink_core::jinja::MessageTemplate::compile(name, None, &template.headers)
+                    .map_err(|e| setting_failed(e.name.clone(), e.message))?,
+            );
+        }
+        NatsSink::connect(settings).await
     }
 }
 
@@ -547,6 +579,26 @@ impl NatsConfig {
             connection_name,
             servers: self.servers.clone(),
             subject,
+            template: None,
         })
+    }
+}
+
+/// Why a templated header name cannot be used: not a NATS header name, or one the binding,
+/// JetStream or dead-lettering sets.
+fn nats_header_problem(name: &str) -> Option<String> {
+    let lower = name.to_ascii_lowercase();
+    if name.is_empty() || name.bytes().any(|b| b <= b' ' || b == b':' || b == 0x7F) {
+        Some(format!("{name:?} is not a NATS header name"))
+    } else if lower == "content-type"
+        || lower.starts_with("ce-")
+        || lower.starts_with("nats-")
+        || lower.starts_with("herald-error-")
+    {
+        Some(format!(
+            "{name:?} is set by herald or NATS and cannot be configured"
+        ))
+    } else {
+        None
     }
 }

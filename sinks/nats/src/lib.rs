@@ -35,7 +35,8 @@ mod sink;
 
 pub use classify::{classify_ack, classify_api_error, classify_publish_error};
 pub use config::{
-    NatsAuth, NatsConfig, NatsJetStream, NatsMode, NatsStorage, NatsStreamSpec, NatsTls,
+    NatsAuth, NatsConfig, NatsJetStream, NatsMode, NatsStorage, NatsStreamSpec, NatsTemplate,
+    NatsTls,
 };
 pub use encode::{MSG_ID_HEADER, render_subject};
 pub use sink::NatsSink;

@@ -57,6 +57,8 @@ pub(crate) struct Settings {
     pub max_in_flight: usize,
     /// The client name the server shows for herald's connection: `herald-<sink name>`.
     pub connection_name: String,
+    /// Header templates (`template:`), compiled when the sink is built.
+    pub template: Option<herald_sink_core::jinja::MessageTemplate>,
 }
 
 impl Settings {
@@ -137,6 +139,7 @@ impl fmt::Debug for Settings {
             .field("ack_timeout", &self.ack_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("connection_name", &self.connection_name)
+            .field("template", &self.template)
             .finish()
     }
 }

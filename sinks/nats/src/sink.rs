@@ -146,7 +146,13 @@ impl NatsSink {
         jetstream: bool,
     ) -> Result<(Message, HeaderMap), Outcome> {
         let subject = render_subject(&self.config.subject, event);
-        let message = Message::build(subject, self.config.mode, event, jetstream, error);
+        let mut message = Message::build(subject, self.config.mode, event, jetstream, error);
+        if let Some(template) = &self.config.template {
+            let rendered = template.render(event).map_err(|e| {
+                Outcome::reject(Reason::new(herald_sink_core::jinja::RENDER_FAILED, e))
+            })?;
+            message.headers.extend(rendered.headers);
+        }
         // The server's limit, refreshed on every (re)connect; checked here so an oversized event
         // never reaches the wire (the server would close the connection over it).
         let max_payload = self.client.max_payload();

@@ -16,6 +16,7 @@ use serde::de::{self, Deserializer};
 use crate::WebhookSink;
 use crate::replies::WebhookReplies;
 use crate::settings::{self, DEFAULT_TIMEOUT, Settings, SigningConfig};
+use crate::template::WebhookTemplate;
 
 /// `batchMaxEvents` of a webhook sink when not given: events per `batched` request.
 const DEFAULT_BATCH_MAX_EVENTS: usize = 100;
@@ -82,6 +83,12 @@ pub struct WebhookConfig {
     /// Default: unsigned. Example: `{secret: ${WEBHOOK_SECRET}}`.
     #[serde(default)]
     pub signing: Option<WebhookSigning>,
+    /// Request templates (minijinja): the body, headers, content type, method and a path
+    /// rendered from each event, for receivers that want their own request rather than a
+    /// `CloudEvent`; see [`WebhookTemplate`]. Default: none (CloudEvents as `mode` says).
+    /// Example: `{body: '{"text": {{ subject | tojson }}}'}`.
+    #[serde(default)]
+    pub template: Option<WebhookTemplate>,
     /// How this receiver's answers are read: statuses to retry or reject, rate-limit headers, a
     /// 2xx body check (see [`WebhookReplies`]). Default: 2xx delivered; 408, 429, 5xx
     /// except 501 retried with `Retry-After`; every other status refused.
@@ -104,6 +111,7 @@ impl WebhookConfig {
             timeout: default_timeout(),
             mode: WebhookMode::default(),
             signing: None,
+            template: None,
             replies: None,
         }
     }
@@ -265,6 +273,9 @@ impl SinkConfig for WebhookConfig {
             self.timeout,
             "an unanswered request is better retried",
         );
+        if let Some(template) = &self.template {
+            template.validate(&self.headers, problems);
+        }
         if let Some(replies) = &self.replies {
             replies.validate(problems);
         }
@@ -279,6 +290,7 @@ impl SinkConfig for WebhookConfig {
         auth.into_iter()
             .chain(self.signing.as_ref().map(|s| &s.secret))
             .filter_map(SecretRef::file)
+            .chain(self.template.iter().flat_map(WebhookTemplate::secret_files))
             .collect()
     }
 
@@ -299,6 +311,9 @@ impl SinkConfig for WebhookConfig {
         {
             problems.add("signing.secret", e.to_string());
         }
+        for (name, secret) in self.template.iter().flat_map(|t| &t.secrets) {
+            check_secret(problems, &format!("template.secrets.{name}"), secret, env);
+        }
     }
 
     /// `batchMaxEvents` sizes `batched` requests; one event per request leaves the driver's
@@ -314,16 +329,16 @@ impl SinkConfig for WebhookConfig {
     /// variable, never a secret), then builds the HTTP client.
     async fn build(
         &self,
-        _name: &str,
+        name: &str,
         delivery: &DeliveryOptions,
     ) -> Result<WebhookSink, SinkError> {
-        WebhookSink::new(self.settings(delivery)?)
+        WebhookSink::new(self.settings(name, delivery)?)
     }
 }
 
 impl WebhookConfig {
     /// What the sink uses: secrets resolved, PEM files read.
-    fn settings(&self, delivery: &DeliveryOptions) -> Result<Settings, SinkError> {
+    fn settings(&self, name: &str, delivery: &DeliveryOptions) -> Result<Settings, SinkError> {
         let auth = match &self.auth {
             None => None,
             Some(WebhookAuth::Bearer(token)) => Some(settings::Auth::Bearer(resolve_secret(
@@ -379,6 +394,10 @@ impl WebhookConfig {
                 },
             },
             signing,
+            template: match &self.template {
+                Some(template) => Some(template.compile(name)?),
+                None => None,
+            },
             replies: self
                 .replies
                 .as_ref()
@@ -480,7 +499,7 @@ mod tests {
     fn unknown_keys_are_refused_with_every_key_a_webhook_takes() {
         assert_eq!(
             flat(json!({"url": "https://events.example.com/herald", "path": "x"})).unwrap_err(),
-            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `replies`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `rateLimit`, `debounce`, `start`",
+            "path: unknown field `path`, expected one of `url`, `method`, `headers`, `auth`, `tls`, `timeout`, `mode`, `batchMaxEvents`, `signing`, `template`, `replies`, `concurrency`, `maxAttempts`, `maxAge`, `deadLetterSink`, `rateLimit`, `debounce`, `start`",
         );
     }
 

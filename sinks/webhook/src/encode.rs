@@ -20,6 +20,10 @@ pub(crate) struct Built {
     pub(crate) headers: Vec<(String, String)>,
     /// The body.
     pub(crate) body: Vec<u8>,
+    /// The method a template rendered; `None`: the configured one.
+    pub(crate) method: Option<reqwest::Method>,
+    /// The path a template rendered, appended to the URL's; `None`: the URL as configured.
+    pub(crate) path: Option<String>,
 }
 
 /// The request for `events` under `config`, signed with `timestamp` (unix seconds) when signing
@@ -30,42 +34,84 @@ pub(crate) struct Built {
 /// caller) have their values percent-encoded like `ce-` headers. Header order: the configured
 /// extra headers, `error_headers`, the binding's headers (`ce-*`, `content-type`),
 /// `authorization`, then the signature headers.
+///
+/// With a template (`config.template`) the rendered headers follow the extra headers, the `ce-`
+/// headers are sent only when it asks for them, and the rendered body, content type, method and
+/// path replace the mode's.
+///
+/// # Errors
+///
+/// The template's render error (`template.<part>: line N: …`).
 pub(crate) fn build(
     config: &Settings,
     events: &[&CloudEvent],
     error_headers: &[(String, String)],
     timestamp: u64,
-) -> Built {
+) -> Result<Built, String> {
     let mut headers = config.headers.clone();
+    let rendered = match &config.template {
+        Some(template) => {
+            let batched = matches!(config.mode, Mode::Batched { .. });
+            Some((template, template.render(events, batched)?))
+        }
+        None => None,
+    };
+    if let Some((_, rendered)) = &rendered {
+        headers.extend(rendered.headers.iter().cloned());
+    }
     headers.extend(
         error_headers
             .iter()
             .map(|(name, value)| (name.clone(), encode_header_value(value).into_owned())),
     );
-    let (id, body) = match (config.mode, events) {
-        (Mode::Binary, [event]) => {
-            headers.extend(event.http_binary_headers());
-            (event.id.clone(), event.data_bytes())
-        }
-        (Mode::Structured, [event]) => {
-            headers.push((
+    let (id, mut binding_headers, mut body) = match (config.mode, events) {
+        (Mode::Binary, [event]) => (
+            event.id.clone(),
+            event.http_binary_headers(),
+            event.data_bytes(),
+        ),
+        (Mode::Structured, [event]) => (
+            event.id.clone(),
+            vec![(
                 CONTENT_TYPE_HEADER.to_owned(),
                 STRUCTURED_CONTENT_TYPE.to_owned(),
-            ));
-            (event.id.clone(), event.to_structured_json())
-        }
+            )],
+            event.to_structured_json(),
+        ),
         // Batched mode, or (never from `send`) several events in a per-event mode: an array.
-        _ => {
-            headers.push((
+        _ => (
+            batch_id(events),
+            vec![(
                 CONTENT_TYPE_HEADER.to_owned(),
                 BATCH_CONTENT_TYPE.to_owned(),
-            ));
-            (
-                batch_id(events),
-                to_structured_json_batch(events.iter().copied()),
-            )
-        }
+            )],
+            to_structured_json_batch(events.iter().copied()),
+        ),
     };
+    let (mut method, mut path) = (None, None);
+    if let Some((template, rendered)) = rendered {
+        let mode_content_type = binding_headers
+            .iter()
+            .find(|(name, _)| name == CONTENT_TYPE_HEADER)
+            .map(|(_, value)| value.clone());
+        binding_headers = match events {
+            [event] if template.ce_headers => event
+                .http_binary_headers()
+                .into_iter()
+                .filter(|(name, _)| name != CONTENT_TYPE_HEADER)
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Some(content_type) = rendered.content_type.or(mode_content_type) {
+            binding_headers.push((CONTENT_TYPE_HEADER.to_owned(), content_type));
+        }
+        if let Some(rendered_body) = rendered.body {
+            body = rendered_body;
+        }
+        method = rendered.method;
+        path = rendered.path;
+    }
+    headers.append(&mut binding_headers);
     if let Some(auth) = &config.auth {
         headers.push(("authorization".to_owned(), auth.header_value()));
     }
@@ -86,7 +132,13 @@ pub(crate) fn build(
             ));
         }
     }
-    Built { id, headers, body }
+    Ok(Built {
+        id,
+        headers,
+        body,
+        method,
+        path,
+    })
 }
 
 /// `batch_<32 hex digits>`: the start of SHA-256 over the events' ids, one per line, so a retried
@@ -139,7 +191,7 @@ mod tests {
     #[test]
     fn binary_mode_sends_data_with_ce_headers() {
         let e = event("u1:10:updated");
-        let built = build(&Settings::new("http://h/"), &[&e], &[], 0);
+        let built = build(&Settings::new("http://h/"), &[&e], &[], 0).unwrap();
         assert_eq!(built.id, "u1:10:updated");
         assert_eq!(built.body, br#"{"op":"updated","resync":false}"#);
         assert_eq!(built.headers, e.http_binary_headers());
@@ -161,7 +213,7 @@ mod tests {
     #[test]
     fn binary_mode_without_data_has_an_empty_body_and_no_content_type() {
         let e = CloudEvent::new("1", "/s", "t");
-        let built = build(&Settings::new("http://h/"), &[&e], &[], 0);
+        let built = build(&Settings::new("http://h/"), &[&e], &[], 0).unwrap();
         assert!(built.body.is_empty());
         assert_eq!(header(&built, "content-type"), None);
     }
@@ -173,7 +225,7 @@ mod tests {
             mode: Mode::Structured,
             ..Settings::new("http://h/")
         };
-        let built = build(&config, &[&e], &[], 0);
+        let built = build(&config, &[&e], &[], 0).unwrap();
         assert_eq!(
             built.headers,
             [(
@@ -193,7 +245,7 @@ mod tests {
             mode: Mode::Batched { max_events: 10 },
             ..Settings::new("http://h/")
         };
-        let built = build(&config, &[&a, &b], &[], 0);
+        let built = build(&config, &[&a, &b], &[], 0).unwrap();
         assert_eq!(names(&built), ["content-type"]);
         assert!(
             header(&built, "content-type")
@@ -203,8 +255,8 @@ mod tests {
         let events = herald_sink_core::encode::from_structured_json_batch(&built.body).unwrap();
         assert_eq!(events, [a.clone(), b.clone()]);
         // Stable for the same events, different for others, and free of '.'.
-        assert_eq!(built.id, build(&config, &[&a, &b], &[], 99).id);
-        assert_ne!(built.id, build(&config, &[&a], &[], 0).id);
+        assert_eq!(built.id, build(&config, &[&a, &b], &[], 99).unwrap().id);
+        assert_ne!(built.id, build(&config, &[&a], &[], 0).unwrap().id);
         assert!(
             built.id.starts_with("batch_") && built.id.len() == 38,
             "{}",
@@ -226,7 +278,7 @@ mod tests {
             ),
             ..Settings::new("http://h/")
         };
-        let built = build(&config, &[&e], &[], 1_614_265_330);
+        let built = build(&config, &[&e], &[], 1_614_265_330).unwrap();
         let names = names(&built);
         assert_eq!(names.first(), Some(&"X-Tenant"));
         assert_eq!(
@@ -267,7 +319,7 @@ mod tests {
                 "HTTP 404 Not Found: \"no\" 100%".to_owned(),
             ),
         ];
-        let built = build(&config, &[&e], &error_headers, 0);
+        let built = build(&config, &[&e], &error_headers, 0).unwrap();
         assert_eq!(
             &built.headers[..3],
             [
@@ -291,8 +343,8 @@ mod tests {
             ),
             ..Settings::new("http://h/")
         };
-        let first = build(&config, &[&e], &[], 100);
-        let second = build(&config, &[&e], &[], 160);
+        let first = build(&config, &[&e], &[], 100).unwrap();
+        let second = build(&config, &[&e], &[], 160).unwrap();
         assert_eq!(header(&first, "webhook-id"), header(&second, "webhook-id"));
         assert_ne!(
             header(&first, "webhook-signature"),
@@ -311,7 +363,7 @@ mod tests {
             }),
             ..Settings::new("http://h/")
         };
-        let built = build(&config, &[&a, &b], &[], 7);
+        let built = build(&config, &[&a, &b], &[], 7).unwrap();
         assert_eq!(header(&built, "webhook-id"), Some(built.id.as_str()));
         assert_eq!(
             header(&built, "webhook-signature").unwrap(),
@@ -335,7 +387,7 @@ mod tests {
             }),
             ..Settings::new("http://h/")
         };
-        let built = build(&config, &[&e], &[], 7);
+        let built = build(&config, &[&e], &[], 7).unwrap();
         for (name, value) in &built.headers {
             assert!(
                 reqwest::header::HeaderValue::from_str(value).is_ok(),

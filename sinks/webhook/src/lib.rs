@@ -29,6 +29,7 @@ mod replies;
 mod settings;
 mod sign;
 mod sink;
+mod template;
 
 pub use classify::{classify, classify_error, classify_reply, parse_retry_after};
 pub use config::{
@@ -36,4 +37,5 @@ pub use config::{
     WebhookTls,
 };
 pub use replies::{RateLimitHeader, ReplyBody, WebhookReplies};
-pub use sink::WebhookSink;
+pub use sink::{RequestPreview, WebhookSink};
+pub use template::WebhookTemplate;

@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     /// Most requests one `send` call has in flight at once in binary and structured mode (the
     /// driver's `concurrency` multiplies it). Default [`DEFAULT_PARALLEL_REQUESTS`]; 0 counts as 1.
     pub parallel_requests: usize,
+    /// Request templates (`template:`); `None` sends CloudEvents as `mode` says.
+    pub template: Option<crate::template::RequestTemplate>,
     /// How the receiver's answers are read (`replies`). Default: the table in [`crate::classify`].
     pub replies: crate::classify::ReplyRules,
 }
@@ -62,6 +64,7 @@ impl Settings {
             mode: Mode::default(),
             signing: None,
             parallel_requests: DEFAULT_PARALLEL_REQUESTS,
+            template: None,
             replies: crate::classify::ReplyRules::default(),
         }
     }
@@ -81,6 +84,7 @@ impl fmt::Debug for Settings {
             .field("mode", &self.mode)
             .field("signing", &self.signing)
             .field("parallel_requests", &self.parallel_requests)
+            .field("template", &self.template)
             .field("replies", &self.replies)
             .finish()
     }

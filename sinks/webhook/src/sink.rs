@@ -136,16 +136,15 @@ impl WebhookSink {
                 format!("dead-letter header {name:?} is not named {ERROR_HEADER_PREFIX}*"),
             )));
         }
-        let built = encode::build(&self.config, events, error_headers, unix_now());
-        let headers = match header_map(&built.headers) {
-            Ok(headers) => headers,
+        let request = match self.prepare(events, error_headers, unix_now()) {
+            Ok(prepared) => prepared,
             Err(reason) => return all(Outcome::reject(reason)),
         };
         let request = self
             .client
-            .request(self.config.method.clone(), self.url.clone())
-            .headers(headers)
-            .body(built.body);
+            .request(request.method, request.url)
+            .headers(request.headers)
+            .body(request.body);
         let mut response = match request.send().await {
             Ok(response) => response,
             Err(error) => return all(classify_error(&error)),
@@ -195,6 +194,88 @@ impl WebhookSink {
             rules,
             SystemTime::now(),
         ))
+    }
+
+    /// The request for `events`, signed at `timestamp`, not sent: what [`Sink::send`] sends, and
+    /// what `herald render` prints.
+    ///
+    /// # Errors
+    ///
+    /// A [`Reason`] to reject the events with: `render_failed` when a template fails on them
+    /// (the detail names the template and line), `invalid_request` when a header cannot be
+    /// carried.
+    pub(crate) fn prepare(
+        &self,
+        events: &[&CloudEvent],
+        error_headers: &[(String, String)],
+        timestamp: u64,
+    ) -> Result<Prepared, Reason> {
+        let built = encode::build(&self.config, events, error_headers, timestamp)
+            .map_err(|e| Reason::new(herald_sink_core::jinja::RENDER_FAILED, e))?;
+        let headers = header_map(&built.headers)?;
+        let url = match &built.path {
+            Some(path) => crate::template::join_path(&self.url, path)
+                .map_err(|e| Reason::new(herald_sink_core::jinja::RENDER_FAILED, e))?,
+            None => self.url.clone(),
+        };
+        Ok(Prepared {
+            method: built.method.unwrap_or_else(|| self.config.method.clone()),
+            url,
+            headers,
+            header_list: built.headers,
+            body: built.body,
+        })
+    }
+
+    /// The request [`Sink::send`] would make for `events` now (one event, or one batch in batched
+    /// mode), for `herald render`: the secrets this sink knows (auth, `template.secrets`) are
+    /// replaced by `***` wherever they appear, and `authorization` keeps only its scheme.
+    ///
+    /// # Errors
+    ///
+    /// The [`Reason`] the events would be rejected with: `render_failed` (the template's error,
+    /// with its line) or `invalid_request`.
+    pub fn preview(&self, events: &[&CloudEvent]) -> Result<RequestPreview, Reason> {
+        let prepared = self.prepare(events, &[], unix_now())?;
+        let mut secrets: Vec<&str> = Vec::new();
+        match &self.config.auth {
+            Some(Auth::Bearer(token)) => secrets.push(token),
+            Some(Auth::Basic { password, .. }) => secrets.push(password),
+            None => {}
+        }
+        if let Some(template) = &self.config.template {
+            secrets.extend(template.secret_values());
+        }
+        secrets.retain(|s| !s.is_empty());
+        let mask = |text: &str| {
+            secrets
+                .iter()
+                .fold(text.to_owned(), |text, secret| text.replace(secret, MASK))
+        };
+        let mut headers: Vec<(String, String)> = prepared
+            .header_list
+            .iter()
+            .map(|(name, value)| {
+                let value = if name.eq_ignore_ascii_case("authorization") {
+                    let scheme = value.split(' ').next().unwrap_or_default();
+                    format!("{scheme} {MASK}")
+                } else {
+                    mask(value)
+                };
+                (name.clone(), value)
+            })
+            .collect();
+        headers.push(("content-length".to_owned(), prepared.body.len().to_string()));
+        let body = match String::from_utf8(prepared.body) {
+            Ok(text) => mask(&text).into_bytes(),
+            Err(e) => e.into_bytes(),
+        };
+        Ok(RequestPreview {
+            method: prepared.method.to_string(),
+            url: prepared.url.to_string(),
+            headers,
+            body,
+        })
     }
 
     /// Binary and structured mode: one request per event. Events with different partition keys
@@ -288,6 +369,33 @@ impl WebhookSink {
         }
         outcomes
     }
+}
+
+/// What replaces a secret in a [`RequestPreview`].
+const MASK: &str = "***";
+
+/// A request as [`WebhookSink::preview`] shows it, secrets masked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestPreview {
+    /// `POST`, `PUT` …
+    pub method: String,
+    /// The URL, the template's path appended.
+    pub url: String,
+    /// The headers herald sets, in sending order, then `content-length`; the HTTP client adds
+    /// `host`, `user-agent` and `accept`.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// One request, ready to send.
+pub(crate) struct Prepared {
+    pub(crate) method: Method,
+    pub(crate) url: Url,
+    pub(crate) headers: HeaderMap,
+    /// The headers in sending order, as built.
+    pub(crate) header_list: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 /// The outcome of an event the sink has no answer for (a bug, retried rather than lost).
@@ -658,7 +766,7 @@ mod tests {
             ..Settings::new("http://127.0.0.1:1/")
         };
         let event = CloudEvent::new("1", "/s", "t").data(serde_json::json!({"a": 1}));
-        let built = encode::build(&config, &[&event], &[], 5);
+        let built = encode::build(&config, &[&event], &[], 5).unwrap();
         let map = header_map(&built.headers).unwrap();
         assert!(map["authorization"].is_sensitive());
         assert_eq!(map["x-tenant"], "a");
