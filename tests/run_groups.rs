@@ -475,6 +475,7 @@ async fn a_storage_version_change_repeats_no_event() {
     assert_eq!(events[3]["data"]["object"]["apiVersion"], "example.com/v2");
     let all = herald.settle(4).await;
     let mut unique = ids(&all);
+    unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), 4, "{unique:#?}");
 }
@@ -848,4 +849,153 @@ async fn a_reload_to_a_group_pattern_resumes_the_kind_and_finds_new_ones() {
         sorted(vec![id_of(&w1b, "updated"), id_of(&g, "created")])
     );
     herald.settle(3).await;
+}
+
+/// How many times herald's stderr says a relist finished.
+fn relists(herald: &Herald) -> usize {
+    herald
+        .stderr_text()
+        .matches("Listed and reconciled.")
+        .count()
+}
+
+/// Narrowing `namespaces` from every namespace to `exclude: [kube-*]` (same resource, same journal
+/// stream) forgets the objects of the newly excluded namespaces: a 410 relist afterwards reports no
+/// deletion for those that still exist, nor for one changed while excluded.
+#[tokio::test]
+async fn narrowing_the_name_patterns_reports_no_deletion_at_relist() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let k = create(
+        &raw,
+        &widgets("kube-system"),
+        &widget_in("kube-system", "k"),
+    )
+    .await;
+    let j = create(
+        &raw,
+        &widgets("kube-system"),
+        &widget_in("kube-system", "j"),
+    )
+    .await;
+    let d = create(&raw, &widgets("default"), &widget_in("default", "d")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let all = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
+    let mut herald = Herald::start(dir.path(), &all);
+    assert_eq!(
+        sorted(ids(&herald.wait_for(3).await)),
+        sorted(vec![
+            id_of(&k, "created"),
+            id_of(&j, "created"),
+            id_of(&d, "created")
+        ])
+    );
+    assert_eq!(herald.terminate().await, Some(0));
+
+    // Restart excluding kube-*: it resumes from the checkpoint, and a change there is skipped.
+    let narrow = all.replace(
+        "    kind: Widget",
+        "    kind: Widget\n    namespaces: {exclude: [\"kube-*\"]}",
+    );
+    std::fs::write(&herald.config, &narrow).unwrap();
+    herald.restart();
+    herald.wait_for_log("Watching resource.").await;
+    raw.patch(
+        &format!("{}/j", widgets("kube-system")),
+        MERGE,
+        &json!({"spec": {"v": 2}}),
+    )
+    .await;
+    let d2 = raw
+        .patch(
+            &format!("{}/d", widgets("default")),
+            MERGE,
+            &json!({"spec": {"v": 2}}),
+        )
+        .await
+        .body;
+    assert_eq!(ids(&herald.wait_for(4).await)[3], id_of(&d2, "updated"));
+
+    // A 410 forces a relist at the next start: kube-system's widgets still exist, so nothing is
+    // reported for them.
+    assert_eq!(herald.terminate().await, Some(0));
+    let before = relists(&herald);
+    create(
+        &raw,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bump"}}),
+    )
+    .await;
+    sim.compact();
+    herald.restart();
+    let started = Instant::now();
+    while relists(&herald) == before {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no relist after the 410\n{}",
+            herald.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let d3 = raw
+        .patch(
+            &format!("{}/d", widgets("default")),
+            MERGE,
+            &json!({"spec": {"v": 3}}),
+        )
+        .await
+        .body;
+    let events = herald.wait_for(5).await;
+    assert_eq!(ids(&events)[4], id_of(&d3, "updated"), "{events:#?}");
+    herald.settle(5).await;
+}
+
+/// Waits until `/readyz` answers `want`; panics with its last answer and herald's stderr after 30 s.
+async fn wait_readyz(herald: &Herald, addr: &str, want: u16) {
+    let started = Instant::now();
+    loop {
+        let (code, body) = admin_get(addr, "/readyz").await;
+        if code == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "/readyz {code}, expected {want}: {body}\n--- herald stderr ---\n{}",
+            herald.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A brief API server outage breaks the pattern's watch of the CRDs; the watch resumes without a
+/// relist, and `/readyz` is ready again.
+#[tokio::test]
+async fn a_group_pattern_is_ready_again_after_a_brief_outage() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]",
+    );
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    wait_readyz(&herald, &addr, 200).await;
+    sim.restart(true, false, Duration::from_millis(1500)).await;
+    wait_readyz(&herald, &addr, 200).await;
+    // Still following the CRDs: a kind installed after the outage is watched.
+    raw.install_crd(&gadgets_crd()).await;
+    wait_watched(
+        &herald,
+        &addr,
+        &[
+            "*.example.com",
+            "widgets.example.com",
+            "gadgets.example.com",
+        ],
+    )
+    .await;
 }

@@ -134,6 +134,13 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// Whether the object's namespace passes the `namespaces` name patterns (cluster-scoped
+    /// objects always do).
+    fn name_pattern_allowed(&self, obj: &Value) -> bool {
+        let ns = meta(obj, "namespace");
+        ns.is_empty() || self.spec.namespace_name_allowed(ns)
+    }
+
     fn selective(&self) -> bool {
         self.spec.label_selector.is_some()
             || self.spec.field_selector.is_some()
@@ -413,10 +420,20 @@ impl<'a> Recorder<'a> {
             if !obj_rv.is_empty() {
                 next.clone_from(&obj_rv);
             }
+            let key = event::object_key(&self.resolved.resource, &obj);
+            if !self.name_pattern_allowed(&obj) {
+                // Outside the name patterns: untracked, so a later relist reports nothing for it
+                // (an entry left from before the patterns changed is dropped without an event).
+                if self.recorded(&mut p, &key)?.is_some() {
+                    self.remove(&mut p, &key);
+                } else {
+                    p.overlay.insert(key, None);
+                }
+                continue;
+            }
             if !self.namespace_allowed(meta(&obj, "namespace")).await? {
                 continue;
             }
-            let key = event::object_key(&self.resolved.resource, &obj);
             let old = self.recorded(&mut p, &key)?;
             match seen {
                 Seen::Added | Seen::Modified => self.present(&mut p, &key, obj, old, false, None),
@@ -542,6 +559,12 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         flush(&mut p)?;
     }
     for (key, old) in gone {
+        if !rec.name_pattern_allowed(old) {
+            // Indexed before the name patterns excluded its namespace: no longer watched, so
+            // forgotten without an event (it may well still exist).
+            rec.remove(&mut p, key);
+            continue;
+        }
         if rec.selective()
             && let Some(current) = rec.still_exists(old).await?
         {
