@@ -107,14 +107,23 @@ pub(super) async fn run(
             }
             Ok(watcher::Event::Apply(crd)) => {
                 known.insert(crd_name(&crd), crd);
+                health.clear_problem();
+                health.synced.store(true, Ordering::SeqCst);
                 true
             }
             Ok(watcher::Event::Delete(crd)) => {
                 known.remove(&crd_name(&crd));
+                health.clear_problem();
+                health.synced.store(true, Ordering::SeqCst);
                 true
             }
             Err(error) => {
-                health.synced.store(false, Ordering::SeqCst);
+                // Only a failed list leaves the view of the CRDs incomplete: after a failed watch,
+                // kube's watcher watches again from where it was, without a relist (no InitDone
+                // would ever restore `synced`).
+                if matches!(error, watcher::Error::InitialListFailed(_)) {
+                    health.synced.store(false, Ordering::SeqCst);
+                }
                 let message = error.to_string();
                 if let watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) =
                     &error
