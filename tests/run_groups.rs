@@ -999,3 +999,115 @@ async fn a_group_pattern_is_ready_again_after_a_brief_outage() {
     )
     .await;
 }
+
+/// The `deleted` events herald synthesizes for a gone CRD's objects it did not see deleted: resync,
+/// one per object, each id `<uid>:<rv>:deleted` at one revision (the stream's last checkpoint).
+fn assert_synthesized_deletions(events: &[Value], objects: &[&Value]) {
+    assert_eq!(events.len(), objects.len(), "{events:#?}");
+    let rv = events[0]["resourceversion"].as_str().unwrap().to_string();
+    let want = sorted(objects.iter().map(|o| deleted_id(o, &rv)).collect());
+    assert_eq!(sorted(ids(events)), want, "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["resync"] == json!(true) && e["type"] == "dev.herald.resource.deleted"),
+        "{events:#?}"
+    );
+}
+
+/// A CRD deleted while its watcher cannot read its watch (failing watches here; a paused or
+/// relisting watcher alike): the watcher retires with its index full, and herald reports the
+/// deletion of each object the index held, once.
+#[tokio::test]
+async fn a_retired_watcher_reports_the_deletions_it_did_not_read() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let w1 = create(&raw, &widgets("default"), &widget_in("default", "w1")).await;
+    let w2 = create(&raw, &widgets("default"), &widget_in("default", "w2")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]",
+    );
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    assert_eq!(
+        sorted(ids(&herald.wait_for(2).await)),
+        sorted(vec![id_of(&w1, "created"), id_of(&w2, "created")])
+    );
+    // The widgets' watches fail from now on; the open one ends with the server's restart.
+    sim.fail(herald_sim::FailRule {
+        path_prefix: "/apis/example.com/v1/widgets".into(),
+        method: None,
+        watch: Some(true),
+        status: 500,
+        count: 1000,
+        retry_after_seconds: None,
+        client: None,
+    });
+    sim.restart(true, false, Duration::from_millis(200)).await;
+    // The CRDs are followed again (a new kind is found) while the widgets' watcher cannot watch.
+    raw.install_crd(&gadgets_crd()).await;
+    wait_watched(
+        &herald,
+        &addr,
+        &[
+            "*.example.com",
+            "widgets.example.com",
+            "gadgets.example.com",
+        ],
+    )
+    .await;
+    let r = raw.delete(&format!("{CRDS}/widgets.example.com")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    sim.clear_faults();
+    wait_watched(&herald, &addr, &["*.example.com", "gadgets.example.com"]).await;
+    let events = herald.wait_for(4).await;
+    assert_synthesized_deletions(&events[2..], &[&w1, &w2]);
+    herald.settle(4).await;
+}
+
+/// A CRD of the group deleted while herald was down: at the pattern's first view, the deletion of
+/// each object its kind's index holds is reported, once (not again at the next start).
+#[tokio::test]
+async fn a_crd_deleted_while_herald_was_down_reports_its_objects_deleted() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    raw.install_crd(&gadgets_crd()).await;
+    let g1 = create(&raw, GADGETS, &gadget("g1")).await;
+    let g2 = create(&raw, GADGETS, &gadget("g2")).await;
+    let w1 = create(&raw, &widgets("default"), &widget_in("default", "w1")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]",
+    );
+    let addr = admin_addr(&config);
+    let mut herald = Herald::start(dir.path(), &config);
+    assert_eq!(
+        sorted(ids(&herald.wait_for(3).await)),
+        sorted(vec![
+            id_of(&g1, "created"),
+            id_of(&g2, "created"),
+            id_of(&w1, "created")
+        ])
+    );
+    assert_eq!(herald.terminate().await, Some(0));
+    let r = raw.delete(&format!("{CRDS}/gadgets.example.com")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    herald.restart();
+    let events = herald.wait_for(5).await;
+    assert_synthesized_deletions(&events[3..], &[&g1, &g2]);
+    wait_watched(&herald, &addr, &["*.example.com", "widgets.example.com"]).await;
+    herald.settle(5).await;
+    assert_eq!(herald.terminate().await, Some(0));
+    herald.restart();
+    let w2 = create(&raw, &widgets("default"), &widget_in("default", "w2")).await;
+    let events = herald.wait_for(6).await;
+    assert_eq!(ids(&events)[5], id_of(&w2, "created"));
+    herald.settle(6).await;
+}

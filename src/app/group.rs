@@ -9,7 +9,7 @@
 //! the watcher reads the deletions of its objects that the watch shows, and ends once the resource
 //! is no longer served.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::supervisor::{Registry, guarded};
 use crate::journal::Journal;
 use crate::watch::pattern::{MatchedKind, matched_kinds};
-use crate::watch::{self, WatchSpec};
+use crate::watch::{self, WatchSpec, problem};
 
 /// How often finished (retired) watchers are collected.
 const COLLECT_EVERY: Duration = Duration::from_millis(250);
@@ -49,6 +49,8 @@ struct Child {
     /// Set while its CRD is being deleted (cleared if the CRD comes back first).
     retire: Arc<AtomicBool>,
     handle: JoinHandle<()>,
+    /// Its kind's journal stream: what its index still holds when it retires is reported deleted.
+    stream: String,
 }
 
 /// Runs a group pattern until `stop` fires: follows the CRDs of `spec.group`, keeping one watcher per
@@ -135,6 +137,9 @@ pub(super) async fn run(
             }
         };
         if changed {
+            if !late {
+                report_orphans(&ctx, &spec, &known);
+            }
             reconcile(&ctx, &spec, &stop, &known, &mut children, late);
             late = true;
         }
@@ -146,6 +151,62 @@ pub(super) async fn run(
     for (label, child) in children {
         let _ = tokio::time::timeout(Duration::from_secs(4), child.handle).await;
         ctx.registry.remove_watcher(&label);
+    }
+}
+
+/// Reports the deletion of whatever `stream`'s index still holds (its CRD is gone, and its objects
+/// with it): deletions the watcher did not read (paused by the backlog, relisting, herald down).
+fn report_gone(ctx: &Context, spec: &WatchSpec, stream: &str) {
+    match watch::report_gone(&ctx.journal, spec, stream) {
+        Ok(0) => {}
+        Ok(objects) => {
+            tracing::info!(message = "CRD gone; reported the deletion of the objects its index still held.", stream, objects, pattern = %spec.label());
+        }
+        Err(error) => {
+            tracing::warn!(message = "Reporting the deletions of a gone CRD's objects failed.", stream, error = %problem::chain(&error), pattern = %spec.label());
+        }
+    }
+}
+
+/// At the pattern's first complete view of the CRDs: the kinds of its group with an index but no
+/// CRD (deleted while herald was down) get their objects' deletions reported.
+fn report_orphans(
+    ctx: &Context,
+    spec: &WatchSpec,
+    crds: &BTreeMap<String, CustomResourceDefinition>,
+) {
+    let live: BTreeSet<&str> = crds
+        .values()
+        .filter(|c| c.spec.group == spec.group && c.metadata.deletion_timestamp.is_none())
+        .map(|c| c.spec.names.plural.as_str())
+        .collect();
+    let streams = match ctx.journal.indexed_streams(&format!("{}/", spec.group)) {
+        Ok(s) => s,
+        Err(error) => {
+            tracing::warn!(message = "Looking for the kinds of deleted CRDs failed.", error = %problem::chain(&error), pattern = %spec.label());
+            return;
+        }
+    };
+    let scope = spec.namespace.as_deref().unwrap_or("*");
+    for stream in streams {
+        let mut parts = stream.splitn(3, '/');
+        let (Some(_), Some(plural), Some(ns)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if live.contains(plural) || ns != scope {
+            continue;
+        }
+        // Only the kinds this pattern takes.
+        let kind = ctx
+            .journal
+            .index_scan(&stream)
+            .ok()
+            .and_then(|entries| entries.into_iter().next())
+            .and_then(|(_, raw)| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+            .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned));
+        if kind.is_some_and(|k| spec.takes_kind(&k)) {
+            report_gone(ctx, spec, &stream);
+        }
     }
 }
 
@@ -198,12 +259,14 @@ fn reconcile(
         };
         let handle = tokio::spawn(guarded(ctx.alive.clone(), child_stop.clone(), task));
         ctx.registry.add_watcher(label.clone(), child_health);
+        let stream = m.stream(spec);
         children.insert(
             label,
             Child {
                 stop: child_stop,
                 retire,
                 handle,
+                stream,
             },
         );
     }
@@ -222,9 +285,15 @@ fn collect_finished(
         .map(|(l, _)| l.clone())
         .collect();
     for label in &done {
-        children.remove(label);
+        let Some(child) = children.remove(label) else {
+            continue;
+        };
         ctx.registry.remove_watcher(label);
         tracing::info!(message = "Watcher of a deleted CRD stopped.", resource = %label, pattern = %spec.label());
+        if child.retire.load(Ordering::SeqCst) {
+            // Before a watcher for a CRD installed again can start on the same stream.
+            report_gone(ctx, spec, &child.stream);
+        }
     }
     !done.is_empty()
 }

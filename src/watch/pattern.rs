@@ -14,6 +14,19 @@ pub struct MatchedKind {
     pub plural: String,
     /// The watcher's label, the same as if the kind were configured alone.
     pub label: String,
+    /// `spec.scope` is `Namespaced`.
+    pub namespaced: bool,
+}
+
+impl MatchedKind {
+    /// The kind's journal stream, the one its watcher resolves (`<group>/<plural>/<namespace or *>`).
+    pub fn stream(&self, spec: &WatchSpec) -> String {
+        let ns = match (&spec.namespace, self.namespaced) {
+            (Some(ns), true) => ns.as_str(),
+            _ => "*",
+        };
+        format!("{}/{}/{ns}", spec.group, self.plural)
+    }
 }
 
 /// The kinds of `crds` that `spec`, a group pattern, takes now, sorted by label: CRDs of its group,
@@ -39,6 +52,7 @@ pub fn matched_kinds<'a>(
                 kind: names.kind.clone(),
                 plural: names.plural.clone(),
                 label: spec.for_kind(&names.kind, &names.plural).label(),
+                namespaced: crd.spec.scope == "Namespaced",
             }
         })
         .collect();
@@ -111,7 +125,8 @@ mod tests {
             [MatchedKind {
                 kind: "Widget".into(),
                 plural: "widgets".into(),
-                label: "widgets.example.com".into()
+                label: "widgets.example.com".into(),
+                namespaced: true,
             }]
         );
         let v2 = pattern("kinds: ['*'], version: v2");

@@ -584,5 +584,73 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     Ok(list_rv)
 }
 
+/// Reports the deletion of every object `stream`'s index still holds and empties the index, in
+/// one batch: for a kind of a group pattern whose CRD is gone (its objects went with it) while its
+/// watcher could not read their deletions (paused, relisting, or herald was down). `deleted`
+/// events with `resync: true`, dated at the stream's checkpoint (the last revision herald read; the
+/// object's own without one), so their ids are as deterministic as a relist's. Names come from the
+/// stream (`<group>/<plural>/<namespace or *>`) and the indexed objects. Returns how many objects
+/// the index held.
+pub fn report_gone(
+    journal: &Journal,
+    spec: &WatchSpec,
+    stream: &str,
+) -> Result<usize, JournalError> {
+    let entries = journal.index_scan(stream)?;
+    if entries.is_empty() {
+        return Ok(0);
+    }
+    let rv = journal.checkpoint(stream)?;
+    let mut batch = Batch {
+        stream: stream.to_string(),
+        events: Vec::new(),
+        index: Vec::new(),
+        checkpoint: None,
+    };
+    let mut resource: Option<event::Resource> = None;
+    for (key, raw) in &entries {
+        batch.index.push(IndexUpdate::Remove { key: key.clone() });
+        let Ok(mut obj) = serde_json::from_slice::<Value>(raw) else {
+            continue;
+        };
+        take_unconfirmed_mark(&mut obj);
+        if !spec.ops.contains(&Op::Deleted) {
+            continue;
+        }
+        let resource = resource.get_or_insert_with(|| {
+            let mut r = spec.template.clone();
+            r.group.clone_from(&spec.group);
+            r.plural = stream.split('/').nth(1).unwrap_or_default().to_string();
+            r.kind = obj
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            r.version = obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .and_then(|v| v.rsplit('/').next())
+                .unwrap_or_default()
+                .to_string();
+            r.namespaced = !meta(&obj, "namespace").is_empty();
+            r
+        });
+        let ev = event::normalize(
+            resource,
+            Observed {
+                op: Op::Deleted,
+                object: &obj,
+                old: None,
+                resync: true,
+                resource_version: rv.as_deref(),
+                observed_at: jiff::Timestamp::now(),
+            },
+        );
+        batch.events.push(ev.to_structured_json());
+    }
+    journal.append(batch)?;
+    Ok(entries.len())
+}
+
 #[cfg(test)]
 mod tests;
