@@ -30,7 +30,9 @@ impl MatchedKind {
 }
 
 /// The kinds of `crds` that `spec`, a group pattern, takes now, sorted by label: CRDs of its group,
-/// of a listed kind (or any), serving the configured version (or any), and not being deleted.
+/// of a listed kind (or any), serving the configured version (or any), established (the API server
+/// serves the resource only then: a watcher started before would wait, keeping `/readyz` failing),
+/// and not being deleted.
 pub fn matched_kinds<'a>(
     spec: &WatchSpec,
     crds: impl IntoIterator<Item = &'a CustomResourceDefinition>,
@@ -42,6 +44,7 @@ pub fn matched_kinds<'a>(
             s.group == spec.group
                 && spec.takes_kind(&s.names.kind)
                 && crd.metadata.deletion_timestamp.is_none()
+                && established(crd)
                 && s.versions
                     .iter()
                     .any(|v| v.served && spec.version.as_deref().is_none_or(|want| want == v.name))
@@ -58,6 +61,17 @@ pub fn matched_kinds<'a>(
         .collect();
     out.sort_by(|a, b| a.label.cmp(&b.label));
     out
+}
+
+/// Whether the CRD's `Established` condition is `True`.
+fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
 }
 
 #[cfg(test)]
@@ -84,6 +98,7 @@ mod tests {
         if deleting {
             v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         }
+        v["status"] = json!({"conditions": [{"type": "Established", "status": "True"}]});
         serde_json::from_value(v).unwrap()
     }
 
@@ -146,5 +161,23 @@ mod tests {
         assert_eq!(from_pattern.label(), "widgets.example.com");
         assert!(from_pattern.namespace_name_allowed("default"));
         assert!(!from_pattern.namespace_name_allowed("kube-system"));
+    }
+
+    #[test]
+    fn a_crd_not_yet_established_is_not_taken() {
+        let mut pending = crd("example.com", "Widget", "widgets", &[("v1", true)], false);
+        let every = pattern("kinds: ['*']");
+        assert_eq!(matched_kinds(&every, [&pending]).len(), 1);
+        for status in [
+            json!({"conditions": [{"type": "NamesAccepted", "status": "True"},
+                                  {"type": "Established", "status": "False"}]}),
+            json!({"conditions": [{"type": "NamesAccepted", "status": "True"}]}),
+            json!({}),
+        ] {
+            pending.status = Some(serde_json::from_value(status).unwrap());
+            assert_eq!(matched_kinds(&every, [&pending]), []);
+        }
+        pending.status = None;
+        assert_eq!(matched_kinds(&every, [&pending]), []);
     }
 }
