@@ -26,6 +26,10 @@ use crate::journal::Journal;
 use crate::watch::pattern::{MatchedKind, matched_kinds};
 use crate::watch::{self, WatchSpec, problem};
 
+/// How long a stopping pattern waits for all its watchers together (the supervisor gives the
+/// pattern 5 s).
+const STOP_BUDGET: Duration = Duration::from_secs(4);
+
 /// How often finished (retired) watchers are collected.
 const COLLECT_EVERY: Duration = Duration::from_millis(250);
 
@@ -93,7 +97,9 @@ pub(super) async fn run(
                 false
             }
             Ok(watcher::Event::InitApply(crd)) => {
-                if let Some(l) = listing.as_mut() {
+                if let Some(l) = listing.as_mut()
+                    && let Some(crd) = slim(&spec, crd)
+                {
                     l.insert(crd_name(&crd), crd);
                 }
                 false
@@ -108,7 +114,12 @@ pub(super) async fn run(
                 true
             }
             Ok(watcher::Event::Apply(crd)) => {
-                known.insert(crd_name(&crd), crd);
+                let name = crd_name(&crd);
+                match slim(&spec, crd) {
+                    Some(crd) => known.insert(name, crd),
+                    // Its group changed (not allowed by the API server, but cheap to follow).
+                    None => known.remove(&name),
+                };
                 health.clear_problem();
                 health.synced.store(true, Ordering::SeqCst);
                 true
@@ -148,8 +159,17 @@ pub(super) async fn run(
     for child in children.values() {
         child.stop.cancel();
     }
-    for (label, child) in children {
-        let _ = tokio::time::timeout(Duration::from_secs(4), child.handle).await;
+    // One budget for all of them, within the supervisor's 5 s for the whole pattern; a child
+    // still running then is aborted (dropping a JoinHandle would leave its task running).
+    let deadline = tokio::time::Instant::now() + STOP_BUDGET;
+    for (label, mut child) in children {
+        if tokio::time::timeout_at(deadline, &mut child.handle)
+            .await
+            .is_err()
+        {
+            child.handle.abort();
+            tracing::warn!(message = "Watcher did not stop in time; aborted.", resource = %label);
+        }
         ctx.registry.remove_watcher(&label);
     }
 }
@@ -208,6 +228,19 @@ fn report_orphans(
             report_gone(ctx, spec, &stream);
         }
     }
+}
+
+/// The CRD as the pattern keeps it: `None` for another group's; without the versions' schemas
+/// (often most of a CRD, and never read here).
+fn slim(spec: &WatchSpec, mut crd: CustomResourceDefinition) -> Option<CustomResourceDefinition> {
+    if crd.spec.group != spec.group {
+        return None;
+    }
+    for v in &mut crd.spec.versions {
+        v.schema = None;
+    }
+    crd.metadata.managed_fields = None;
+    Some(crd)
 }
 
 fn crd_name(crd: &CustomResourceDefinition) -> String {
@@ -296,4 +329,37 @@ fn collect_finished(
         }
     }
     !done.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::{self, Config};
+
+    #[test]
+    fn the_pattern_keeps_only_its_groups_crds_without_schemas() {
+        let cfg: Config = config::from_str(
+            "resources:\n- {group: example.com, kinds: ['*']}\nsinks:\n- {name: out, type: file, path: e.jsonl}\n",
+        )
+        .unwrap();
+        let spec = WatchSpec::from_config(&cfg).remove(0);
+        let crd = |group: &str| -> CustomResourceDefinition {
+            serde_json::from_value(json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("widgets.{group}")},
+                "spec": {"group": group, "scope": "Namespaced",
+                         "names": {"kind": "Widget", "plural": "widgets"},
+                         "versions": [{"name": "v1", "served": true, "storage": true,
+                                       "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+            }))
+            .unwrap()
+        };
+        assert!(slim(&spec, crd("other.example")).is_none());
+        let kept = slim(&spec, crd("example.com")).unwrap();
+        assert_eq!(kept.spec.versions.len(), 1);
+        assert!(kept.spec.versions[0].schema.is_none());
+        assert!(kept.spec.versions[0].served);
+    }
 }
