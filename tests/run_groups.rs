@@ -1111,3 +1111,34 @@ async fn a_crd_deleted_while_herald_was_down_reports_its_objects_deleted() {
     assert_eq!(ids(&events)[5], id_of(&w2, "created"));
     herald.settle(6).await;
 }
+
+/// `initialState: skip` is about what existed at herald's very first start: a CRD of the group
+/// installed while herald was down is new, and its objects are reported at the next start.
+#[tokio::test]
+async fn a_crd_installed_while_herald_was_down_is_reported_despite_initial_state_skip() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    create(&raw, &widgets("default"), &widget_in("default", "w1")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]\n    initialState: skip",
+    );
+    let addr = admin_addr(&config);
+    let mut herald = Herald::start(dir.path(), &config);
+    wait_watched(&herald, &addr, &["*.example.com", "widgets.example.com"]).await;
+    herald.wait_for_log("Listed and reconciled.").await;
+    let w2 = create(&raw, &widgets("default"), &widget_in("default", "w2")).await;
+    assert_eq!(ids(&herald.wait_for(1).await), [id_of(&w2, "created")]);
+    assert_eq!(herald.terminate().await, Some(0));
+
+    raw.install_crd(&gadgets_crd()).await;
+    let g1 = create(&raw, GADGETS, &gadget("g1")).await;
+    herald.restart();
+    let events = herald.wait_for(2).await;
+    assert_eq!(ids(&events)[1], id_of(&g1, "created"), "{events:#?}");
+    assert_eq!(events[1]["resync"], json!(true));
+    herald.settle(2).await;
+}

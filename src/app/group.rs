@@ -76,8 +76,18 @@ pub(super) async fn run(
     let mut children: BTreeMap<String, Child> = BTreeMap::new();
     let mut collect = tokio::time::interval(COLLECT_EVERY);
     // After the first complete view, a new CRD is new: its objects are all reported, whatever
-    // `initialState` says (that is for what existed when herald first started).
-    let mut late = false;
+    // `initialState` says (that is for what existed when herald first started). The first view
+    // ever is remembered in the journal, so a CRD installed while herald was down is new too (a
+    // kind that has a checkpoint resumes from it whatever `late` says).
+    let marker = first_view_stream(&spec);
+    let mut late = match ctx.journal.checkpoint(&marker) {
+        Ok(m) => m.is_some(),
+        Err(error) => {
+            tracing::warn!(message = "Reading the pattern's first-view mark failed; taking it for a first start.", error = %problem::chain(&error), pattern = %spec.label());
+            false
+        }
+    };
+    let mut first_view = true;
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => break,
@@ -148,10 +158,14 @@ pub(super) async fn run(
             }
         };
         if changed {
-            if !late {
+            if first_view {
                 report_orphans(&ctx, &spec, &known);
             }
             reconcile(&ctx, &spec, &stop, &known, &mut children, late);
+            if !late {
+                mark_first_view(&ctx, &spec, &marker);
+            }
+            first_view = false;
             late = true;
         }
     }
@@ -171,6 +185,31 @@ pub(super) async fn run(
             tracing::warn!(message = "Watcher did not stop in time; aborted.", resource = %label);
         }
         ctx.registry.remove_watcher(&label);
+    }
+}
+
+/// The journal entry that says the pattern's first complete view of the CRDs is done: the
+/// checkpoint of a stream no watcher has (`<group>/*/<namespace or *>`: no plural is `*`), so the
+/// journal's layout stays as it is.
+fn first_view_stream(spec: &WatchSpec) -> String {
+    format!(
+        "{}/{}/{}",
+        spec.group,
+        crate::config::ANY_KIND,
+        spec.namespace.as_deref().unwrap_or("*")
+    )
+}
+
+/// Records that the first complete view is done (an empty batch that only sets the checkpoint).
+fn mark_first_view(ctx: &Context, spec: &WatchSpec, marker: &str) {
+    let batch = crate::journal::Batch {
+        stream: marker.to_string(),
+        events: Vec::new(),
+        index: Vec::new(),
+        checkpoint: Some("first-view-done".to_string()),
+    };
+    if let Err(error) = ctx.journal.append(batch) {
+        tracing::warn!(message = "Recording the pattern's first view failed; a CRD installed while herald is down may be taken for one present at the first start.", error = %problem::chain(&error), pattern = %spec.label());
     }
 }
 
