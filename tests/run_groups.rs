@@ -1142,3 +1142,60 @@ async fn a_crd_installed_while_herald_was_down_is_reported_despite_initial_state
     assert_eq!(events[1]["resync"], json!(true));
     herald.settle(2).await;
 }
+
+/// With `namespaces: [a, b]`, a cluster-scoped kind of the group gets one watcher (labelled as if
+/// configured alone), not one per listed namespace on the same stream; namespaced kinds get one each.
+#[tokio::test]
+async fn a_cluster_scoped_kind_is_watched_once_with_a_namespace_list() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    raw.install_crd(&crd(
+        "example.com",
+        "clusterthings",
+        "ClusterThing",
+        "Cluster",
+        &[("v1", true, true)],
+    ))
+    .await;
+    for ns in ["a", "b"] {
+        namespace(&raw, ns).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]\n    namespaces: [a, b]",
+    );
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    wait_watched(
+        &herald,
+        &addr,
+        &[
+            "*.example.com/a",
+            "*.example.com/b",
+            "clusterthings.example.com",
+            "widgets.example.com/a",
+            "widgets.example.com/b",
+        ],
+    )
+    .await;
+    let t = create(
+        &raw,
+        "/apis/example.com/v1/clusterthings",
+        &json!({"apiVersion": "example.com/v1", "kind": "ClusterThing", "metadata": {"name": "t"}}),
+    )
+    .await;
+    assert_eq!(ids(&herald.wait_for(1).await), [id_of(&t, "created")]);
+    herald.settle(1).await;
+    // Still one watcher for it (the list is compared again after the settle).
+    let got = sorted(watched(&addr).await);
+    assert_eq!(
+        got.iter()
+            .filter(|l| l.starts_with("clusterthings."))
+            .count(),
+        1,
+        "{got:?}"
+    );
+}

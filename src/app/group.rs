@@ -252,7 +252,8 @@ fn report_orphans(
         let (Some(_), Some(plural), Some(ns)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
-        if live.contains(plural) || ns != scope {
+        // `*`: also a cluster-scoped kind's, which the first namespace's spec of a list watches.
+        if live.contains(plural) || !(ns == scope || (ns == "*" && spec.namespace_lead)) {
             continue;
         }
         // Only the kinds this pattern takes.
@@ -312,7 +313,7 @@ fn reconcile(
         if children.contains_key(&label) {
             continue;
         }
-        let mut child_spec = spec.for_kind(&m.kind, &m.plural);
+        let mut child_spec = m.spec(spec);
         child_spec.initial_emit |= late;
         tracing::info!(message = "Kind of a watched group found; starting its watcher.", resource = %label, pattern = %spec.label());
         let child_health = Arc::new(watch::Health::default());

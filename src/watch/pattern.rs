@@ -19,6 +19,16 @@ pub struct MatchedKind {
 }
 
 impl MatchedKind {
+    /// The watcher's spec: the kind configured alone. A cluster-scoped kind is watched without a
+    /// namespace (it has none), whatever namespace the pattern's spec is for.
+    pub fn spec(&self, spec: &WatchSpec) -> WatchSpec {
+        let mut s = spec.for_kind(&self.kind, &self.plural);
+        if !self.namespaced {
+            s.namespace = None;
+        }
+        s
+    }
+
     /// The kind's journal stream, the one its watcher resolves (`<group>/<plural>/<namespace or *>`).
     pub fn stream(&self, spec: &WatchSpec) -> String {
         let ns = match (&spec.namespace, self.namespaced) {
@@ -32,7 +42,8 @@ impl MatchedKind {
 /// The kinds of `crds` that `spec`, a group pattern, takes now, sorted by label: CRDs of its group,
 /// of a listed kind (or any), serving the configured version (or any), established (the API server
 /// serves the resource only then: a watcher started before would wait, keeping `/readyz` failing),
-/// and not being deleted.
+/// and not being deleted. With `namespaces: [a, b]`, cluster-scoped kinds are taken by the first
+/// namespace's spec only (one watcher for them, not one per namespace on the same stream).
 pub fn matched_kinds<'a>(
     spec: &WatchSpec,
     crds: impl IntoIterator<Item = &'a CustomResourceDefinition>,
@@ -45,18 +56,21 @@ pub fn matched_kinds<'a>(
                 && spec.takes_kind(&s.names.kind)
                 && crd.metadata.deletion_timestamp.is_none()
                 && established(crd)
+                && (s.scope == "Namespaced" || spec.namespace.is_none() || spec.namespace_lead)
                 && s.versions
                     .iter()
                     .any(|v| v.served && spec.version.as_deref().is_none_or(|want| want == v.name))
         })
         .map(|crd| {
             let names = &crd.spec.names;
-            MatchedKind {
+            let mut m = MatchedKind {
                 kind: names.kind.clone(),
                 plural: names.plural.clone(),
-                label: spec.for_kind(&names.kind, &names.plural).label(),
+                label: String::new(),
                 namespaced: crd.spec.scope == "Namespaced",
-            }
+            };
+            m.label = m.spec(spec).label();
+            m
         })
         .collect();
     out.sort_by(|a, b| a.label.cmp(&b.label));
