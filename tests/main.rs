@@ -36,5 +36,6 @@ mod run_retry_after;
 mod run_supervisor;
 mod run_webhook;
 mod run_webhook_tls;
+mod run_when;
 mod sink_kafka;
 mod sink_nats;

@@ -152,11 +152,13 @@ async fn watchers_sinks_and_routes_change_while_herald_runs() {
             resources: vec![ResourcePattern::Any],
             ops: vec![Op::Deleted],
             sinks: vec!["late".into()],
+            when: None,
         },
         Route {
             resources: vec!["Widget.example.com".parse().unwrap()],
             ops: vec![],
             sinks: vec!["out".into()],
+            when: None,
         },
     ]);
     let e = format!("{}/e", widgets("default"));

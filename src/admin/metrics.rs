@@ -64,6 +64,7 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
     match metric {
         MetricName::ObservedChangesTotal => per_watch(|h| load(&h.emitted)),
         MetricName::FilteredChangesTotal => per_watch(|h| load(&h.filtered)),
+        MetricName::FilterErrorsTotal => per_watch(|h| load(&h.filter_errors)),
         MetricName::WatchRestartsTotal => per_watch(|h| load(&h.restarts)),
         MetricName::WatchRelistsTotal => per_watch(|h| load(&h.relists)),
         MetricName::ResyncEventsTotal => per_watch(|h| load(&h.resync_events)),
@@ -71,6 +72,7 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
             u64::from(h.resolved.load(Ordering::Relaxed) && h.synced.load(Ordering::Relaxed))
         }),
         MetricName::SinkSentEventsTotal => per_sink(&count(|st| load(&st.delivered))),
+        MetricName::RouteFilterErrorsTotal => per_sink(&count(|st| load(&st.route_filter_errors))),
         MetricName::SinkRetriedEventsTotal => per_sink(&count(|st| load(&st.retried))),
         MetricName::DeadLetteredEventsTotal => per_sink(&count(|st| load(&st.dead_lettered))),
         MetricName::DeadLetterQueueSize => per_sink(&count(|st| load(&st.dead_letter_queue))),
@@ -342,9 +344,12 @@ mod tests {
     const RENDERED: &str = r#"# HELP herald_observed_changes_total Changes that became events, per resource.
 # TYPE herald_observed_changes_total counter
 herald_observed_changes_total{resource="Widget.example.com"} 3
-# HELP herald_filtered_changes_total Changes observed but filtered out (event types, status-only updates).
+# HELP herald_filtered_changes_total Changes observed but filtered out (event types, status-only updates, ignored fields, changed, when).
 # TYPE herald_filtered_changes_total counter
 herald_filtered_changes_total{resource="Widget.example.com"} 1
+# HELP herald_filter_errors_total Evaluations of a resource's `when` that failed (handled by its onError).
+# TYPE herald_filter_errors_total counter
+herald_filter_errors_total{resource="Widget.example.com"} 0
 # HELP herald_watch_restarts_total Watch streams restarted (ends, errors, stalls).
 # TYPE herald_watch_restarts_total counter
 herald_watch_restarts_total{resource="Widget.example.com"} 2
@@ -361,6 +366,10 @@ herald_watch_synced{resource="Widget.example.com"} 1
 # TYPE herald_sink_sent_events_total counter
 herald_sink_sent_events_total{sink="out"} 3
 herald_sink_sent_events_total{sink="hook\"x"} 0
+# HELP herald_route_filter_errors_total Evaluations of a route's `when` that failed for this sink (handled by its onError).
+# TYPE herald_route_filter_errors_total counter
+herald_route_filter_errors_total{sink="out"} 0
+herald_route_filter_errors_total{sink="hook\"x"} 0
 # HELP herald_sink_retried_events_total Retries scheduled per sink.
 # TYPE herald_sink_retried_events_total counter
 herald_sink_retried_events_total{sink="out"} 4

@@ -33,6 +33,8 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
     let cfg = config::load(&args.config).map_err(CliError::ConfigInvalid)?;
     cfg.check_secrets().map_err(CliError::ConfigInvalid)?;
     let mut problems: Vec<String> = Vec::new();
+    // Valid, so they fail nothing; said on stderr (and in the JSON) so that the author sees them.
+    let warnings = cfg.warnings();
     let mut resources = Vec::new();
     if args.connect {
         // An embedded cluster's state lives in the journal directory: never start a second
@@ -128,6 +130,11 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
             sim.shutdown().await;
         }
     }
+    if !args.json {
+        for warning in &warnings {
+            errln!("warning: {warning}");
+        }
+    }
     if args.json {
         let doc = json!({
             "config": args.config.display().to_string(),
@@ -136,6 +143,7 @@ pub(super) async fn run(args: CheckArgs) -> Result<(), CliError> {
             "connected": args.connect,
             "checked": resources,
             "problems": problems,
+            "warnings": warnings,
             "ok": problems.is_empty(),
         });
         outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());

@@ -90,6 +90,9 @@ pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
     // Before anything starts: a missing secret is the configuration's fault (exit 10), not a
     // sink's failed health check.
     cfg.check_secrets().map_err(CliError::ConfigInvalid)?;
+    for warning in cfg.warnings() {
+        tracing::warn!(message = "Configuration warning.", %warning);
+    }
     let tuning = crate::watch::Tuning {
         stall_timeout: args.watch_stall_timeout,
         ..crate::watch::Tuning::default()

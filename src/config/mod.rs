@@ -7,6 +7,7 @@
 //! a unit test keeps it in step with this model.
 
 mod cluster;
+mod filter;
 mod interpolate;
 mod journal;
 mod leader;
@@ -28,6 +29,7 @@ pub use cluster::{
     ClusterConfig, ClusterSource, DEFAULT_CLUSTER_NAME, EMBEDDED_CLUSTER_NAME, EmbeddedSource,
     KubeconfigSource,
 };
+pub use filter::{FieldPath, OnError, When};
 pub use herald_sink_core::config::{SecretError, SecretRef, SinkStart};
 pub use journal::{AdminConfig, DEFAULT_ADMIN_LISTEN, JournalSettings};
 pub use leader::LeaderElectionConfig;
@@ -150,6 +152,12 @@ impl std::str::FromStr for Config {
 }
 
 impl Config {
+    /// Valid settings that probably do not do what their author meant, one sentence each with
+    /// its path (`herald check` prints them; `herald run` logs them).
+    pub fn warnings(&self) -> Vec<String> {
+        validate::warnings(self)
+    }
+
     /// Resolves every secret reference now (sinks' credentials, `admin.token`), as `herald check`
     /// and `herald run` do before anything starts, so a missing one is a configuration error
     /// with its path (`sinks[1].auth.bearer: environment variable "X" is not set`).
@@ -291,6 +299,7 @@ fn resolve(config: &mut Config, env: EnvLookup<'_>, problems: &mut Problems) {
             resources: vec![ANY_RESOURCE.to_owned()],
             events: EventType::all(),
             sinks: config.sinks.iter().map(|s| s.name.clone()).collect(),
+            when: None,
         });
     }
 }

@@ -7,6 +7,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use super::filter::{FieldPath, When};
+
 /// `kinds` entry that matches every kind of the group.
 pub const ANY_KIND: &str = "*";
 
@@ -64,6 +66,23 @@ pub struct ResourceConfig {
     /// Default `false`. Example: `true`.
     #[serde(default)]
     pub skip_status_only_updates: bool,
+    /// Emit a change only when this CEL expression is true for it, evaluated before journaling
+    /// with `object`, `oldObject` (the state herald recorded before; `null` on `created`), `op`,
+    /// `resync`, `namespace` and `name`. A string, or `{expr: EXPR, onError: skip|emit}` (what a
+    /// failed evaluation means; default `skip`). Default: none (every change).
+    /// Example: `object.status.phase == 'Failed' && (oldObject == null || oldObject.status.phase != 'Failed')`.
+    #[serde(default)]
+    pub when: Option<When>,
+    /// Emit an update only when one of these fields differs between the recorded and the new
+    /// object (dotted keys, or JSON pointers for keys with dots). Created and deleted events are
+    /// not affected. Default: none (any field). Example: `[spec, status.phase, metadata.labels]`.
+    #[serde(default)]
+    pub changed: Vec<FieldPath>,
+    /// Fields whose changes alone never make an update (besides `metadata.resourceVersion` and
+    /// `metadata.managedFields`, always ignored); they still appear in the event's object and
+    /// patch when something else changed. Default: none. Example: `[status.lastHeartbeatTime]`.
+    #[serde(default)]
+    pub ignore_fields: Vec<FieldPath>,
     /// Which parts go into the event's `data`: a list of `object`, `oldObject`, `patch`, or the
     /// string `reference` (only `op` and `resync`). Default `[object, patch]`.
     /// Example: `[object, oldObject, patch]`.

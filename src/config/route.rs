@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::filter::When;
 use super::resource::EventType;
 
 /// `routes[].resources` entry that matches every resource.
@@ -25,6 +26,13 @@ pub struct RouteConfig {
     /// Names of the sinks that receive the matching events. Required, not empty.
     /// Example: `[archive, audit]`.
     pub sinks: Vec<String>,
+    /// Send an event to these sinks only when this CEL expression is true for it, evaluated on the
+    /// journaled event: `object` and `oldObject` are the event's `data.object` and
+    /// `data.oldObject`, so `oldObject` is `null` unless the resource's `payload` includes it.
+    /// A string or `{expr: EXPR, onError: skip|emit}` (default `skip`). Default: none (every event).
+    /// Example: `object.spec.tier == 'gold'`.
+    #[serde(default)]
+    pub when: Option<When>,
 }
 
 fn any_resource() -> Vec<String> {

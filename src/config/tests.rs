@@ -124,6 +124,7 @@ fn minimal_config_gets_every_default() {
             resources: vec!["*".to_owned()],
             events: EventType::ALL.to_vec(),
             sinks: vec!["archive".into()],
+            when: None,
         }]
     );
     assert_eq!(config.journal, JournalSettings::default());
@@ -403,7 +404,7 @@ fn unknown_keys_are_errors_at_every_depth() {
         ),
         (
             resource("labelselector: a=b"),
-            "resources[0].labelselector: unknown field `labelselector`, expected one of `group`, `version`, `kind`, `plural`, `kinds`, `namespaces`, `labelSelector`, `fieldSelector`, `events`, `initialState`, `skipStatusOnlyUpdates`, `payload`, `redact`, `keepManagedFields`, `typePrefix`, `onOversize`",
+            "resources[0].labelselector: unknown field `labelselector`, expected one of `group`, `version`, `kind`, `plural`, `kinds`, `namespaces`, `labelSelector`, `fieldSelector`, `events`, `initialState`, `skipStatusOnlyUpdates`, `when`, `changed`, `ignoreFields`, `payload`, `redact`, `keepManagedFields`, `typePrefix`, `onOversize`",
         ),
         (
             resource("namespaces: {selector: a=b, names: [x]}"),
@@ -419,7 +420,7 @@ fn unknown_keys_are_errors_at_every_depth() {
         ),
         (
             base("routes:\n- {sinks: [archive], sink: archive}\n"),
-            "routes[0].sink: unknown field `sink`, expected one of `resources`, `events`, `sinks`",
+            "routes[0].sink: unknown field `sink`, expected one of `resources`, `events`, `sinks`, `when`",
         ),
         (
             base("journal: {flushIntervall: 1s}\n"),
@@ -1707,6 +1708,95 @@ fn nats_sink_defaults_and_checks() {
             "type: nats, servers: ['nats://x:4222'], subject: s, tls: {clientCertFile: c.pem}"
         )),
         "sinks[0].tls.clientKeyFile: required with clientCertFile"
+    );
+}
+
+// ----- filters (`when`, `changed`, `ignoreFields`) ----------------------------------------------
+
+#[test]
+fn when_expressions_are_compiled_as_the_file_loads() {
+    let c = ok(&resource(
+        "when: \"object.status.phase == 'Failed'\", changed: [spec, status.phase], \
+         ignoreFields: [status.lastHeartbeatTime, /metadata/annotations/example.com~1x]",
+    ));
+    let r = &c.resources[0];
+    let when = r.when.as_ref().unwrap();
+    assert_eq!(when.expr, "object.status.phase == 'Failed'");
+    assert_eq!(when.on_error, OnError::Skip);
+    assert_eq!(r.changed.len(), 2);
+    assert_eq!(
+        r.ignore_fields[1].to_string(),
+        "metadata.annotations.example.com/x"
+    );
+    let c = ok(&resource(
+        "when: {expr: \"op == 'deleted'\", onError: emit}",
+    ));
+    assert_eq!(
+        c.resources[0].when.as_ref().unwrap().on_error,
+        OnError::Emit
+    );
+}
+
+#[test]
+fn when_errors_name_the_path_and_the_position() {
+    assert_eq!(
+        error(&resource("when: \"object.status.phase ==\"")),
+        "resources[0].when: line 1, column 23: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}"
+    );
+    assert_eq!(
+        error(&resource("when: {expr: \"object.spec.x == 1 && objct.y\"}")),
+        "resources[0].when: line 1, column 23: unknown variable `objct` (the variables are object, oldObject, op, resync, namespace, name)"
+    );
+    // A route's expression too, and every problem of the file at once.
+    let yaml = format!(
+        "{}routes:\n- {{sinks: [archive], when: \"self.x\"}}\n",
+        resource("when: \"op = 'created'\"")
+    );
+    let all = errors(&yaml);
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert!(
+        all[0].starts_with("resources[0].when: line 1, column 4: "),
+        "{all:#?}"
+    );
+    assert!(
+        all[1].starts_with("routes[0].when: line 1, column 1: unknown variable `self`"),
+        "{all:#?}"
+    );
+    assert_eq!(
+        error(&resource("changed: [spec..x]")),
+        "resources[0].changed[0]: invalid field \"spec..x\": expected dotted keys (status.phase) or a JSON pointer (/metadata/annotations/example.com~1owner)"
+    );
+    assert_eq!(
+        error(&resource("when: {expr: x, onError: drop}")),
+        "resources[0].when.onError: unknown variant `drop`, expected `skip` or `emit`"
+    );
+}
+
+#[test]
+fn a_route_reading_old_object_without_that_payload_is_warned_about() {
+    let yaml = |payload: &str| {
+        format!(
+            "resources:\n- {{group: example.com, kind: Database{payload}}}\n{SINK}\
+             routes:\n- {{sinks: [archive], when: \"oldObject == null\"}}\n"
+        )
+    };
+    assert_eq!(
+        ok(&yaml("")).warnings(),
+        [
+            "routes[0].when: uses oldObject, but the events of resources[0] do not carry it \
+          (its payload lacks oldObject), so oldObject is always null there; add oldObject to \
+          resources[0].payload or filter on the resource's own `when`"
+        ]
+    );
+    assert!(
+        ok(&yaml(", payload: [object, oldObject]"))
+            .warnings()
+            .is_empty()
+    );
+    assert!(
+        ok(&resource("when: \"oldObject == null\""))
+            .warnings()
+            .is_empty()
     );
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use herald_sink_core::config::{Bound, EnvLookup, MAX_KEEP, check_secret};
 
-use super::resource::{Namespaces, ResourceConfig};
+use super::filter::When;
+use super::resource::{Namespaces, PayloadPart, ResourceConfig};
 use super::route::split_resource;
 use super::sink::SinkKind;
 use super::{Config, FieldError};
@@ -299,6 +300,9 @@ fn check_resource(r: &ResourceConfig, at: &str, problems: &mut Problems) {
             problems.add(format!("{at}.redact[{j}]"), e);
         }
     }
+    if let Some(e) = r.when.as_ref().and_then(When::compile_error) {
+        problems.add(format!("{at}.when"), e.to_string());
+    }
     if !is_type_prefix(&r.type_prefix) {
         problems.add(
             format!("{at}.typePrefix"),
@@ -470,6 +474,9 @@ fn check_routes(config: &Config, problems: &mut Problems) {
                 "an empty list matches nothing; omit the key for all three",
             );
         }
+        if let Some(e) = route.when.as_ref().and_then(When::compile_error) {
+            problems.add(format!("{at}.when"), e.to_string());
+        }
         if route.sinks.is_empty() {
             problems.add(format!("{at}.sinks"), "name at least one sink");
         }
@@ -479,6 +486,35 @@ fn check_routes(config: &Config, problems: &mut Problems) {
             }
         }
     }
+}
+
+/// What is valid but probably not what the author meant: a route `when` that reads `oldObject`
+/// for a resource whose events do not carry it (it is then always `null`).
+pub(crate) fn warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, route) in config.routes.iter().enumerate() {
+        if !route.when.as_ref().is_some_and(When::uses_old_object) {
+            continue;
+        }
+        for (j, r) in config.resources.iter().enumerate() {
+            let routed = route
+                .resources
+                .iter()
+                .any(|entry| match split_resource(entry) {
+                    Ok(None) => true,
+                    Ok(Some((name, group))) => could_match(r, name, group),
+                    Err(_) => false,
+                });
+            if routed && !r.payload.includes(PayloadPart::OldObject) {
+                out.push(format!(
+                    "routes[{i}].when: uses oldObject, but the events of resources[{j}] do not carry \
+                     it (its payload lacks oldObject), so oldObject is always null there; add \
+                     oldObject to resources[{j}].payload or filter on the resource's own `when`"
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Whether a route entry may name `r`. Without discovery, a resource given only by kind may

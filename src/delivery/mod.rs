@@ -245,6 +245,8 @@ pub struct Stats {
     pub paused: AtomicBool,
     /// Why the sink is paused, while it is: the failure that paused it, then the last probe's.
     pub pause_reason: std::sync::Mutex<Option<String>>,
+    /// Route `when` evaluations that failed for this sink (handled by the route's `onError`).
+    pub route_filter_errors: AtomicU64,
     /// Change-to-delivery latency: from the event's `time` (herald's observation) to the sink's Ok.
     pub latency: Histogram,
 }
@@ -447,6 +449,7 @@ pub async fn run<S: Sink>(
         name.clone(),
         journal.clone(),
         router.clone(),
+        stats.clone(),
         cursor,
         reads_tx,
     )));
@@ -818,6 +821,7 @@ async fn read_ahead(
     name: String,
     journal: Journal,
     router: Arc<Router>,
+    stats: Arc<Stats>,
     mut after: u64,
     out: tokio::sync::mpsc::Sender<Read>,
 ) {
@@ -836,7 +840,9 @@ async fn read_ahead(
         for (seq, bytes) in rows {
             after = seq;
             let read = match CloudEvent::from_structured_json(&bytes) {
-                Ok(event) if router.wants(&name, &event) => {
+                Ok(event)
+                    if router.wants_counting(&name, &event, Some(&stats.route_filter_errors)) =>
+                {
                     Read::Event(journaled(seq, event, &bytes))
                 }
                 Ok(_) => Read::Skipped(seq),

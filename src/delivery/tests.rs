@@ -478,6 +478,7 @@ async fn replays_queue_only_what_the_routes_send_the_sink_and_respect_since() {
         resources: vec!["things.a.io".parse().unwrap()],
         ops: vec![],
         sinks: vec!["s".into()],
+        when: None,
     }]);
     assert_eq!(
         queue_replays(&j, &router, "s", 1, None).unwrap(),

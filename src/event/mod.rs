@@ -3,6 +3,7 @@
 //! is diffed, stored in the journal's object index and sent.
 
 mod diff;
+pub mod filter;
 
 use std::collections::BTreeMap;
 

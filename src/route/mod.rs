@@ -6,13 +6,22 @@
 //! sink. Each delivery asks as it reads events from the journal, a window ahead of sending, so a
 //! replacement applies to the events read after it; up to a window of events already read go as the
 //! old routes said.
+//!
+//! A route's `when` is evaluated here, on the journaled event: `object` and `oldObject` are what
+//! its `data` carries, so `oldObject` is `null` unless the resource's payload includes it.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use herald_sink_core::event::{CloudEvent, ExtensionValue};
 
-use crate::config::{self, RouteConfig};
+use crate::config::{self, OnError, RouteConfig, When};
 use crate::event::Op;
+use crate::event::filter::Vars;
+
+/// How many (route, object) pairs the router remembers having logged a failed `when` for.
+const LOGGED_MAX: usize = 10_000;
 
 /// One route: events of these resources and ops go to these sinks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +32,8 @@ pub struct Route {
     pub ops: Vec<Op>,
     /// Sink names.
     pub sinks: Vec<String>,
+    /// Only events this expression is true for.
+    pub when: Option<When>,
 }
 
 impl Route {
@@ -40,6 +51,7 @@ impl Route {
                 .collect::<Result<_, _>>()?,
             ops: route.events.iter().copied().map(Op::from).collect(),
             sinks: route.sinks.clone(),
+            when: route.when.clone(),
         })
     }
 }
@@ -125,6 +137,8 @@ pub struct Router {
     // Read per event by every delivery loop, written only when routes are replaced; the `Arc` keeps
     // the read side to one uncontended lock and a reference-count bump.
     routes: RwLock<Arc<Vec<Route>>>,
+    /// (route index, object) pairs whose failed `when` was logged: logged once, counted always.
+    logged: Mutex<HashSet<(usize, String)>>,
 }
 
 fn ext<'a>(event: &'a CloudEvent, name: &str) -> &'a str {
@@ -160,6 +174,7 @@ impl Router {
     pub fn new(routes: Vec<Route>) -> Self {
         Self {
             routes: RwLock::new(Arc::new(routes)),
+            logged: Mutex::default(),
         }
     }
 
@@ -186,16 +201,86 @@ impl Router {
 
     /// Whether `sink` should get `event`.
     pub fn wants(&self, sink: &str, event: &CloudEvent) -> bool {
+        self.wants_counting(sink, event, None)
+    }
+
+    /// [`Router::wants`], counting the route `when` evaluations that fail in `errors`.
+    pub fn wants_counting(
+        &self,
+        sink: &str,
+        event: &CloudEvent,
+        errors: Option<&AtomicU64>,
+    ) -> bool {
         let routes = self.routes();
         if routes.is_empty() {
             return true;
         }
         let op = op_of(event);
-        routes.iter().any(|r| {
+        routes.iter().enumerate().any(|(i, r)| {
             r.sinks.iter().any(|s| s == sink)
                 && (r.ops.is_empty() || op.is_some_and(|o| r.ops.contains(&o)))
                 && r.resources.iter().any(|p| p.matches(event))
+                && r.when
+                    .as_ref()
+                    .is_none_or(|w| self.passes(i, w, op, event, errors))
         })
+    }
+
+    /// Whether route `index`'s `when` is true for `event`; a failed evaluation follows `onError`.
+    fn passes(
+        &self,
+        index: usize,
+        when: &When,
+        op: Option<Op>,
+        event: &CloudEvent,
+        errors: Option<&AtomicU64>,
+    ) -> bool {
+        let data = event.data.as_ref();
+        let part = |name: &str| data.and_then(|d| d.get(name)).filter(|v| !v.is_null());
+        let result = match op {
+            Some(op) => when.evaluate(&Vars {
+                object: part("object"),
+                old_object: part("oldObject"),
+                op,
+                resync: matches!(
+                    event.extensions.get("resync"),
+                    Some(ExtensionValue::Bool(true))
+                ),
+                namespace: ext(event, "k8snamespace"),
+                name: ext(event, "k8sname"),
+            }),
+            None => Err(crate::event::filter::EvalError::new(format!(
+                "the event type {:?} names no operation",
+                event.ty
+            ))),
+        };
+        match result {
+            Ok(pass) => pass,
+            Err(error) => {
+                if let Some(errors) = errors {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                let object = event.partition_key().unwrap_or(&event.id).to_owned();
+                let first = {
+                    let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+                    if logged.len() >= LOGGED_MAX {
+                        logged.clear();
+                    }
+                    logged.insert((index, object.clone()))
+                };
+                if first {
+                    tracing::warn!(
+                        message = "A route's `when` expression failed on an event; onError decides (logged once per object).",
+                        route = index,
+                        id = %event.id,
+                        %object,
+                        on_error = ?when.on_error,
+                        %error,
+                    );
+                }
+                when.on_error == OnError::Emit
+            }
+        }
     }
 }
 
@@ -243,6 +328,7 @@ mod tests {
                 resources: vec!["databases.example.com".parse().unwrap()],
                 ops: vec![Op::Deleted],
                 sinks: vec!["audit".into()],
+                when: None,
             },
             Route {
                 resources: vec![
@@ -251,11 +337,13 @@ mod tests {
                 ],
                 ops: vec![],
                 sinks: vec!["ci".into()],
+                when: None,
             },
             Route {
                 resources: vec![ResourcePattern::Any],
                 ops: vec![Op::Created],
                 sinks: vec!["all".into()],
+                when: None,
             },
         ]);
         let db_deleted = event("example.com", "Database", "databases", "deleted");
@@ -281,6 +369,7 @@ mod tests {
             resources: vec!["configmaps.core".parse().unwrap()],
             ops: vec![],
             sinks: vec!["s".into()],
+            when: None,
         }]);
         assert!(r.wants("s", &event("", "ConfigMap", "configmaps", "created")));
         assert!(!r.wants("s", &event("x.io", "ConfigMap", "configmaps", "created")));
@@ -295,6 +384,7 @@ mod tests {
             resources: vec![ResourcePattern::Any],
             ops: vec![Op::Deleted],
             sinks: vec!["archive".into()],
+            when: None,
         }]);
         assert!(!r.wants("archive", &db));
         r.replace(Vec::new());

@@ -71,6 +71,9 @@ impl Default for Tuning {
     }
 }
 
+/// How many objects a watcher remembers having logged a failed `when` evaluation for.
+pub const FILTER_LOGGED_MAX: usize = 10_000;
+
 /// What a watcher reports about itself (for readiness and `herald status`).
 #[derive(Debug, Default)]
 pub struct Health {
@@ -86,8 +89,13 @@ pub struct Health {
     pub resync_events: AtomicU64,
     /// Events journaled (observed changes that became events).
     pub emitted: AtomicU64,
-    /// Changes observed but not emitted (event-type filter, status-only updates when skipped).
+    /// Changes observed but not emitted (event-type filter, status-only updates when skipped,
+    /// updates of ignored fields only, `changed`, `when`).
     pub filtered: AtomicU64,
+    /// Evaluations of the resource's `when` that failed (handled by its `onError`).
+    pub filter_errors: AtomicU64,
+    /// Objects whose failed `when` evaluation was logged: each is logged once, not per change.
+    filter_logged: Mutex<std::collections::HashSet<String>>,
     /// The API server answered that it does not serve the resource (its CRD is missing): set by
     /// that answer only, so a watcher still waiting for its first answer is not reported as one.
     pub unserved: AtomicBool,
@@ -105,6 +113,24 @@ impl Health {
         self.problem
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a failed `when` evaluation on the object at `key` is the first one to log (and
+    /// remembers it). The memory is bounded: past [`FILTER_LOGGED_MAX`] objects it starts over,
+    /// so a stream of failing objects logs again rather than growing without end.
+    pub(crate) fn first_filter_error(&self, key: &str) -> bool {
+        let mut logged = self
+            .filter_logged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if logged.contains(key) {
+            return false;
+        }
+        if logged.len() >= FILTER_LOGGED_MAX {
+            logged.clear();
+        }
+        logged.insert(key.to_owned());
+        true
     }
 
     /// A request to the API server succeeded.

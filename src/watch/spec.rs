@@ -42,6 +42,12 @@ pub struct WatchSpec {
     pub initial_emit: bool,
     /// Skip updates whose only change is `status`.
     pub skip_status_only_updates: bool,
+    /// Emit only the changes this expression is true for.
+    pub when: Option<config::When>,
+    /// Emit only updates that change one of these fields (none: any field).
+    pub changed: Vec<config::FieldPath>,
+    /// Fields whose changes alone are no update (besides resourceVersion and managedFields).
+    pub ignore_fields: Vec<config::FieldPath>,
     /// Everything the normalizer needs but the resolved names.
     pub template: event::Resource,
 }
@@ -68,6 +74,9 @@ impl WatchSpec {
                 ops: r.events.iter().copied().map(Op::from).collect(),
                 initial_emit: r.initial_state == config::InitialState::Emit,
                 skip_status_only_updates: r.skip_status_only_updates,
+                when: r.when.clone(),
+                changed: r.changed.clone(),
+                ignore_fields: r.ignore_fields.clone(),
                 template: template(&cfg.cluster.name, r),
             };
             match &r.namespaces {

@@ -10,6 +10,8 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 
 use super::{Health, Resolved, WatchSpec};
+use crate::config::OnError;
+use crate::event::filter::{self, Vars};
 use crate::event::{self, Observed, Op};
 use crate::journal::{Batch, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
@@ -181,16 +183,56 @@ impl<'a> Recorder<'a> {
         p.overlay.insert(key.to_string(), None);
     }
 
+    /// Whether the resource's `when` lets this change through (always, without one). `prior` is
+    /// the state recorded before the change: the expression's `oldObject`.
+    fn wanted(&self, op: Op, obj: &Value, prior: Option<&Value>, resync: bool) -> bool {
+        let Some(when) = &self.spec.when else {
+            return true;
+        };
+        let vars = Vars {
+            object: Some(obj),
+            old_object: prior,
+            op,
+            resync,
+            namespace: meta(obj, "namespace"),
+            name: meta(obj, "name"),
+        };
+        match when.evaluate(&vars) {
+            Ok(pass) => pass,
+            Err(error) => {
+                self.health
+                    .filter_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let key = event::object_key(&self.resolved.resource, obj);
+                if self.health.first_filter_error(&key) {
+                    tracing::warn!(
+                        message = "The resource's `when` expression failed on an object; onError decides (logged once per object).",
+                        resource = %self.resolved.display(),
+                        object = %key,
+                        on_error = ?when.on_error,
+                        %error,
+                    );
+                }
+                when.on_error == OnError::Emit
+            }
+        }
+    }
+
+    /// Journals the change as an event, unless the resource's `events` or `when` leave it out.
+    /// `old` goes into the event (patch, oldObject); `prior` is what `when` sees as `oldObject`,
+    /// which for a deletion is the recorded state the event itself does not carry.
+    #[allow(clippy::too_many_arguments)]
     fn emit(
         &self,
         p: &mut Pending,
         op: Op,
         obj: &Value,
         old: Option<&Value>,
+        prior: Option<&Value>,
         resync: bool,
         rv: Option<&str>,
     ) {
-        if !self.spec.ops.contains(&op) {
+        if !self.spec.ops.contains(&op) || !self.wanted(op, obj, prior, resync) {
             self.health
                 .filtered
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -241,7 +283,7 @@ impl<'a> Recorder<'a> {
         rv: Option<&str>,
     ) {
         match old {
-            None => self.emit(p, Op::Created, &new, None, resync, None),
+            None => self.emit(p, Op::Created, &new, None, None, resync, None),
             Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
                 // Deleted and re-created under the same name while we were not looking: the
                 // deletion first, dated just before the new object, so `sequence` keeps rising
@@ -253,8 +295,8 @@ impl<'a> Recorder<'a> {
                     .as_deref()
                     .or(rv)
                     .or(Some(meta(&new, "resourceVersion")));
-                self.emit(p, Op::Deleted, &old, None, resync, deleted_at);
-                self.emit(p, Op::Created, &new, None, resync, None);
+                self.emit(p, Op::Deleted, &old, None, Some(&old), resync, deleted_at);
+                self.emit(p, Op::Created, &new, None, None, resync, None);
             }
             Some(old) if meta(&old, "resourceVersion") == meta(&new, "resourceVersion") => {
                 // Nothing changed; keep what `recorded` took out of the overlay.
@@ -262,12 +304,21 @@ impl<'a> Recorder<'a> {
                 return;
             }
             Some(old) => {
-                if self.spec.skip_status_only_updates && event::status_only_change(&old, &new) {
+                // Filtered or not, `new` is recorded below: it is the state the next change is
+                // compared with (and what a `when` sees as `oldObject`).
+                if (self.spec.skip_status_only_updates && event::status_only_change(&old, &new))
+                    || !filter::meaningful_update(
+                        &old,
+                        &new,
+                        &self.spec.changed,
+                        &self.spec.ignore_fields,
+                    )
+                {
                     self.health
                         .filtered
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 } else {
-                    self.emit(p, Op::Updated, &new, Some(&old), resync, None);
+                    self.emit(p, Op::Updated, &new, Some(&old), Some(&old), resync, None);
                 }
             }
         }
@@ -441,12 +492,12 @@ impl<'a> Recorder<'a> {
                     // It stopped matching but lives on: an update if it changed, then nothing more.
                     Some(current) => self.present(&mut p, &key, current, old, false, None),
                     None => {
-                        self.emit(&mut p, Op::Deleted, &obj, None, false, None);
+                        self.emit(&mut p, Op::Deleted, &obj, None, old.as_ref(), false, None);
                         self.remove(&mut p, &key);
                     }
                 },
                 Seen::Deleted => {
-                    self.emit(&mut p, Op::Deleted, &obj, None, false, None);
+                    self.emit(&mut p, Op::Deleted, &obj, None, old.as_ref(), false, None);
                     self.remove(&mut p, &key);
                 }
                 Seen::Bookmark => {}
@@ -575,7 +626,15 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             flush(&mut p)?;
             continue;
         }
-        rec.emit(&mut p, Op::Deleted, old, None, true, Some(&list_rv));
+        rec.emit(
+            &mut p,
+            Op::Deleted,
+            old,
+            None,
+            Some(old),
+            true,
+            Some(&list_rv),
+        );
         rec.remove(&mut p, key);
         flush(&mut p)?;
     }

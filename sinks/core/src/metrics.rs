@@ -41,6 +41,8 @@ pub enum MetricName {
     ObservedChangesTotal,
     /// `herald_filtered_changes_total{resource}`, a counter.
     FilteredChangesTotal,
+    /// `herald_filter_errors_total{resource}`, a counter.
+    FilterErrorsTotal,
     /// `herald_watch_restarts_total{resource}`, a counter.
     WatchRestartsTotal,
     /// `herald_watch_relists_total{resource}`, a counter.
@@ -51,6 +53,8 @@ pub enum MetricName {
     WatchSynced,
     /// `herald_sink_sent_events_total{sink}`, a counter.
     SinkSentEventsTotal,
+    /// `herald_route_filter_errors_total{sink}`, a counter.
+    RouteFilterErrorsTotal,
     /// `herald_sink_retried_events_total{sink}`, a counter.
     SinkRetriedEventsTotal,
     /// `herald_dead_lettered_events_total{sink}`, a counter.
@@ -97,14 +101,16 @@ pub enum MetricName {
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 28] = [
+    pub const ALL: [MetricName; 30] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
+        Self::FilterErrorsTotal,
         Self::WatchRestartsTotal,
         Self::WatchRelistsTotal,
         Self::ResyncEventsTotal,
         Self::WatchSynced,
         Self::SinkSentEventsTotal,
+        Self::RouteFilterErrorsTotal,
         Self::SinkRetriedEventsTotal,
         Self::DeadLetteredEventsTotal,
         Self::DeadLetterQueueSize,
@@ -134,11 +140,13 @@ impl MetricName {
         match self {
             Self::ObservedChangesTotal => "herald_observed_changes_total",
             Self::FilteredChangesTotal => "herald_filtered_changes_total",
+            Self::FilterErrorsTotal => "herald_filter_errors_total",
             Self::WatchRestartsTotal => "herald_watch_restarts_total",
             Self::WatchRelistsTotal => "herald_watch_relists_total",
             Self::ResyncEventsTotal => "herald_resync_events_total",
             Self::WatchSynced => "herald_watch_synced",
             Self::SinkSentEventsTotal => "herald_sink_sent_events_total",
+            Self::RouteFilterErrorsTotal => "herald_route_filter_errors_total",
             Self::SinkRetriedEventsTotal => "herald_sink_retried_events_total",
             Self::DeadLetteredEventsTotal => "herald_dead_lettered_events_total",
             Self::DeadLetterQueueSize => "herald_dead_letter_queue_size",
@@ -171,10 +179,12 @@ impl MetricName {
         match self {
             Self::ObservedChangesTotal
             | Self::FilteredChangesTotal
+            | Self::FilterErrorsTotal
             | Self::WatchRestartsTotal
             | Self::WatchRelistsTotal
             | Self::ResyncEventsTotal
             | Self::SinkSentEventsTotal
+            | Self::RouteFilterErrorsTotal
             | Self::SinkRetriedEventsTotal
             | Self::DeadLetteredEventsTotal
             | Self::DeadLettersForwardedTotal
@@ -206,11 +216,13 @@ impl MetricName {
         match self {
             Self::ObservedChangesTotal
             | Self::FilteredChangesTotal
+            | Self::FilterErrorsTotal
             | Self::WatchRestartsTotal
             | Self::WatchRelistsTotal
             | Self::ResyncEventsTotal
             | Self::WatchSynced => &["resource"],
             Self::SinkSentEventsTotal
+            | Self::RouteFilterErrorsTotal
             | Self::SinkRetriedEventsTotal
             | Self::DeadLetteredEventsTotal
             | Self::DeadLetterQueueSize
@@ -241,13 +253,19 @@ impl MetricName {
         match self {
             Self::ObservedChangesTotal => "Changes that became events, per resource.",
             Self::FilteredChangesTotal => {
-                "Changes observed but filtered out (event types, status-only updates)."
+                "Changes observed but filtered out (event types, status-only updates, ignored fields, changed, when)."
+            }
+            Self::FilterErrorsTotal => {
+                "Evaluations of a resource's `when` that failed (handled by its onError)."
             }
             Self::WatchRestartsTotal => "Watch streams restarted (ends, errors, stalls).",
             Self::WatchRelistsTotal => "Relists (first start and after 410 Gone).",
             Self::ResyncEventsTotal => "Events synthesized by relists.",
             Self::WatchSynced => "1 when the resource is served and its watch is open.",
             Self::SinkSentEventsTotal => "Events a sink acknowledged.",
+            Self::RouteFilterErrorsTotal => {
+                "Evaluations of a route's `when` that failed for this sink (handled by its onError)."
+            }
             Self::SinkRetriedEventsTotal => "Retries scheduled per sink.",
             Self::DeadLetteredEventsTotal => "Events dead-lettered per sink.",
             Self::DeadLetterQueueSize => {
@@ -326,11 +344,13 @@ mod tests {
             [
                 "herald_observed_changes_total",
                 "herald_filtered_changes_total",
+                "herald_filter_errors_total",
                 "herald_watch_restarts_total",
                 "herald_watch_relists_total",
                 "herald_resync_events_total",
                 "herald_watch_synced",
                 "herald_sink_sent_events_total",
+                "herald_route_filter_errors_total",
                 "herald_sink_retried_events_total",
                 "herald_dead_lettered_events_total",
                 "herald_dead_letter_queue_size",

@@ -58,6 +58,9 @@ fn spec() -> WatchSpec {
         ops: vec![Op::Created, Op::Updated, Op::Deleted],
         initial_emit: true,
         skip_status_only_updates: false,
+        when: None,
+        changed: vec![],
+        ignore_fields: vec![],
         template: Resource {
             cluster: "test".into(),
             group: "example.com".into(),
