@@ -1199,3 +1199,30 @@ async fn a_cluster_scoped_kind_is_watched_once_with_a_namespace_list() {
         "{got:?}"
     );
 }
+
+/// The deletions synthesized for a CRD gone while herald was down pass the resource's `when`, as a
+/// relist's do.
+#[tokio::test]
+async fn synthesized_deletions_pass_the_resources_when() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&gadgets_crd()).await;
+    let g1 = create(&raw, GADGETS, &gadget("g1")).await;
+    create(&raw, GADGETS, &gadget("g2")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]\n    when: \"name != 'g2'\"",
+    );
+    let mut herald = Herald::start(dir.path(), &config);
+    assert_eq!(ids(&herald.wait_for(1).await), [id_of(&g1, "created")]);
+    herald.settle(1).await;
+    assert_eq!(herald.terminate().await, Some(0));
+    let r = raw.delete(&format!("{CRDS}/gadgets.example.com")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    herald.restart();
+    let events = herald.wait_for(2).await;
+    assert_synthesized_deletions(&events[1..], &[&g1]);
+    herald.settle(2).await;
+}

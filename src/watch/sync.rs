@@ -673,7 +673,19 @@ pub fn report_gone(
             continue;
         };
         take_unconfirmed_mark(&mut obj);
-        if !spec.ops.contains(&Op::Deleted) {
+        // The resource's `when`, as for a relist's deletion (the last known state as both).
+        let wanted = spec.when.as_ref().is_none_or(|when| {
+            when.evaluate(&Vars {
+                object: Some(&obj),
+                old_object: Some(&obj),
+                op: Op::Deleted,
+                resync: true,
+                namespace: meta(&obj, "namespace"),
+                name: meta(&obj, "name"),
+            })
+            .unwrap_or(when.on_error == OnError::Emit)
+        });
+        if !spec.ops.contains(&Op::Deleted) || !wanted {
             continue;
         }
         let resource = resource.get_or_insert_with(|| {
