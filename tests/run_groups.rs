@@ -475,6 +475,7 @@ async fn a_storage_version_change_repeats_no_event() {
     assert_eq!(events[3]["data"]["object"]["apiVersion"], "example.com/v2");
     let all = herald.settle(4).await;
     let mut unique = ids(&all);
+    unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), 4, "{unique:#?}");
 }
@@ -848,4 +849,380 @@ async fn a_reload_to_a_group_pattern_resumes_the_kind_and_finds_new_ones() {
         sorted(vec![id_of(&w1b, "updated"), id_of(&g, "created")])
     );
     herald.settle(3).await;
+}
+
+/// How many times herald's stderr says a relist finished.
+fn relists(herald: &Herald) -> usize {
+    herald
+        .stderr_text()
+        .matches("Listed and reconciled.")
+        .count()
+}
+
+/// Narrowing `namespaces` from every namespace to `exclude: [kube-*]` (same resource, same journal
+/// stream) forgets the objects of the newly excluded namespaces: a 410 relist afterwards reports no
+/// deletion for those that still exist, nor for one changed while excluded.
+#[tokio::test]
+async fn narrowing_the_name_patterns_reports_no_deletion_at_relist() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let k = create(
+        &raw,
+        &widgets("kube-system"),
+        &widget_in("kube-system", "k"),
+    )
+    .await;
+    let j = create(
+        &raw,
+        &widgets("kube-system"),
+        &widget_in("kube-system", "j"),
+    )
+    .await;
+    let d = create(&raw, &widgets("default"), &widget_in("default", "d")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let all = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
+    let mut herald = Herald::start(dir.path(), &all);
+    assert_eq!(
+        sorted(ids(&herald.wait_for(3).await)),
+        sorted(vec![
+            id_of(&k, "created"),
+            id_of(&j, "created"),
+            id_of(&d, "created")
+        ])
+    );
+    assert_eq!(herald.terminate().await, Some(0));
+
+    // Restart excluding kube-*: it resumes from the checkpoint, and a change there is skipped.
+    let narrow = all.replace(
+        "    kind: Widget",
+        "    kind: Widget\n    namespaces: {exclude: [\"kube-*\"]}",
+    );
+    std::fs::write(&herald.config, &narrow).unwrap();
+    herald.restart();
+    herald.wait_for_log("Watching resource.").await;
+    raw.patch(
+        &format!("{}/j", widgets("kube-system")),
+        MERGE,
+        &json!({"spec": {"v": 2}}),
+    )
+    .await;
+    let d2 = raw
+        .patch(
+            &format!("{}/d", widgets("default")),
+            MERGE,
+            &json!({"spec": {"v": 2}}),
+        )
+        .await
+        .body;
+    assert_eq!(ids(&herald.wait_for(4).await)[3], id_of(&d2, "updated"));
+
+    // A 410 forces a relist at the next start: kube-system's widgets still exist, so nothing is
+    // reported for them.
+    assert_eq!(herald.terminate().await, Some(0));
+    let before = relists(&herald);
+    create(
+        &raw,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bump"}}),
+    )
+    .await;
+    sim.compact();
+    herald.restart();
+    let started = Instant::now();
+    while relists(&herald) == before {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no relist after the 410\n{}",
+            herald.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let d3 = raw
+        .patch(
+            &format!("{}/d", widgets("default")),
+            MERGE,
+            &json!({"spec": {"v": 3}}),
+        )
+        .await
+        .body;
+    let events = herald.wait_for(5).await;
+    assert_eq!(ids(&events)[4], id_of(&d3, "updated"), "{events:#?}");
+    herald.settle(5).await;
+}
+
+/// Waits until `/readyz` answers `want`; panics with its last answer and herald's stderr after 30 s.
+async fn wait_readyz(herald: &Herald, addr: &str, want: u16) {
+    let started = Instant::now();
+    loop {
+        let (code, body) = admin_get(addr, "/readyz").await;
+        if code == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "/readyz {code}, expected {want}: {body}\n--- herald stderr ---\n{}",
+            herald.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A brief API server outage breaks the pattern's watch of the CRDs; the watch resumes without a
+/// relist, and `/readyz` is ready again.
+#[tokio::test]
+async fn a_group_pattern_is_ready_again_after_a_brief_outage() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]",
+    );
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    wait_readyz(&herald, &addr, 200).await;
+    sim.restart(true, false, Duration::from_millis(1500)).await;
+    wait_readyz(&herald, &addr, 200).await;
+    // Still following the CRDs: a kind installed after the outage is watched.
+    raw.install_crd(&gadgets_crd()).await;
+    wait_watched(
+        &herald,
+        &addr,
+        &[
+            "*.example.com",
+            "widgets.example.com",
+            "gadgets.example.com",
+        ],
+    )
+    .await;
+}
+
+/// The `deleted` events herald synthesizes for a gone CRD's objects it did not see deleted: resync,
+/// one per object, each id `<uid>:<rv>:deleted` at one revision (the stream's last checkpoint).
+fn assert_synthesized_deletions(events: &[Value], objects: &[&Value]) {
+    assert_eq!(events.len(), objects.len(), "{events:#?}");
+    let rv = events[0]["resourceversion"].as_str().unwrap().to_string();
+    let want = sorted(objects.iter().map(|o| deleted_id(o, &rv)).collect());
+    assert_eq!(sorted(ids(events)), want, "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["resync"] == json!(true) && e["type"] == "dev.herald.resource.deleted"),
+        "{events:#?}"
+    );
+}
+
+/// A CRD deleted while its watcher cannot read its watch (failing watches here; a paused or
+/// relisting watcher alike): the watcher retires with its index full, and herald reports the
+/// deletion of each object the index held, once.
+#[tokio::test]
+async fn a_retired_watcher_reports_the_deletions_it_did_not_read() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let w1 = create(&raw, &widgets("default"), &widget_in("default", "w1")).await;
+    let w2 = create(&raw, &widgets("default"), &widget_in("default", "w2")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]",
+    );
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    assert_eq!(
+        sorted(ids(&herald.wait_for(2).await)),
+        sorted(vec![id_of(&w1, "created"), id_of(&w2, "created")])
+    );
+    // The widgets' watches fail from now on; the open one ends with the server's restart.
+    sim.fail(herald_sim::FailRule {
+        path_prefix: "/apis/example.com/v1/widgets".into(),
+        method: None,
+        watch: Some(true),
+        status: 500,
+        count: 1000,
+        retry_after_seconds: None,
+        client: None,
+    });
+    sim.restart(true, false, Duration::from_millis(200)).await;
+    // The CRDs are followed again (a new kind is found) while the widgets' watcher cannot watch.
+    raw.install_crd(&gadgets_crd()).await;
+    wait_watched(
+        &herald,
+        &addr,
+        &[
+            "*.example.com",
+            "widgets.example.com",
+            "gadgets.example.com",
+        ],
+    )
+    .await;
+    let r = raw.delete(&format!("{CRDS}/widgets.example.com")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    sim.clear_faults();
+    wait_watched(&herald, &addr, &["*.example.com", "gadgets.example.com"]).await;
+    let events = herald.wait_for(4).await;
+    assert_synthesized_deletions(&events[2..], &[&w1, &w2]);
+    herald.settle(4).await;
+}
+
+/// A CRD of the group deleted while herald was down: at the pattern's first view, the deletion of
+/// each object its kind's index holds is reported, once (not again at the next start).
+#[tokio::test]
+async fn a_crd_deleted_while_herald_was_down_reports_its_objects_deleted() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    raw.install_crd(&gadgets_crd()).await;
+    let g1 = create(&raw, GADGETS, &gadget("g1")).await;
+    let g2 = create(&raw, GADGETS, &gadget("g2")).await;
+    let w1 = create(&raw, &widgets("default"), &widget_in("default", "w1")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]",
+    );
+    let addr = admin_addr(&config);
+    let mut herald = Herald::start(dir.path(), &config);
+    assert_eq!(
+        sorted(ids(&herald.wait_for(3).await)),
+        sorted(vec![
+            id_of(&g1, "created"),
+            id_of(&g2, "created"),
+            id_of(&w1, "created")
+        ])
+    );
+    assert_eq!(herald.terminate().await, Some(0));
+    let r = raw.delete(&format!("{CRDS}/gadgets.example.com")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    herald.restart();
+    let events = herald.wait_for(5).await;
+    assert_synthesized_deletions(&events[3..], &[&g1, &g2]);
+    wait_watched(&herald, &addr, &["*.example.com", "widgets.example.com"]).await;
+    herald.settle(5).await;
+    assert_eq!(herald.terminate().await, Some(0));
+    herald.restart();
+    let w2 = create(&raw, &widgets("default"), &widget_in("default", "w2")).await;
+    let events = herald.wait_for(6).await;
+    assert_eq!(ids(&events)[5], id_of(&w2, "created"));
+    herald.settle(6).await;
+}
+
+/// `initialState: skip` is about what existed at herald's very first start: a CRD of the group
+/// installed while herald was down is new, and its objects are reported at the next start.
+#[tokio::test]
+async fn a_crd_installed_while_herald_was_down_is_reported_despite_initial_state_skip() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    create(&raw, &widgets("default"), &widget_in("default", "w1")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]\n    initialState: skip",
+    );
+    let addr = admin_addr(&config);
+    let mut herald = Herald::start(dir.path(), &config);
+    wait_watched(&herald, &addr, &["*.example.com", "widgets.example.com"]).await;
+    herald.wait_for_log("Listed and reconciled.").await;
+    let w2 = create(&raw, &widgets("default"), &widget_in("default", "w2")).await;
+    assert_eq!(ids(&herald.wait_for(1).await), [id_of(&w2, "created")]);
+    assert_eq!(herald.terminate().await, Some(0));
+
+    raw.install_crd(&gadgets_crd()).await;
+    let g1 = create(&raw, GADGETS, &gadget("g1")).await;
+    herald.restart();
+    let events = herald.wait_for(2).await;
+    assert_eq!(ids(&events)[1], id_of(&g1, "created"), "{events:#?}");
+    assert_eq!(events[1]["resync"], json!(true));
+    herald.settle(2).await;
+}
+
+/// With `namespaces: [a, b]`, a cluster-scoped kind of the group gets one watcher (labelled as if
+/// configured alone), not one per listed namespace on the same stream; namespaced kinds get one each.
+#[tokio::test]
+async fn a_cluster_scoped_kind_is_watched_once_with_a_namespace_list() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    raw.install_crd(&crd(
+        "example.com",
+        "clusterthings",
+        "ClusterThing",
+        "Cluster",
+        &[("v1", true, true)],
+    ))
+    .await;
+    for ns in ["a", "b"] {
+        namespace(&raw, ns).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]\n    namespaces: [a, b]",
+    );
+    let addr = admin_addr(&config);
+    let herald = Herald::start(dir.path(), &config);
+    wait_watched(
+        &herald,
+        &addr,
+        &[
+            "*.example.com/a",
+            "*.example.com/b",
+            "clusterthings.example.com",
+            "widgets.example.com/a",
+            "widgets.example.com/b",
+        ],
+    )
+    .await;
+    let t = create(
+        &raw,
+        "/apis/example.com/v1/clusterthings",
+        &json!({"apiVersion": "example.com/v1", "kind": "ClusterThing", "metadata": {"name": "t"}}),
+    )
+    .await;
+    assert_eq!(ids(&herald.wait_for(1).await), [id_of(&t, "created")]);
+    herald.settle(1).await;
+    // Still one watcher for it (the list is compared again after the settle).
+    let got = sorted(watched(&addr).await);
+    assert_eq!(
+        got.iter()
+            .filter(|l| l.starts_with("clusterthings."))
+            .count(),
+        1,
+        "{got:?}"
+    );
+}
+
+/// The deletions synthesized for a CRD gone while herald was down pass the resource's `when`, as a
+/// relist's do.
+#[tokio::test]
+async fn synthesized_deletions_pass_the_resources_when() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&gadgets_crd()).await;
+    let g1 = create(&raw, GADGETS, &gadget("g1")).await;
+    create(&raw, GADGETS, &gadget("g2")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kinds: [\"*\"]\n    when: \"name != 'g2'\"",
+    );
+    let mut herald = Herald::start(dir.path(), &config);
+    assert_eq!(ids(&herald.wait_for(1).await), [id_of(&g1, "created")]);
+    herald.settle(1).await;
+    assert_eq!(herald.terminate().await, Some(0));
+    let r = raw.delete(&format!("{CRDS}/gadgets.example.com")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    herald.restart();
+    let events = herald.wait_for(2).await;
+    assert_synthesized_deletions(&events[1..], &[&g1]);
+    herald.settle(2).await;
 }

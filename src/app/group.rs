@@ -9,7 +9,7 @@
 //! the watcher reads the deletions of its objects that the watch shows, and ends once the resource
 //! is no longer served.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,7 +24,11 @@ use tokio_util::sync::CancellationToken;
 use super::supervisor::{Registry, guarded};
 use crate::journal::Journal;
 use crate::watch::pattern::{MatchedKind, matched_kinds};
-use crate::watch::{self, WatchSpec};
+use crate::watch::{self, WatchSpec, problem};
+
+/// How long a stopping pattern waits for all its watchers together (the supervisor gives the
+/// pattern 5 s).
+const STOP_BUDGET: Duration = Duration::from_secs(4);
 
 /// How often finished (retired) watchers are collected.
 const COLLECT_EVERY: Duration = Duration::from_millis(250);
@@ -49,6 +53,8 @@ struct Child {
     /// Set while its CRD is being deleted (cleared if the CRD comes back first).
     retire: Arc<AtomicBool>,
     handle: JoinHandle<()>,
+    /// Its kind's journal stream: what its index still holds when it retires is reported deleted.
+    stream: String,
 }
 
 /// Runs a group pattern until `stop` fires: follows the CRDs of `spec.group`, keeping one watcher per
@@ -70,8 +76,18 @@ pub(super) async fn run(
     let mut children: BTreeMap<String, Child> = BTreeMap::new();
     let mut collect = tokio::time::interval(COLLECT_EVERY);
     // After the first complete view, a new CRD is new: its objects are all reported, whatever
-    // `initialState` says (that is for what existed when herald first started).
-    let mut late = false;
+    // `initialState` says (that is for what existed when herald first started). The first view
+    // ever is remembered in the journal, so a CRD installed while herald was down is new too (a
+    // kind that has a checkpoint resumes from it whatever `late` says).
+    let marker = first_view_stream(&spec);
+    let mut late = match ctx.journal.checkpoint(&marker) {
+        Ok(m) => m.is_some(),
+        Err(error) => {
+            tracing::warn!(message = "Reading the pattern's first-view mark failed; taking it for a first start.", error = %problem::chain(&error), pattern = %spec.label());
+            false
+        }
+    };
+    let mut first_view = true;
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => break,
@@ -91,7 +107,9 @@ pub(super) async fn run(
                 false
             }
             Ok(watcher::Event::InitApply(crd)) => {
-                if let Some(l) = listing.as_mut() {
+                if let Some(l) = listing.as_mut()
+                    && let Some(crd) = slim(&spec, crd)
+                {
                     l.insert(crd_name(&crd), crd);
                 }
                 false
@@ -106,15 +124,29 @@ pub(super) async fn run(
                 true
             }
             Ok(watcher::Event::Apply(crd)) => {
-                known.insert(crd_name(&crd), crd);
+                let name = crd_name(&crd);
+                match slim(&spec, crd) {
+                    Some(crd) => known.insert(name, crd),
+                    // Its group changed (not allowed by the API server, but cheap to follow).
+                    None => known.remove(&name),
+                };
+                health.clear_problem();
+                health.synced.store(true, Ordering::SeqCst);
                 true
             }
             Ok(watcher::Event::Delete(crd)) => {
                 known.remove(&crd_name(&crd));
+                health.clear_problem();
+                health.synced.store(true, Ordering::SeqCst);
                 true
             }
             Err(error) => {
-                health.synced.store(false, Ordering::SeqCst);
+                // Only a failed list leaves the view of the CRDs incomplete: after a failed watch,
+                // kube's watcher watches again from where it was, without a relist (no InitDone
+                // would ever restore `synced`).
+                if matches!(error, watcher::Error::InitialListFailed(_)) {
+                    health.synced.store(false, Ordering::SeqCst);
+                }
                 let message = error.to_string();
                 if let watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) =
                     &error
@@ -126,7 +158,14 @@ pub(super) async fn run(
             }
         };
         if changed {
+            if first_view {
+                report_orphans(&ctx, &spec, &known);
+            }
             reconcile(&ctx, &spec, &stop, &known, &mut children, late);
+            if !late {
+                mark_first_view(&ctx, &spec, &marker);
+            }
+            first_view = false;
             late = true;
         }
     }
@@ -134,10 +173,114 @@ pub(super) async fn run(
     for child in children.values() {
         child.stop.cancel();
     }
-    for (label, child) in children {
-        let _ = tokio::time::timeout(Duration::from_secs(4), child.handle).await;
+    // One budget for all of them, within the supervisor's 5 s for the whole pattern; a child
+    // still running then is aborted (dropping a JoinHandle would leave its task running).
+    let deadline = tokio::time::Instant::now() + STOP_BUDGET;
+    for (label, mut child) in children {
+        if tokio::time::timeout_at(deadline, &mut child.handle)
+            .await
+            .is_err()
+        {
+            child.handle.abort();
+            tracing::warn!(message = "Watcher did not stop in time; aborted.", resource = %label);
+        }
         ctx.registry.remove_watcher(&label);
     }
+}
+
+/// The journal entry that says the pattern's first complete view of the CRDs is done: the
+/// checkpoint of a stream no watcher has (`<group>/*/<namespace or *>`: no plural is `*`), so the
+/// journal's layout stays as it is.
+fn first_view_stream(spec: &WatchSpec) -> String {
+    format!(
+        "{}/{}/{}",
+        spec.group,
+        crate::config::ANY_KIND,
+        spec.namespace.as_deref().unwrap_or("*")
+    )
+}
+
+/// Records that the first complete view is done (an empty batch that only sets the checkpoint).
+fn mark_first_view(ctx: &Context, spec: &WatchSpec, marker: &str) {
+    let batch = crate::journal::Batch {
+        stream: marker.to_string(),
+        events: Vec::new(),
+        index: Vec::new(),
+        checkpoint: Some("first-view-done".to_string()),
+    };
+    if let Err(error) = ctx.journal.append(batch) {
+        tracing::warn!(message = "Recording the pattern's first view failed; a CRD installed while herald is down may be taken for one present at the first start.", error = %problem::chain(&error), pattern = %spec.label());
+    }
+}
+
+/// Reports the deletion of whatever `stream`'s index still holds (its CRD is gone, and its objects
+/// with it): deletions the watcher did not read (paused by the backlog, relisting, herald down).
+fn report_gone(ctx: &Context, spec: &WatchSpec, stream: &str) {
+    match watch::report_gone(&ctx.journal, spec, stream) {
+        Ok(0) => {}
+        Ok(objects) => {
+            tracing::info!(message = "CRD gone; reported the deletion of the objects its index still held.", stream, objects, pattern = %spec.label());
+        }
+        Err(error) => {
+            tracing::warn!(message = "Reporting the deletions of a gone CRD's objects failed.", stream, error = %problem::chain(&error), pattern = %spec.label());
+        }
+    }
+}
+
+/// At the pattern's first complete view of the CRDs: the kinds of its group with an index but no
+/// CRD (deleted while herald was down) get their objects' deletions reported.
+fn report_orphans(
+    ctx: &Context,
+    spec: &WatchSpec,
+    crds: &BTreeMap<String, CustomResourceDefinition>,
+) {
+    let live: BTreeSet<&str> = crds
+        .values()
+        .filter(|c| c.spec.group == spec.group && c.metadata.deletion_timestamp.is_none())
+        .map(|c| c.spec.names.plural.as_str())
+        .collect();
+    let streams = match ctx.journal.indexed_streams(&format!("{}/", spec.group)) {
+        Ok(s) => s,
+        Err(error) => {
+            tracing::warn!(message = "Looking for the kinds of deleted CRDs failed.", error = %problem::chain(&error), pattern = %spec.label());
+            return;
+        }
+    };
+    let scope = spec.namespace.as_deref().unwrap_or("*");
+    for stream in streams {
+        let mut parts = stream.splitn(3, '/');
+        let (Some(_), Some(plural), Some(ns)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        // `*`: also a cluster-scoped kind's, which the first namespace's spec of a list watches.
+        if live.contains(plural) || !(ns == scope || (ns == "*" && spec.namespace_lead)) {
+            continue;
+        }
+        // Only the kinds this pattern takes.
+        let kind = ctx
+            .journal
+            .index_scan(&stream)
+            .ok()
+            .and_then(|entries| entries.into_iter().next())
+            .and_then(|(_, raw)| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+            .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned));
+        if kind.is_some_and(|k| spec.takes_kind(&k)) {
+            report_gone(ctx, spec, &stream);
+        }
+    }
+}
+
+/// The CRD as the pattern keeps it: `None` for another group's; without the versions' schemas
+/// (often most of a CRD, and never read here).
+fn slim(spec: &WatchSpec, mut crd: CustomResourceDefinition) -> Option<CustomResourceDefinition> {
+    if crd.spec.group != spec.group {
+        return None;
+    }
+    for v in &mut crd.spec.versions {
+        v.schema = None;
+    }
+    crd.metadata.managed_fields = None;
+    Some(crd)
 }
 
 fn crd_name(crd: &CustomResourceDefinition) -> String {
@@ -170,7 +313,7 @@ fn reconcile(
         if children.contains_key(&label) {
             continue;
         }
-        let mut child_spec = spec.for_kind(&m.kind, &m.plural);
+        let mut child_spec = m.spec(spec);
         child_spec.initial_emit |= late;
         tracing::info!(message = "Kind of a watched group found; starting its watcher.", resource = %label, pattern = %spec.label());
         let child_health = Arc::new(watch::Health::default());
@@ -189,12 +332,14 @@ fn reconcile(
         };
         let handle = tokio::spawn(guarded(ctx.alive.clone(), child_stop.clone(), task));
         ctx.registry.add_watcher(label.clone(), child_health);
+        let stream = m.stream(spec);
         children.insert(
             label,
             Child {
                 stop: child_stop,
                 retire,
                 handle,
+                stream,
             },
         );
     }
@@ -213,9 +358,48 @@ fn collect_finished(
         .map(|(l, _)| l.clone())
         .collect();
     for label in &done {
-        children.remove(label);
+        let Some(child) = children.remove(label) else {
+            continue;
+        };
         ctx.registry.remove_watcher(label);
         tracing::info!(message = "Watcher of a deleted CRD stopped.", resource = %label, pattern = %spec.label());
+        if child.retire.load(Ordering::SeqCst) {
+            // Before a watcher for a CRD installed again can start on the same stream.
+            report_gone(ctx, spec, &child.stream);
+        }
     }
     !done.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::{self, Config};
+
+    #[test]
+    fn the_pattern_keeps_only_its_groups_crds_without_schemas() {
+        let cfg: Config = config::from_str(
+            "resources:\n- {group: example.com, kinds: ['*']}\nsinks:\n- {name: out, type: file, path: e.jsonl}\n",
+        )
+        .unwrap();
+        let spec = WatchSpec::from_config(&cfg).remove(0);
+        let crd = |group: &str| -> CustomResourceDefinition {
+            serde_json::from_value(json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("widgets.{group}")},
+                "spec": {"group": group, "scope": "Namespaced",
+                         "names": {"kind": "Widget", "plural": "widgets"},
+                         "versions": [{"name": "v1", "served": true, "storage": true,
+                                       "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+            }))
+            .unwrap()
+        };
+        assert!(slim(&spec, crd("other.example")).is_none());
+        let kept = slim(&spec, crd("example.com")).unwrap();
+        assert_eq!(kept.spec.versions.len(), 1);
+        assert!(kept.spec.versions[0].schema.is_none());
+        assert!(kept.spec.versions[0].served);
+    }
 }

@@ -209,7 +209,7 @@ async fn check_pattern(
     };
     let matched = watch::pattern::matched_kinds(spec, &list.items);
     for m in &matched {
-        let kind_spec = spec.for_kind(&m.kind, &m.plural);
+        let kind_spec = m.spec(spec);
         // Defined but not served yet (a CRD not yet established): the watcher waits for it.
         let Some(r) = watch::resolve(client, &kind_spec).await? else {
             continue;

@@ -529,6 +529,51 @@ impl Journal {
         Ok(out)
     }
 
+    /// The streams starting with `prefix` that have objects in their index, in order (a group
+    /// pattern looks for the kinds of its group whose CRD went away while herald was down).
+    pub fn indexed_streams(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut from = keys::index_prefix(prefix);
+        // Without the separator: every stream that starts with `prefix`.
+        from.pop();
+        let end = {
+            let mut e = from.clone();
+            e.push(0xff);
+            e
+        };
+        let mut next = from.clone();
+        loop {
+            let Some(entry) = self.inner.db.range(next.clone()..end.clone()).next() else {
+                break;
+            };
+            let (k, _) = entry.map_err(|source| JournalError::IndexReadFailed {
+                stream: prefix.to_owned(),
+                source,
+            })?;
+            let Some(rest) = k.get(keys::INDEX_PREFIX.len()..) else {
+                break;
+            };
+            let Some(stream) = rest
+                .iter()
+                .position(|b| *b == 0)
+                .and_then(|at| rest.get(..at))
+                .and_then(|b| std::str::from_utf8(b).ok())
+            else {
+                break;
+            };
+            if !stream.starts_with(prefix) {
+                break;
+            }
+            out.push(stream.to_owned());
+            // Skip the rest of this stream's keys: past `<stream>\0`, at `<stream>\x01`.
+            next = keys::index_prefix(stream);
+            if let Some(last) = next.last_mut() {
+                *last = 1;
+            }
+        }
+        Ok(out)
+    }
+
     /// Registers a sink and returns its cursor (the last sequence number it has passed). A new
     /// sink starts at the head (it gets what is appended from now on), or with `from_start` just
     /// before the earliest event still kept. A known sink keeps its stored cursor.

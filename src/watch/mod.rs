@@ -27,7 +27,7 @@ use crate::journal::Journal;
 pub use problem::ApiProblem;
 pub use resolve::{Resolved, resolve};
 pub use spec::WatchSpec;
-pub use sync::{NamespaceCache, Recorder, Seen, SyncError};
+pub use sync::{NamespaceCache, Recorder, Seen, SyncError, report_gone};
 
 /// A watch that lasted this long ended normally and resets the backoff (nothing else does); a shorter
 /// one counts as a failure for it, whether a re-watch or a relist follows.

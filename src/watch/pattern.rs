@@ -14,10 +14,36 @@ pub struct MatchedKind {
     pub plural: String,
     /// The watcher's label, the same as if the kind were configured alone.
     pub label: String,
+    /// `spec.scope` is `Namespaced`.
+    pub namespaced: bool,
+}
+
+impl MatchedKind {
+    /// The watcher's spec: the kind configured alone. A cluster-scoped kind is watched without a
+    /// namespace (it has none), whatever namespace the pattern's spec is for.
+    pub fn spec(&self, spec: &WatchSpec) -> WatchSpec {
+        let mut s = spec.for_kind(&self.kind, &self.plural);
+        if !self.namespaced {
+            s.namespace = None;
+        }
+        s
+    }
+
+    /// The kind's journal stream, the one its watcher resolves (`<group>/<plural>/<namespace or *>`).
+    pub fn stream(&self, spec: &WatchSpec) -> String {
+        let ns = match (&spec.namespace, self.namespaced) {
+            (Some(ns), true) => ns.as_str(),
+            _ => "*",
+        };
+        format!("{}/{}/{ns}", spec.group, self.plural)
+    }
 }
 
 /// The kinds of `crds` that `spec`, a group pattern, takes now, sorted by label: CRDs of its group,
-/// of a listed kind (or any), serving the configured version (or any), and not being deleted.
+/// of a listed kind (or any), serving the configured version (or any), established (the API server
+/// serves the resource only then: a watcher started before would wait, keeping `/readyz` failing),
+/// and not being deleted. With `namespaces: [a, b]`, cluster-scoped kinds are taken by the first
+/// namespace's spec only (one watcher for them, not one per namespace on the same stream).
 pub fn matched_kinds<'a>(
     spec: &WatchSpec,
     crds: impl IntoIterator<Item = &'a CustomResourceDefinition>,
@@ -29,21 +55,37 @@ pub fn matched_kinds<'a>(
             s.group == spec.group
                 && spec.takes_kind(&s.names.kind)
                 && crd.metadata.deletion_timestamp.is_none()
+                && established(crd)
+                && (s.scope == "Namespaced" || spec.namespace.is_none() || spec.namespace_lead)
                 && s.versions
                     .iter()
                     .any(|v| v.served && spec.version.as_deref().is_none_or(|want| want == v.name))
         })
         .map(|crd| {
             let names = &crd.spec.names;
-            MatchedKind {
+            let mut m = MatchedKind {
                 kind: names.kind.clone(),
                 plural: names.plural.clone(),
-                label: spec.for_kind(&names.kind, &names.plural).label(),
-            }
+                label: String::new(),
+                namespaced: crd.spec.scope == "Namespaced",
+            };
+            m.label = m.spec(spec).label();
+            m
         })
         .collect();
     out.sort_by(|a, b| a.label.cmp(&b.label));
     out
+}
+
+/// Whether the CRD's `Established` condition is `True`.
+fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
 }
 
 #[cfg(test)]
@@ -70,6 +112,7 @@ mod tests {
         if deleting {
             v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         }
+        v["status"] = json!({"conditions": [{"type": "Established", "status": "True"}]});
         serde_json::from_value(v).unwrap()
     }
 
@@ -111,7 +154,8 @@ mod tests {
             [MatchedKind {
                 kind: "Widget".into(),
                 plural: "widgets".into(),
-                label: "widgets.example.com".into()
+                label: "widgets.example.com".into(),
+                namespaced: true,
             }]
         );
         let v2 = pattern("kinds: ['*'], version: v2");
@@ -131,5 +175,23 @@ mod tests {
         assert_eq!(from_pattern.label(), "widgets.example.com");
         assert!(from_pattern.namespace_name_allowed("default"));
         assert!(!from_pattern.namespace_name_allowed("kube-system"));
+    }
+
+    #[test]
+    fn a_crd_not_yet_established_is_not_taken() {
+        let mut pending = crd("example.com", "Widget", "widgets", &[("v1", true)], false);
+        let every = pattern("kinds: ['*']");
+        assert_eq!(matched_kinds(&every, [&pending]).len(), 1);
+        for status in [
+            json!({"conditions": [{"type": "NamesAccepted", "status": "True"},
+                                  {"type": "Established", "status": "False"}]}),
+            json!({"conditions": [{"type": "NamesAccepted", "status": "True"}]}),
+            json!({}),
+        ] {
+            pending.status = Some(serde_json::from_value(status).unwrap());
+            assert_eq!(matched_kinds(&every, [&pending]), []);
+        }
+        pending.status = None;
+        assert_eq!(matched_kinds(&every, [&pending]), []);
     }
 }

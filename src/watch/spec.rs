@@ -19,6 +19,10 @@ pub struct WatchSpec {
     pub plural: Option<String>,
     /// Watch only this namespace (`namespaces: [a, b]` gives one watcher each); `None` for all.
     pub namespace: Option<String>,
+    /// The first (or only) spec of its `resources` entry: with `namespaces: [a, b]`, the one of `a`.
+    /// A group pattern starts the cluster-scoped kinds it finds from this spec only (they live in
+    /// no namespace: one watcher, not one per listed namespace on the same stream).
+    pub namespace_lead: bool,
     /// Only namespaces whose labels match (one cluster-wide watch, filtered here).
     pub namespace_selector: Option<String>,
     /// Only namespaces whose names match one of these globs (empty: every name).
@@ -60,6 +64,7 @@ impl WatchSpec {
                 kind: r.kind.clone(),
                 plural: r.plural.clone(),
                 namespace: None,
+                namespace_lead: true,
                 namespace_selector: None,
                 namespace_include: Vec::new(),
                 namespace_exclude: Vec::new(),
@@ -90,8 +95,9 @@ impl WatchSpec {
                     namespace_exclude: exclude.clone(),
                     ..base
                 }),
-                Namespaces::List(list) => out.extend(list.iter().map(|ns| Self {
+                Namespaces::List(list) => out.extend(list.iter().enumerate().map(|(i, ns)| Self {
                     namespace: Some(ns.clone()),
+                    namespace_lead: i == 0,
                     ..base.clone()
                 })),
             }

@@ -136,6 +136,13 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// Whether the object's namespace passes the `namespaces` name patterns (cluster-scoped
+    /// objects always do).
+    fn name_pattern_allowed(&self, obj: &Value) -> bool {
+        let ns = meta(obj, "namespace");
+        ns.is_empty() || self.spec.namespace_name_allowed(ns)
+    }
+
     fn selective(&self) -> bool {
         self.spec.label_selector.is_some()
             || self.spec.field_selector.is_some()
@@ -464,10 +471,20 @@ impl<'a> Recorder<'a> {
             if !obj_rv.is_empty() {
                 next.clone_from(&obj_rv);
             }
+            let key = event::object_key(&self.resolved.resource, &obj);
+            if !self.name_pattern_allowed(&obj) {
+                // Outside the name patterns: untracked, so a later relist reports nothing for it
+                // (an entry left from before the patterns changed is dropped without an event).
+                if self.recorded(&mut p, &key)?.is_some() {
+                    self.remove(&mut p, &key);
+                } else {
+                    p.overlay.insert(key, None);
+                }
+                continue;
+            }
             if !self.namespace_allowed(meta(&obj, "namespace")).await? {
                 continue;
             }
-            let key = event::object_key(&self.resolved.resource, &obj);
             let old = self.recorded(&mut p, &key)?;
             match seen {
                 Seen::Added | Seen::Modified => self.present(&mut p, &key, obj, old, false, None),
@@ -593,6 +610,12 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         flush(&mut p)?;
     }
     for (key, old) in gone {
+        if !rec.name_pattern_allowed(old) {
+            // Indexed before the name patterns excluded its namespace: no longer watched, so
+            // forgotten without an event (it may well still exist).
+            rec.remove(&mut p, key);
+            continue;
+        }
         if rec.selective()
             && let Some(current) = rec.still_exists(old).await?
         {
@@ -618,6 +641,86 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     rec.append(p, Some(list_rv.clone()))?;
     tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects, rv = %list_rv);
     Ok(list_rv)
+}
+
+/// Reports the deletion of every object `stream`'s index still holds and empties the index, in
+/// one batch: for a kind of a group pattern whose CRD is gone (its objects went with it) while its
+/// watcher could not read their deletions (paused, relisting, or herald was down). `deleted`
+/// events with `resync: true`, dated at the stream's checkpoint (the last revision herald read; the
+/// object's own without one), so their ids are as deterministic as a relist's. Names come from the
+/// stream (`<group>/<plural>/<namespace or *>`) and the indexed objects. Returns how many objects
+/// the index held.
+pub fn report_gone(
+    journal: &Journal,
+    spec: &WatchSpec,
+    stream: &str,
+) -> Result<usize, JournalError> {
+    let entries = journal.index_scan(stream)?;
+    if entries.is_empty() {
+        return Ok(0);
+    }
+    let rv = journal.checkpoint(stream)?;
+    let mut batch = Batch {
+        stream: stream.to_string(),
+        events: Vec::new(),
+        index: Vec::new(),
+        checkpoint: None,
+    };
+    let mut resource: Option<event::Resource> = None;
+    for (key, raw) in &entries {
+        batch.index.push(IndexUpdate::Remove { key: key.clone() });
+        let Ok(mut obj) = serde_json::from_slice::<Value>(raw) else {
+            continue;
+        };
+        take_unconfirmed_mark(&mut obj);
+        // The resource's `when`, as for a relist's deletion (the last known state as both).
+        let wanted = spec.when.as_ref().is_none_or(|when| {
+            when.evaluate(&Vars {
+                object: Some(&obj),
+                old_object: Some(&obj),
+                op: Op::Deleted,
+                resync: true,
+                namespace: meta(&obj, "namespace"),
+                name: meta(&obj, "name"),
+            })
+            .unwrap_or(when.on_error == OnError::Emit)
+        });
+        if !spec.ops.contains(&Op::Deleted) || !wanted {
+            continue;
+        }
+        let resource = resource.get_or_insert_with(|| {
+            let mut r = spec.template.clone();
+            r.group.clone_from(&spec.group);
+            r.plural = stream.split('/').nth(1).unwrap_or_default().to_string();
+            r.kind = obj
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            r.version = obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .and_then(|v| v.rsplit('/').next())
+                .unwrap_or_default()
+                .to_string();
+            r.namespaced = !meta(&obj, "namespace").is_empty();
+            r
+        });
+        let ev = event::normalize(
+            resource,
+            Observed {
+                op: Op::Deleted,
+                object: &obj,
+                old: None,
+                resync: true,
+                resource_version: rv.as_deref(),
+                observed_at: jiff::Timestamp::now(),
+            },
+        );
+        batch.events.push(ev.to_structured_json());
+    }
+    journal.append(batch)?;
+    Ok(entries.len())
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ fn spec() -> WatchSpec {
         kind: Some("Widget".into()),
         plural: None,
         namespace: None,
+        namespace_lead: true,
         namespace_selector: None,
         namespace_include: vec![],
         namespace_exclude: vec![],
