@@ -151,6 +151,19 @@ impl Positions {
         self.journal.hold_retention_after(floor);
     }
 
+    /// The object and resourceVersion of an event the sink's routes want. An event the sink does
+    /// not want counts as finished the moment it is read, even while an earlier event of the same
+    /// object waits for delivery: publishing its resourceVersion would make a standby mark that
+    /// earlier event done, and a takeover lose it. Nor is an event that cannot be decoded
+    /// published (its place in the object's order is unknown).
+    fn routed_ids(&self, sink: &str, bytes: &[u8]) -> Option<(String, u64)> {
+        let event = CloudEvent::from_structured_json(bytes).ok()?;
+        if !self.router.wants(sink, &event) {
+            return None;
+        }
+        ids(bytes)
+    }
+
     /// Leader: reads what each sink finished since the last pass into `through`.
     pub(super) fn collect(&mut self) -> Result<(), PositionsError> {
         let now = Instant::now();
@@ -171,7 +184,7 @@ impl Positions {
                     if seq > cursor {
                         break;
                     }
-                    if let Some((uid, rv)) = ids(&bytes) {
+                    if let Some((uid, rv)) = self.routed_ids(&sink, &bytes) {
                         self.note(&sink, uid, rv, now);
                     }
                 }
@@ -191,7 +204,7 @@ impl Positions {
                     if seq > last {
                         break;
                     }
-                    if let Some((uid, rv)) = ids(&bytes) {
+                    if let Some((uid, rv)) = self.routed_ids(&sink, &bytes) {
                         self.note(&sink, uid, rv, now);
                     }
                 }
@@ -322,10 +335,14 @@ mod tests {
     use crate::journal::{Batch, JournalConfig};
 
     fn event(uid: &str, rv: u64) -> Vec<u8> {
+        event_op(uid, rv, "updated")
+    }
+
+    fn event_op(uid: &str, rv: u64, op: &str) -> Vec<u8> {
         CloudEvent::new(
-            format!("{uid}:{rv}:updated"),
+            format!("{uid}:{rv}:{op}"),
             "k8s://c/example.com/widgets",
-            "dev.herald.resource.updated",
+            format!("dev.herald.resource.{op}"),
         )
         .extension("k8suid", ExtensionValue::String(uid.into()))
         .extension("resourceversion", ExtensionValue::String(rv.to_string()))
@@ -337,6 +354,11 @@ mod tests {
     }
 
     async fn journal(dir: &std::path::Path, events: &[(&str, u64)]) -> Journal {
+        let events: Vec<Vec<u8>> = events.iter().map(|(uid, rv)| event(uid, *rv)).collect();
+        journal_of(dir, events).await
+    }
+
+    async fn journal_of(dir: &std::path::Path, events: Vec<Vec<u8>>) -> Journal {
         let mut cfg = JournalConfig::new(dir.join("journal"));
         cfg.flush_interval = Duration::from_millis(1);
         let j = Journal::open(cfg).unwrap();
@@ -344,7 +366,7 @@ mod tests {
         let seqs = j
             .append(Batch {
                 stream: "s".into(),
-                events: events.iter().map(|(uid, rv)| event(uid, *rv)).collect(),
+                events,
                 index: vec![],
                 checkpoint: None,
             })
@@ -354,13 +376,17 @@ mod tests {
     }
 
     fn positions(j: &Journal) -> Positions {
+        positions_routed(j, Router::new(Vec::new()))
+    }
+
+    fn positions_routed(j: &Journal, router: Router) -> Positions {
         // Never asked: these tests publish and fetch nothing.
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
                 .unwrap();
         Positions::new(
             j.clone(),
-            Arc::new(Router::new(Vec::new())),
+            Arc::new(router),
             Api::namespaced(client, "default"),
             "herald-positions".into(),
             Duration::from_secs(1),
@@ -413,5 +439,46 @@ mod tests {
         // Applying again changes nothing.
         assert_eq!(sp.apply().unwrap(), 0);
         assert_eq!(standby.cursor("out").unwrap(), 2);
+    }
+
+    /// A route that takes creations and updates only: the leader's `deleted` event of an object
+    /// is finished as soon as it is read, while the object's earlier update still waits. The
+    /// deletion's resourceVersion is not published, so the standby keeps the update to send.
+    #[tokio::test]
+    async fn an_event_the_sink_does_not_want_publishes_nothing_for_its_object() {
+        let route = || {
+            Router::new(vec![crate::route::Route {
+                resources: vec![crate::route::ResourcePattern::Any],
+                ops: vec![crate::event::Op::Created, crate::event::Op::Updated],
+                sinks: vec!["out".into()],
+            }])
+        };
+        let events = || {
+            vec![
+                event_op("a", 5, "updated"),
+                event_op("a", 6, "deleted"),
+                event_op("b", 7, "updated"),
+            ]
+        };
+        let (dl, ds) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = journal_of(dl.path(), events()).await;
+        // a@5 waits for delivery; the deletion (not routed) and b@7 are done.
+        leader.acknowledge("out", 0, &[(2, 3)]).unwrap();
+        let mut lp = positions_routed(&leader, route());
+        lp.lead();
+        lp.collect().unwrap();
+        let doc = lp.published("herald-a");
+        assert_eq!(doc.sinks["out"], BTreeMap::from([("b".into(), 7)]));
+
+        let standby = journal_of(ds.path(), events()).await;
+        standby.acknowledge("out", 0, &[]).unwrap();
+        let mut sp = positions_routed(&standby, route());
+        let now = Instant::now();
+        for (uid, rv) in &doc.sinks["out"] {
+            sp.note("out", uid.clone(), *rv, now);
+        }
+        sp.apply().unwrap();
+        assert_eq!(standby.cursor("out").unwrap(), 0, "a@5 is still to send");
+        assert_eq!(standby.acked("out").unwrap(), [(2, 3)]);
     }
 }
