@@ -9,12 +9,21 @@
 //! delivery uses: its cursor moves, its backlog is trimmed and retention runs. Entries are kept
 //! for a window (at least 30 s, ten publish intervals) after they last moved, which bounds the
 //! ConfigMap's size.
+//!
+//! Per-object entries cannot mark an event no entry names: one the leader finished before the
+//! window, never had (a standby that emitted the initial state of idle objects, a deletion a
+//! relist found at its own list's resourceVersion) or had in another coalesced state. So the
+//! leader also publishes, per sink and journal stream, a floor: the lowest resourceVersion among
+//! the sink's unfinished events of that stream, capped by the stream's checkpoint (what its
+//! watch has seen). resourceVersions are one etcd revision counter, so every change of the
+//! stream below the floor the leader has seen and finished, or coalesced into a later state it
+//! has; a standby marks its events of the stream below the floor done.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_sink_core::event::CloudEvent;
+use herald_sink_core::event::{CloudEvent, ExtensionValue};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -46,6 +55,56 @@ pub struct Published {
     pub time: String,
     /// Sink → object uid → the highest resourceVersion of that object's finished events.
     pub sinks: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Sink → journal stream → the floor: every change of that stream below it is finished
+    /// (ADR 0013). A sink is left out while its unfinished events are too many to read in one pass.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub floors: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// What the floors are compared with, read from a decoded event.
+struct Change {
+    rv: u64,
+    /// The streams the event may have been journaled by: `<group>/<plural>/*` and
+    /// `<group>/<plural>/<namespace>`.
+    streams: [Option<String>; 2],
+    /// The lowest resourceVersion another replica may have journaled the same change at. The
+    /// event's own, except for a deletion a relist found: its resourceVersion is made up (the
+    /// list's, or just below the object that replaced it), while the deletion itself happened
+    /// after the old object's last version. `0` when the old object's version is not carried.
+    low: u64,
+}
+
+fn change(event: &CloudEvent) -> Option<Change> {
+    let text = |name: &str| match event.extensions.get(name) {
+        Some(ExtensionValue::String(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let rv: u64 = text("resourceversion")?.parse().ok()?;
+    let mut parts = event.source.rsplitn(3, '/');
+    let plural = parts.next().filter(|p| !p.is_empty())?;
+    let group = parts.next().filter(|g| !g.is_empty())?;
+    let streams = [
+        Some(format!("{group}/{plural}/*")),
+        text("k8snamespace")
+            .filter(|n| !n.is_empty())
+            .map(|n| format!("{group}/{plural}/{n}")),
+    ];
+    let resync = matches!(
+        event.extensions.get("resync"),
+        Some(ExtensionValue::Bool(true))
+    );
+    let low = if resync && event.ty.ends_with(".deleted") {
+        event
+            .data
+            .as_ref()
+            .and_then(|d| d.pointer("/metadata/resourceVersion"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |old| old.saturating_add(1).min(rv))
+    } else {
+        rv
+    };
+    Some(Change { rv, streams, low })
 }
 
 /// The two attributes an entry is matched by, read without decoding the whole event.
@@ -86,6 +145,8 @@ pub(super) struct Positions {
     through: BTreeMap<String, HashMap<String, (u64, Instant)>>,
     /// Leader: per sink, the cursor up to which entries were read into `through`.
     counted: BTreeMap<String, u64>,
+    /// Sink → stream → floor: the leader's own (leader) or the leader's as last fetched (standby).
+    floors: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl Positions {
@@ -104,6 +165,7 @@ impl Positions {
             keep_for: (publish_interval * 10).max(Duration::from_secs(30)),
             through: BTreeMap::new(),
             counted: BTreeMap::new(),
+            floors: BTreeMap::new(),
         }
     }
 
@@ -143,6 +205,7 @@ impl Positions {
     /// Becoming standby: retention is no longer held for the publisher.
     pub(super) fn follow(&mut self) {
         self.counted.clear();
+        self.floors.clear();
         self.journal.hold_retention_after(u64::MAX);
     }
 
@@ -212,7 +275,68 @@ impl Positions {
         }
         self.hold_retention();
         self.prune(now);
+        self.floors = self.compute_floors()?;
         Ok(())
+    }
+
+    /// Leader: per sink and stream, the floor below which every change is finished: the lowest
+    /// resourceVersion among the sink's unfinished events of the stream, capped by the stream's
+    /// checkpoint (what its watch has seen; a change above it may still come). The checkpoints
+    /// are read before the events, so every change at or below them is among the events read.
+    /// A sink whose unfinished events do not fit in one scan, or include one that cannot be
+    /// read, gets no floors this pass.
+    fn compute_floors(&self) -> Result<BTreeMap<String, BTreeMap<String, u64>>, PositionsError> {
+        let checkpoints: BTreeMap<String, u64> = self
+            .journal
+            .checkpoints()?
+            .into_iter()
+            .filter_map(|(stream, rv)| Some((stream, rv.parse().ok()?)))
+            .collect();
+        let mut out = BTreeMap::new();
+        if checkpoints.is_empty() {
+            return Ok(out);
+        }
+        let durable = self.journal.durable_seq();
+        'sinks: for sink in self.journal.sinks() {
+            let cursor = self.journal.cursor(&sink)?;
+            let acked = self.journal.acked(&sink)?;
+            let mut floors = checkpoints.clone();
+            let mut after = cursor;
+            let mut budget = MAX_SCAN;
+            while after < durable {
+                if budget == 0 {
+                    continue 'sinks;
+                }
+                let want = usize::try_from(durable - after)
+                    .unwrap_or(budget)
+                    .min(budget);
+                let rows = self.journal.read(&sink, after, want)?;
+                let Some(&(last, _)) = rows.last() else { break };
+                budget = budget.saturating_sub(rows.len());
+                for (seq, bytes) in rows {
+                    if acked.iter().any(|&(a, b)| (a..=b).contains(&seq)) {
+                        continue;
+                    }
+                    let Ok(event) = CloudEvent::from_structured_json(&bytes) else {
+                        continue 'sinks;
+                    };
+                    if !self.router.wants(&sink, &event) {
+                        continue;
+                    }
+                    let Some(change) = change(&event) else {
+                        continue 'sinks;
+                    };
+                    for stream in change.streams.iter().flatten() {
+                        if let Some(floor) = floors.get_mut(stream) {
+                            *floor = (*floor).min(change.low);
+                        }
+                    }
+                }
+                after = last;
+            }
+            out.insert(sink, floors);
+        }
+        Ok(out)
     }
 
     /// The document to publish.
@@ -232,6 +356,7 @@ impl Positions {
                     )
                 })
                 .collect(),
+            floors: self.floors.clone(),
         }
     }
 
@@ -271,6 +396,9 @@ impl Positions {
             return Ok(None);
         };
         let doc: Published = serde_json::from_str(text)?;
+        // The latest leader's floors, whole: each one a leader published held for its journal
+        // when it was written, and a mark once made stays.
+        self.floors = doc.floors;
         let now = Instant::now();
         for (sink, map) in doc.sinks {
             for (uid, rv) in map {
@@ -286,9 +414,11 @@ impl Positions {
     pub(super) fn apply(&self) -> Result<u64, PositionsError> {
         let mut passed = 0;
         for sink in self.journal.sinks() {
-            let Some(known) = self.through.get(&sink) else {
+            let known = self.through.get(&sink);
+            let floors = self.floors.get(&sink);
+            if known.is_none() && floors.is_none() {
                 continue;
-            };
+            }
             let cursor = self.journal.cursor(&sink)?;
             let rows = self.journal.read(&sink, cursor, MAX_SCAN)?;
             let mut upto = cursor;
@@ -299,7 +429,16 @@ impl Positions {
                     Ok(event) => {
                         !self.router.wants(&sink, &event)
                             || ids(&bytes).is_some_and(|(uid, rv)| {
-                                known.get(&uid).is_some_and(|(through, _)| rv <= *through)
+                                known
+                                    .and_then(|k| k.get(&uid))
+                                    .is_some_and(|(through, _)| rv <= *through)
+                            })
+                            || change(&event).is_some_and(|c| {
+                                c.streams.iter().flatten().any(|stream| {
+                                    floors
+                                        .and_then(|f| f.get(stream))
+                                        .is_some_and(|floor| c.rv < *floor)
+                                })
                             })
                     }
                     // The new leader dead-letters it as the old one did.
@@ -359,16 +498,33 @@ mod tests {
     }
 
     async fn journal_of(dir: &std::path::Path, events: Vec<Vec<u8>>) -> Journal {
+        journal_at(dir, events, None).await
+    }
+
+    /// A resync event (`resync: true`); a deletion carries its old object's resourceVersion.
+    fn resync(uid: &str, rv: u64, op: &str, old_rv: u64) -> Vec<u8> {
+        let mut e = CloudEvent::from_structured_json(&event_op(uid, rv, op)).unwrap();
+        e.extensions
+            .insert("resync".into(), ExtensionValue::Bool(true));
+        e.data = Some(serde_json::json!({"metadata": {"resourceVersion": old_rv.to_string()}}));
+        e.to_structured_json()
+    }
+
+    async fn journal_at(
+        dir: &std::path::Path,
+        events: Vec<Vec<u8>>,
+        checkpoint: Option<&str>,
+    ) -> Journal {
         let mut cfg = JournalConfig::new(dir.join("journal"));
         cfg.flush_interval = Duration::from_millis(1);
         let j = Journal::open(cfg).unwrap();
         j.register_sink("out", true).unwrap();
         let seqs = j
             .append(Batch {
-                stream: "s".into(),
+                stream: "example.com/widgets/*".into(),
                 events,
                 index: vec![],
-                checkpoint: None,
+                checkpoint: checkpoint.map(str::to_owned),
             })
             .unwrap();
         j.durable(*seqs.last().unwrap()).await.unwrap();
@@ -480,5 +636,105 @@ mod tests {
         sp.apply().unwrap();
         assert_eq!(standby.cursor("out").unwrap(), 0, "a@5 is still to send");
         assert_eq!(standby.acked("out").unwrap(), [(2, 3)]);
+    }
+
+    /// A replica started after the objects existed (a late standby, `initialState: emit`)
+    /// journals a `created` for each, events the leader never had or finished long ago: no
+    /// per-object entry names them. The leader's floor (its watch has seen up to 20, nothing is
+    /// unfinished) marks them all done, and a deletion a relist found; a change the leader's
+    /// watch has not seen yet stays.
+    #[tokio::test]
+    async fn a_late_standby_trims_its_backlog_from_the_leaders_floor() {
+        let (dl, ds) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = journal_at(
+            dl.path(),
+            vec![event_op("a", 5, "created"), event_op("c", 9, "updated")],
+            Some("20"),
+        )
+        .await;
+        leader.acknowledge("out", 2, &[]).unwrap();
+        let mut lp = positions(&leader);
+        lp.lead();
+        lp.collect().unwrap();
+        let doc = lp.published("herald-a");
+        assert!(doc.sinks.get("out").is_none_or(BTreeMap::is_empty));
+        assert_eq!(
+            doc.floors["out"],
+            BTreeMap::from([("example.com/widgets/*".into(), 20)])
+        );
+
+        let standby = journal_at(
+            ds.path(),
+            vec![
+                resync("b", 3, "created", 3),
+                resync("a", 5, "created", 5),
+                resync("c", 9, "created", 9),
+                resync("d", 15, "deleted", 4),
+                event_op("e", 25, "created"),
+            ],
+            Some("25"),
+        )
+        .await;
+        standby.acknowledge("out", 0, &[]).unwrap();
+        let mut sp = positions(&standby);
+        sp.floors = doc.floors.clone();
+        assert_eq!(sp.apply().unwrap(), 4);
+        assert_eq!(standby.cursor("out").unwrap(), 4, "all but e@25 are done");
+        assert_eq!(standby.acked("out").unwrap(), []);
+    }
+
+    /// The floor stops at the leader's lowest unfinished change. A deletion its relist found
+    /// carries the list's resourceVersion (18 here), made up: the deletion happened after the
+    /// old object's 14, so the floor counts it at 15, and the standby's copy of the deletion,
+    /// seen by its watch at 15, stays to be sent.
+    #[tokio::test]
+    async fn the_floor_stops_below_an_unfinished_deletion_a_relist_found() {
+        let (dl, ds) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = journal_at(
+            dl.path(),
+            vec![
+                event_op("x", 10, "updated"),
+                resync("z", 18, "deleted", 14),
+                event_op("y", 16, "updated"),
+            ],
+            Some("20"),
+        )
+        .await;
+        // x and y are delivered; z's deletion waits.
+        leader.acknowledge("out", 1, &[(3, 3)]).unwrap();
+        let mut lp = positions(&leader);
+        lp.lead();
+        lp.counted.insert("out".into(), 0);
+        lp.collect().unwrap();
+        let doc = lp.published("herald-a");
+        assert_eq!(
+            doc.floors["out"],
+            BTreeMap::from([("example.com/widgets/*".into(), 15)])
+        );
+
+        let standby = journal_at(
+            ds.path(),
+            vec![
+                event_op("x", 10, "updated"),
+                event_op("z", 15, "deleted"),
+                event_op("y", 16, "updated"),
+            ],
+            Some("20"),
+        )
+        .await;
+        standby.acknowledge("out", 0, &[]).unwrap();
+        let mut sp = positions(&standby);
+        let now = Instant::now();
+        for (uid, rv) in &doc.sinks["out"] {
+            sp.note("out", uid.clone(), *rv, now);
+        }
+        sp.floors = doc.floors.clone();
+        sp.apply().unwrap();
+        assert_eq!(
+            standby.cursor("out").unwrap(),
+            1,
+            "z's deletion is still to send"
+        );
+        assert_eq!(standby.acked("out").unwrap(), [(3, 3)]);
     }
 }
