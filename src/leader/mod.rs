@@ -162,12 +162,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Runs `make`'s future (a sink's delivery driver) while the gate is open; drops it, and with it
-/// every send in flight, when the gate closes, and starts a new one when it opens again (from the
-/// cursor as it then stands). Returns when the driver returns (its stop drained) or `stop` fires
-/// while closed.
-pub async fn gated<F>(mut gate: Gate, stop: CancellationToken, sink: String, make: F)
+/// every send in flight, when the gate closes, then awaits `abandon`'s future (the sink drops
+/// what its client still queues for those sends), and starts a new driver when the gate opens
+/// again (from the cursor as it then stands). Returns when the driver returns (its stop
+/// drained) or `stop` fires while closed.
+pub async fn gated<F, A>(mut gate: Gate, stop: CancellationToken, sink: String, make: F, abandon: A)
 where
     F: Fn() -> futures::future::BoxFuture<'static, ()>,
+    A: Fn() -> futures::future::BoxFuture<'static, ()>,
 {
     loop {
         tokio::select! {
@@ -182,6 +184,7 @@ where
                 tracing::warn!(message = "Leadership lost: delivery stopped, sends in flight aborted.", sink = %sink);
             }
         }
+        abandon().await;
     }
 }
 
