@@ -307,12 +307,15 @@ async fn run(
     let mut next_positions = tokio::time::Instant::now();
     let mut last_error: Option<String> = None;
     loop {
-        // Candidate (standby).
+        // Candidate (standby). The renew deadline counts from before the acquiring write was
+        // sent: a standby may have seen it any time after.
+        let sent = tokio::time::Instant::now();
         let tried = tokio::time::timeout(try_for, elector.try_acquire_or_renew()).await;
         shared.set_holder(elector.holder(), elector.transitions());
         match tried {
             Ok(Ok(Outcome::Held)) => {
                 lead(
+                    sent,
                     &settings,
                     &mut elector,
                     &mut positions,
@@ -377,8 +380,10 @@ async fn follow_once(positions: &mut Positions, shared: &Leadership, try_for: Du
     }
 }
 
-/// Leads until the Lease is lost, cannot be renewed by the renew deadline, or `stop` fires.
+/// Leads until the Lease is lost, cannot be renewed by the renew deadline (counted from
+/// `acquired`, when the acquiring write was sent), or `stop` fires.
 async fn lead(
+    acquired: tokio::time::Instant,
     settings: &Settings,
     elector: &mut Elector,
     positions: &mut Positions,
@@ -386,7 +391,7 @@ async fn lead(
     shared: &Leadership,
     stop: &CancellationToken,
 ) {
-    let mut last_renew = tokio::time::Instant::now();
+    let mut last_renew = acquired;
     {
         // The last positions the old leader published, applied before any send.
         follow_once(positions, shared, settings.retry_period).await;
@@ -410,7 +415,10 @@ async fn lead(
             publish_once(positions, shared, left.min(settings.retry_period)).await;
             next_publish = tokio::time::Instant::now() + settings.publish_interval;
         }
+        // Biased: when the deadline and a timer are both due, the deadline wins; an unbiased
+        // select could pick the timer, renew late and keep delivering past the deadline.
         tokio::select! {
+            biased;
             () = stop.cancelled() => break None,
             () = tokio::time::sleep_until(deadline) => {
                 break Some("the Lease could not be renewed before the renew deadline");
@@ -425,6 +433,9 @@ async fn lead(
         // any time after, and standbys count the Lease's duration from when they saw it.
         let started = tokio::time::Instant::now();
         let left = deadline.saturating_duration_since(started);
+        if left.is_zero() {
+            break Some("the Lease could not be renewed before the renew deadline");
+        }
         match tokio::time::timeout(
             left.min(settings.retry_period),
             elector.try_acquire_or_renew(),
