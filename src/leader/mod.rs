@@ -35,8 +35,10 @@ use positions::Positions;
 /// The webhook header that names the sending replica.
 pub const INSTANCE_HEADER: &str = "herald-instance";
 
-/// Open (`true`) while this replica leads: deliveries run only then.
-pub type Gate = watch::Receiver<bool>;
+/// Open (`Some(deadline)`) while this replica leads: deliveries run only then, and only until
+/// the renew deadline it carries, which each renewal moves on. The deadline closes the gate on
+/// the deliveries' own timers, whatever the election task is doing.
+pub type Gate = watch::Receiver<Option<tokio::time::Instant>>;
 
 static INSTANCE: OnceLock<String> = OnceLock::new();
 
@@ -91,7 +93,7 @@ pub struct Leadership {
     pub lease: String,
     /// The Lease's namespace.
     pub namespace: String,
-    role: watch::Sender<bool>,
+    role: watch::Sender<Option<tokio::time::Instant>>,
     holder: Mutex<Option<String>>,
     transitions: AtomicU64,
     published: Mutex<Option<String>>,
@@ -107,7 +109,7 @@ impl Leadership {
             identity,
             lease,
             namespace,
-            role: watch::Sender::new(false),
+            role: watch::Sender::new(None),
             holder: Mutex::new(None),
             transitions: AtomicU64::new(0),
             published: Mutex::new(None),
@@ -117,7 +119,9 @@ impl Leadership {
 
     /// Whether this replica leads (delivers).
     pub fn is_leader(&self) -> bool {
-        *self.role.borrow()
+        self.role
+            .borrow()
+            .is_some_and(|deadline| tokio::time::Instant::now() < deadline)
     }
 
     /// `leader` or `standby`.
@@ -172,18 +176,32 @@ where
     A: Fn() -> futures::future::BoxFuture<'static, ()>,
 {
     loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            open = gate.wait_for(|leads| *leads) => if open.is_err() { return },
-        }
-        tracing::info!(message = "Leading: delivery starts.", sink = %sink);
-        let run = make();
-        tokio::select! {
-            () = run => return,
-            _ = gate.wait_for(|leads| !*leads) => {
-                tracing::warn!(message = "Leadership lost: delivery stopped, sends in flight aborted.", sink = %sink);
+        loop {
+            let open = *gate.borrow_and_update();
+            if open.is_some_and(|deadline| tokio::time::Instant::now() < deadline) {
+                break;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = gate.changed() => if changed.is_err() { return },
             }
         }
+        tracing::info!(message = "Leading: delivery starts.", sink = %sink);
+        let mut run = make();
+        loop {
+            let Some(deadline) = *gate.borrow_and_update() else {
+                break;
+            };
+            // Biased: past the deadline the driver is not polled again.
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(deadline) => break,
+                changed = gate.changed() => if changed.is_err() { break },
+                () = &mut run => return,
+            }
+        }
+        drop(run);
+        tracing::warn!(message = "Leadership lost: delivery stopped, sends in flight aborted.", sink = %sink);
         abandon().await;
     }
 }
@@ -303,6 +321,8 @@ async fn run(
     shared: Arc<Leadership>,
     stop: CancellationToken,
 ) {
+    // However this task ends (a panic included), the gate closes.
+    let _closes = ClosesGate(shared.clone());
     let try_for = settings.retry_period;
     let mut next_positions = tokio::time::Instant::now();
     let mut last_error: Option<String> = None;
@@ -350,6 +370,25 @@ async fn run(
     }
 }
 
+/// Runs a pass over the journal (up to a few scans of `MAX_SCAN` entries per sink) so that it
+/// holds up no other task of this worker thread. It cannot hold the deliveries past the renew
+/// deadline either way: the gate carries the deadline and closes on their own timers.
+fn blocking<T>(pass: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(pass),
+        _ => pass(),
+    }
+}
+
+/// Closes the gate when dropped: deliveries never outlive the election task.
+struct ClosesGate(Arc<Leadership>);
+
+impl Drop for ClosesGate {
+    fn drop(&mut self) {
+        self.0.role.send_replace(None);
+    }
+}
+
 fn note_error(last: &mut Option<String>, error: String) {
     if last.as_deref() != Some(error.as_str()) {
         tracing::warn!(message = "Cannot read or write the leader election Lease.", %error);
@@ -361,7 +400,7 @@ fn note_error(last: &mut Option<String>, error: String) {
 async fn follow_once(positions: &mut Positions, shared: &Leadership, try_for: Duration) {
     let _guard = shared.ack_lock.lock().await;
     match tokio::time::timeout(try_for, positions.fetch()).await {
-        Ok(Ok(Some(_))) => match positions.apply() {
+        Ok(Ok(Some(_))) => match blocking(|| positions.apply()) {
             Ok(passed) => {
                 *lock(&shared.published) = Some(jiff::Timestamp::now().to_string());
                 if passed > 0 {
@@ -398,7 +437,9 @@ async fn lead(
         let _guard = shared.ack_lock.lock().await;
         positions.lead();
         journal.set_standby(false);
-        shared.role.send_replace(true);
+        shared
+            .role
+            .send_replace(Some(last_renew + settings.renew_deadline));
     }
     tracing::info!(
         message = "Leader election won: this replica delivers.",
@@ -442,7 +483,12 @@ async fn lead(
         )
         .await
         {
-            Ok(Ok(Outcome::Held)) => last_renew = started,
+            Ok(Ok(Outcome::Held)) => {
+                last_renew = started;
+                shared
+                    .role
+                    .send_replace(Some(last_renew + settings.renew_deadline));
+            }
             Ok(Ok(Outcome::Other(holder))) => {
                 shared.set_holder(holder, elector.transitions());
                 break Some("another replica holds the Lease");
@@ -457,7 +503,7 @@ async fn lead(
         shared.set_holder(elector.holder(), elector.transitions());
     };
     if let Some(reason) = why {
-        shared.role.send_replace(false);
+        shared.role.send_replace(None);
         journal.set_standby(true);
         positions.follow();
         tracing::error!(message = "Leadership lost: delivery stopped.", reason);
@@ -473,7 +519,7 @@ async fn lead(
 }
 
 async fn publish_once(positions: &mut Positions, shared: &Leadership, within: Duration) {
-    if let Err(error) = positions.collect() {
+    if let Err(error) = blocking(|| positions.collect()) {
         tracing::warn!(message = "Cannot read the acknowledged positions.", %error);
         return;
     }
@@ -484,5 +530,99 @@ async fn publish_once(positions: &mut Positions, shared: &Leadership, within: Du
         }
         Ok(Err(error)) => tracing::warn!(message = "Cannot publish the positions.", %error),
         Err(_) => tracing::warn!(message = "Cannot publish the positions: timed out."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    /// Sets its flag when dropped: tells when `gated` dropped the driver.
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The election task stalls (a long journal pass, a panic): nothing renews and nothing
+    /// closes the gate. The deliveries stop at the renew deadline all the same, on their own
+    /// timer, and start again when a renewal moves the deadline on; the election task's end
+    /// closes the gate whatever the deadline says.
+    #[tokio::test]
+    async fn the_gate_closes_at_its_deadline_and_when_the_election_ends() {
+        let shared = Arc::new(Leadership::new(
+            "a".into(),
+            "herald".into(),
+            "default".into(),
+        ));
+        let soon = tokio::time::Instant::now() + Duration::from_millis(300);
+        shared.role.send_replace(Some(soon));
+        let (started, dropped, abandoned) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let make = {
+            let (started, dropped) = (started.clone(), dropped.clone());
+            move || -> futures::future::BoxFuture<'static, ()> {
+                started.fetch_add(1, Ordering::SeqCst);
+                dropped.store(false, Ordering::SeqCst);
+                let guard = Dropped(dropped.clone());
+                Box::pin(async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await;
+                })
+            }
+        };
+        let abandon = {
+            let abandoned = abandoned.clone();
+            move || -> futures::future::BoxFuture<'static, ()> {
+                abandoned.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async {})
+            }
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(gated(
+            shared.gate(),
+            stop.clone(),
+            "out".into(),
+            make,
+            abandon,
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        assert!(!dropped.load(Ordering::SeqCst));
+        assert!(shared.is_leader());
+
+        tokio::time::sleep_until(soon + Duration::from_millis(200)).await;
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the deadline stopped the driver"
+        );
+        assert_eq!(abandoned.load(Ordering::SeqCst), 1);
+        assert!(!shared.is_leader());
+
+        // A renewal moves the deadline on: delivery starts again.
+        shared
+            .role
+            .send_replace(Some(tokio::time::Instant::now() + Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        assert!(!dropped.load(Ordering::SeqCst));
+
+        // The election task ends (here: its guard is dropped), long before that deadline.
+        drop(ClosesGate(shared.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the election's end stopped the driver"
+        );
+        assert_eq!(abandoned.load(Ordering::SeqCst), 2);
+        stop.cancel();
+        task.await.unwrap();
     }
 }
