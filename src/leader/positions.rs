@@ -36,10 +36,14 @@ use crate::route::Router;
 /// The ConfigMap key holding the positions document.
 pub const DATA_KEY: &str = "positions.json";
 
-/// Entries published per sink at most: about 60 bytes each, so the ConfigMap stays well under
-/// the API server's 1 MiB object limit. Past it the oldest are left out (their events may be
-/// sent again after a takeover, never skipped).
-const MAX_ENTRIES: usize = 12_000;
+/// Entries kept per sink at most (memory): past it the oldest are forgotten (their events may
+/// be sent again after a takeover, never skipped).
+const MAX_ENTRIES: usize = 50_000;
+
+/// The positions document's size at most, all sinks together, so the ConfigMap stays under the
+/// API server's 1 MiB object limit (etcd's request limit is 1.5 MiB): past it the oldest entries,
+/// whatever their sink, are left out of the publication.
+pub const MAX_DOC_BYTES: usize = 800 * 1024;
 
 /// Journal entries looked at per sink and pass: a standby trims at most this far ahead per
 /// publish interval, and the leader reads at most this many acknowledged entries above a cursor.
@@ -182,10 +186,14 @@ impl Positions {
         for map in self.through.values_mut() {
             map.retain(|_, (_, at)| now.duration_since(*at) <= keep_for);
             if map.len() > MAX_ENTRIES {
-                let mut ages: Vec<Instant> = map.values().map(|(_, at)| *at).collect();
-                ages.sort_unstable();
-                let oldest_kept = ages[ages.len() - MAX_ENTRIES];
-                map.retain(|_, (_, at)| *at >= oldest_kept);
+                let mut newest: Vec<(Instant, String)> = map
+                    .iter()
+                    .map(|(uid, (_, at))| (*at, uid.clone()))
+                    .collect();
+                newest.sort_unstable_by(|a, b| b.cmp(a));
+                for (_, uid) in newest.drain(..).skip(MAX_ENTRIES) {
+                    map.remove(&uid);
+                }
             }
         }
     }
@@ -339,25 +347,48 @@ impl Positions {
         Ok(out)
     }
 
-    /// The document to publish.
+    /// The document to publish: the newest entries of every sink that fit in
+    /// [`MAX_DOC_BYTES`] serialized, together.
     pub(super) fn published(&self, holder: &str) -> Published {
-        Published {
+        self.published_within(holder, MAX_DOC_BYTES)
+    }
+
+    fn published_within(&self, holder: &str, max_bytes: usize) -> Published {
+        let mut doc = Published {
             holder: holder.to_owned(),
             time: jiff::Timestamp::now().to_string(),
-            sinks: self
-                .through
-                .iter()
-                .map(|(sink, map)| {
-                    (
-                        sink.clone(),
-                        map.iter()
-                            .map(|(uid, (rv, _))| (uid.clone(), *rv))
-                            .collect(),
-                    )
-                })
-                .collect(),
+            sinks: BTreeMap::new(),
             floors: self.floors.clone(),
+        };
+        let json_len = |s: &str| serde_json::to_string(s).map_or(usize::MAX, |j| j.len());
+        let fixed = serde_json::to_string(&doc).map_or(usize::MAX, |j| j.len());
+        let mut left = max_bytes.saturating_sub(fixed);
+        let mut newest: Vec<(Instant, &str, &str, u64)> = self
+            .through
+            .iter()
+            .flat_map(|(sink, map)| {
+                map.iter()
+                    .map(move |(uid, (rv, at))| (*at, sink.as_str(), uid.as_str(), *rv))
+            })
+            .collect();
+        newest.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+        for (_, sink, uid, rv) in newest {
+            // `"uid":rv,` and, for a sink's first entry, `"sink":{},`: an upper bound, as the
+            // last comma of each object is counted too.
+            let mut cost = json_len(uid).saturating_add(2 + rv.to_string().len());
+            if !doc.sinks.contains_key(sink) {
+                cost = cost.saturating_add(json_len(sink) + 4);
+            }
+            if cost > left {
+                break;
+            }
+            left -= cost;
+            doc.sinks
+                .entry(sink.to_owned())
+                .or_default()
+                .insert(uid.to_owned(), rv);
         }
+        doc
     }
 
     /// Leader: writes the positions to the ConfigMap (created on first use).
@@ -736,5 +767,47 @@ mod tests {
             "z's deletion is still to send"
         );
         assert_eq!(standby.acked("out").unwrap(), [(3, 3)]);
+    }
+
+    /// A burst on several sinks: the entries of the window, together, are more than the
+    /// ConfigMap can hold. The document keeps the newest, whatever their sink, within the one
+    /// budget, and stays under it.
+    #[tokio::test]
+    async fn the_document_keeps_the_newest_entries_of_all_sinks_within_one_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path(), &[("a", 1)]).await;
+        let mut p = positions(&j);
+        let start = Instant::now();
+        let mut n = 0u64;
+        for i in 0..8_000u64 {
+            for sink in ["one", "two", "three"] {
+                n += 1;
+                let at = start + Duration::from_micros(n);
+                p.note(
+                    sink,
+                    format!("{i:08}-0000-4000-8000-{n:012}"),
+                    1_000_000 + n,
+                    at,
+                );
+            }
+        }
+        let doc = p.published("herald-a");
+        let text = serde_json::to_string(&doc).unwrap();
+        assert!(text.len() <= 800 * 1024, "{} bytes", text.len());
+        let kept: usize = doc.sinks.values().map(BTreeMap::len).sum();
+        assert!(kept > 10_000 && kept < 24_000, "{kept}");
+        let id = |i: u64, n: u64| format!("{i:08}-0000-4000-8000-{n:012}");
+        assert!(
+            doc.sinks["three"].contains_key(&id(7_999, n)),
+            "the newest is kept"
+        );
+        assert!(
+            !doc.sinks["one"].contains_key(&id(0, 1)),
+            "the oldest is left out"
+        );
+        // A small budget: what fits, never more.
+        let small = p.published_within("herald-a", 300);
+        assert!(serde_json::to_string(&small).unwrap().len() <= 300);
+        assert!(!small.sinks.is_empty());
     }
 }
