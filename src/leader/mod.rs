@@ -97,6 +97,7 @@ pub struct Leadership {
     holder: Mutex<Option<String>>,
     transitions: AtomicU64,
     published: Mutex<Option<String>>,
+    stalled: AtomicU64,
     /// Serialises the standby's writes to the cursors with the gate's opening: a driver never
     /// starts while positions are being applied.
     ack_lock: tokio::sync::Mutex<()>,
@@ -113,6 +114,7 @@ impl Leadership {
             holder: Mutex::new(None),
             transitions: AtomicU64::new(0),
             published: Mutex::new(None),
+            stalled: AtomicU64::new(0),
             ack_lock: tokio::sync::Mutex::new(()),
         }
     }
@@ -146,6 +148,12 @@ impl Leadership {
     /// When positions were last published (leader) or applied (standby), RFC 3339.
     pub fn positions_at(&self) -> Option<String> {
         lock(&self.published).clone()
+    }
+
+    /// On a standby, the sinks whose cursor the published positions have not moved for
+    /// [`positions::STALLED_AFTER`] passes while events wait above it (0 on the leader).
+    pub fn stalled_sinks(&self) -> u64 {
+        self.stalled.load(Ordering::Relaxed)
     }
 
     /// The gate deliveries wait on.
@@ -402,6 +410,9 @@ async fn follow_once(positions: &mut Positions, shared: &Leadership, try_for: Du
     match tokio::time::timeout(try_for, positions.fetch()).await {
         Ok(Ok(Some(_))) => match blocking(|| positions.apply()) {
             Ok(passed) => {
+                shared
+                    .stalled
+                    .store(positions.stalled_sinks(), Ordering::Relaxed);
                 *lock(&shared.published) = Some(jiff::Timestamp::now().to_string());
                 if passed > 0 {
                     tracing::debug!(message = "Applied the leader's positions.", passed);
@@ -436,6 +447,7 @@ async fn lead(
         follow_once(positions, shared, settings.retry_period).await;
         let _guard = shared.ack_lock.lock().await;
         positions.lead();
+        shared.stalled.store(0, Ordering::Relaxed);
         journal.set_standby(false);
         shared
             .role

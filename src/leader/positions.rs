@@ -49,6 +49,10 @@ pub const MAX_DOC_BYTES: usize = 800 * 1024;
 /// publish interval, and the leader reads at most this many acknowledged entries above a cursor.
 const MAX_SCAN: usize = 8_192;
 
+/// Passes after which a standby's cursor that has not moved while events wait above it counts
+/// as stalled (`herald_leader_election_standby_stalled_sinks`).
+pub const STALLED_AFTER: u32 = 10;
+
 /// The document in the ConfigMap.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -151,6 +155,8 @@ pub(super) struct Positions {
     counted: BTreeMap<String, u64>,
     /// Sink → stream → floor: the leader's own (leader) or the leader's as last fetched (standby).
     floors: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Standby: per sink, the passes in a row its cursor stayed while events waited above it.
+    stalls: BTreeMap<String, u32>,
 }
 
 impl Positions {
@@ -170,6 +176,7 @@ impl Positions {
             through: BTreeMap::new(),
             counted: BTreeMap::new(),
             floors: BTreeMap::new(),
+            stalls: BTreeMap::new(),
         }
     }
 
@@ -202,6 +209,7 @@ impl Positions {
     /// a standby) is not read again; only what this replica finishes from now on is.
     pub(super) fn lead(&mut self) {
         self.counted.clear();
+        self.stalls.clear();
         for sink in self.journal.sinks() {
             if let Ok(cursor) = self.journal.cursor(&sink) {
                 self.counted.insert(sink, cursor);
@@ -440,9 +448,18 @@ impl Positions {
         Ok(Some(doc.holder))
     }
 
+    /// Standby: the sinks whose cursor has not moved for [`STALLED_AFTER`] passes in a row
+    /// while events waited above it.
+    pub(super) fn stalled_sinks(&self) -> u64 {
+        self.stalls
+            .values()
+            .filter(|n| **n >= STALLED_AFTER)
+            .count() as u64
+    }
+
     /// Standby: marks the journal's events the leader finished as done, per sink; returns how
     /// many events the cursors passed.
-    pub(super) fn apply(&self) -> Result<u64, PositionsError> {
+    pub(super) fn apply(&mut self) -> Result<u64, PositionsError> {
         let mut passed = 0;
         for sink in self.journal.sinks() {
             let known = self.through.get(&sink);
@@ -452,6 +469,7 @@ impl Positions {
             }
             let cursor = self.journal.cursor(&sink)?;
             let rows = self.journal.read(&sink, cursor, MAX_SCAN)?;
+            let waiting = !rows.is_empty();
             let mut upto = cursor;
             let mut contiguous = true;
             let mut above: Vec<(u64, u64)> = Vec::new();
@@ -492,6 +510,12 @@ impl Positions {
                 self.journal.acknowledge(&sink, upto, &above)?;
                 passed += upto - cursor;
             }
+            let stalls = self.stalls.entry(sink.clone()).or_default();
+            *stalls = if waiting && upto == cursor {
+                stalls.saturating_add(1)
+            } else {
+                0
+            };
         }
         Ok(passed)
     }
@@ -809,5 +833,26 @@ mod tests {
         let small = p.published_within("herald-a", 300);
         assert!(serde_json::to_string(&small).unwrap().len() <= 300);
         assert!(!small.sinks.is_empty());
+    }
+
+    /// A standby whose cursor nothing the leader publishes moves counts as stalled after
+    /// [`STALLED_AFTER`] passes, and no longer once it moves.
+    #[tokio::test]
+    async fn a_cursor_the_positions_do_not_move_counts_as_stalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let standby = journal_at(dir.path(), vec![event("x", 30)], Some("30")).await;
+        standby.acknowledge("out", 0, &[]).unwrap();
+        let mut sp = positions(&standby);
+        let stream = || "example.com/widgets/*".to_owned();
+        sp.floors = BTreeMap::from([("out".into(), BTreeMap::from([(stream(), 20)]))]);
+        for _ in 1..STALLED_AFTER {
+            sp.apply().unwrap();
+        }
+        assert_eq!(sp.stalled_sinks(), 0);
+        sp.apply().unwrap();
+        assert_eq!(sp.stalled_sinks(), 1);
+        sp.floors = BTreeMap::from([("out".into(), BTreeMap::from([(stream(), 31)]))]);
+        assert_eq!(sp.apply().unwrap(), 1);
+        assert_eq!(sp.stalled_sinks(), 0);
     }
 }

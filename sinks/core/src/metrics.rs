@@ -93,11 +93,13 @@ pub enum MetricName {
     ConfigLastReloadSuccess,
     /// `herald_leader_election_leader{holder}`, a gauge.
     LeaderElectionLeader,
+    /// `herald_leader_election_standby_stalled_sinks`, a gauge.
+    LeaderElectionStandbyStalledSinks,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 28] = [
+    pub const ALL: [MetricName; 29] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::WatchRestartsTotal,
@@ -126,6 +128,7 @@ impl MetricName {
         Self::ConfigReloadFailuresTotal,
         Self::ConfigLastReloadSuccess,
         Self::LeaderElectionLeader,
+        Self::LeaderElectionStandbyStalledSinks,
     ];
 
     /// The exported name.
@@ -162,6 +165,9 @@ impl MetricName {
             Self::ConfigReloadFailuresTotal => "herald_config_reload_failures_total",
             Self::ConfigLastReloadSuccess => "herald_config_last_reload_success",
             Self::LeaderElectionLeader => "herald_leader_election_leader",
+            Self::LeaderElectionStandbyStalledSinks => {
+                "herald_leader_election_standby_stalled_sinks"
+            }
         }
     }
 
@@ -195,7 +201,8 @@ impl MetricName {
             | Self::JournalSizeBytes
             | Self::JournalWritable
             | Self::ConfigLastReloadSuccess
-            | Self::LeaderElectionLeader => MetricKind::Gauge,
+            | Self::LeaderElectionLeader
+            | Self::LeaderElectionStandbyStalledSinks => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -230,7 +237,8 @@ impl MetricName {
             | Self::JournalWritable
             | Self::OpenFilesExhaustedTotal
             | Self::ConfigReloadFailuresTotal
-            | Self::ConfigLastReloadSuccess => &[],
+            | Self::ConfigLastReloadSuccess
+            | Self::LeaderElectionStandbyStalledSinks => &[],
             Self::LeaderElectionLeader => &["holder"],
         }
     }
@@ -299,6 +307,9 @@ impl MetricName {
             Self::LeaderElectionLeader => {
                 "1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read."
             }
+            Self::LeaderElectionStandbyStalledSinks => {
+                "On a standby, the sinks whose cursor the leader's published positions have not moved for ten publish intervals while events wait above it."
+            }
         }
     }
 }
@@ -352,6 +363,7 @@ mod tests {
                 "herald_config_reload_failures_total",
                 "herald_config_last_reload_success",
                 "herald_leader_election_leader",
+                "herald_leader_election_standby_stalled_sinks",
             ]
         );
     }
