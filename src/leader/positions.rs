@@ -87,25 +87,57 @@ fn change(event: &CloudEvent) -> Option<Change> {
         Some(ExtensionValue::String(s)) => Some(s.as_str()),
         _ => None,
     };
-    let rv: u64 = text("resourceversion")?.parse().ok()?;
-    let mut parts = event.source.rsplitn(3, '/');
-    let plural = parts.next().filter(|p| !p.is_empty())?;
-    let group = parts.next().filter(|g| !g.is_empty())?;
-    let streams = [
-        Some(format!("{group}/{plural}/*")),
-        text("k8snamespace")
-            .filter(|n| !n.is_empty())
-            .map(|n| format!("{group}/{plural}/{n}")),
-    ];
     let resync = matches!(
         event.extensions.get("resync"),
         Some(ExtensionValue::Bool(true))
     );
-    let low = if resync && event.ty.ends_with(".deleted") {
-        event
-            .data
-            .as_ref()
-            .and_then(|d| d.pointer("/metadata/resourceVersion"))
+    change_of(
+        &event.source,
+        &event.ty,
+        text("resourceversion")?,
+        text("k8snamespace"),
+        resync,
+        event.data.as_ref(),
+    )
+}
+
+/// [`change`] of an event that does not decode as a CloudEvent, from its JSON as it is.
+fn loose_change(bytes: &[u8]) -> Option<Change> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let text = |name: &str| v.get(name).and_then(serde_json::Value::as_str);
+    let resync = v
+        .get("resync")
+        .is_some_and(|r| r.as_bool() == Some(true) || r.as_str() == Some("true"));
+    change_of(
+        text("source")?,
+        text("type")?,
+        text("resourceversion")?,
+        text("k8snamespace"),
+        resync,
+        v.get("data"),
+    )
+}
+
+fn change_of(
+    source: &str,
+    ty: &str,
+    rv: &str,
+    namespace: Option<&str>,
+    resync: bool,
+    data: Option<&serde_json::Value>,
+) -> Option<Change> {
+    let rv: u64 = rv.parse().ok()?;
+    let mut parts = source.rsplitn(3, '/');
+    let plural = parts.next().filter(|p| !p.is_empty())?;
+    let group = parts.next().filter(|g| !g.is_empty())?;
+    let streams = [
+        Some(format!("{group}/{plural}/*")),
+        namespace
+            .filter(|n| !n.is_empty())
+            .map(|n| format!("{group}/{plural}/{n}")),
+    ];
+    let low = if resync && ty.ends_with(".deleted") {
+        data.and_then(|d| d.pointer("/metadata/resourceVersion"))
             .and_then(serde_json::Value::as_str)
             .and_then(|v| v.parse::<u64>().ok())
             .map_or(0, |old| old.saturating_add(1).min(rv))
@@ -473,6 +505,13 @@ impl Positions {
             let mut upto = cursor;
             let mut contiguous = true;
             let mut above: Vec<(u64, u64)> = Vec::new();
+            let below = |c: &Change| {
+                c.streams.iter().flatten().any(|stream| {
+                    floors
+                        .and_then(|f| f.get(stream))
+                        .is_some_and(|floor| c.rv < *floor)
+                })
+            };
             for (seq, bytes) in rows {
                 let done = match CloudEvent::from_structured_json(&bytes) {
                     Ok(event) => {
@@ -482,16 +521,12 @@ impl Positions {
                                     .and_then(|k| k.get(&uid))
                                     .is_some_and(|(through, _)| rv <= *through)
                             })
-                            || change(&event).is_some_and(|c| {
-                                c.streams.iter().flatten().any(|stream| {
-                                    floors
-                                        .and_then(|f| f.get(stream))
-                                        .is_some_and(|floor| c.rv < *floor)
-                                })
-                            })
+                            || change(&event).is_some_and(|c| below(&c))
                     }
-                    // The new leader dead-letters it as the old one did.
-                    Err(_) => false,
+                    // The new leader would dead-letter it. Below the floor the old leader has
+                    // dead-lettered its own copy (a floor is never published while one it
+                    // cannot decode is unfinished), or never had one.
+                    Err(_) => loose_change(&bytes).is_some_and(|c| below(&c)),
                 };
                 if !done {
                     contiguous = false;
@@ -697,9 +732,19 @@ mod tests {
     /// journals a `created` for each, events the leader never had or finished long ago: no
     /// per-object entry names them. The leader's floor (its watch has seen up to 20, nothing is
     /// unfinished) marks them all done, and a deletion a relist found; a change the leader's
-    /// watch has not seen yet stays.
+    /// watch has not seen yet stays. So does an event that does not decode (no id): the leader
+    /// has dead-lettered its own copy.
     #[tokio::test]
     async fn a_late_standby_trims_its_backlog_from_the_leaders_floor() {
+        let undecodable = serde_json::to_vec(&serde_json::json!({
+            "specversion": "1.0",
+            "source": "k8s://c/example.com/widgets",
+            "type": "dev.herald.resource.updated",
+            "k8suid": "f",
+            "resourceversion": "11",
+        }))
+        .unwrap();
+        assert!(CloudEvent::from_structured_json(&undecodable).is_err());
         let (dl, ds) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let leader = journal_at(
             dl.path(),
@@ -725,6 +770,7 @@ mod tests {
                 resync("a", 5, "created", 5),
                 resync("c", 9, "created", 9),
                 resync("d", 15, "deleted", 4),
+                undecodable.clone(),
                 event_op("e", 25, "created"),
             ],
             Some("25"),
@@ -733,8 +779,8 @@ mod tests {
         standby.acknowledge("out", 0, &[]).unwrap();
         let mut sp = positions(&standby);
         sp.floors = doc.floors.clone();
-        assert_eq!(sp.apply().unwrap(), 4);
-        assert_eq!(standby.cursor("out").unwrap(), 4, "all but e@25 are done");
+        assert_eq!(sp.apply().unwrap(), 5);
+        assert_eq!(standby.cursor("out").unwrap(), 5, "all but e@25 are done");
         assert_eq!(standby.acked("out").unwrap(), []);
     }
 
