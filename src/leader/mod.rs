@@ -156,6 +156,14 @@ impl Leadership {
         self.stalled.load(Ordering::Relaxed)
     }
 
+    /// Tests: leads (for an hour) or stands by, `holder` holding the Lease.
+    #[cfg(test)]
+    pub(crate) fn role_for_test(&self, leads: bool, holder: &str) {
+        self.set_holder(Some(holder.to_owned()), 1);
+        self.role
+            .send_replace(leads.then(|| tokio::time::Instant::now() + Duration::from_secs(3600)));
+    }
+
     /// The gate deliveries wait on.
     pub fn gate(&self) -> Gate {
         self.role.subscribe()
