@@ -652,6 +652,13 @@ fn deploy_chart_refuses_contradictions() {
             "config.leaderElection.enabled: replicas > 1 needs leader election",
         ),
         (
+            format!(
+                "{}  leaderElection: {{identity: herald}}\nreplicas: 2\n",
+                resources("all")
+            ),
+            "config.leaderElection.identity: replicas > 1 needs one identity per replica",
+        ),
+        (
             format!("{}replicas: 0\n", resources("all")),
             "at '/replicas'",
         ),

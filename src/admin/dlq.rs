@@ -60,6 +60,29 @@ pub(super) fn authorize(
     }
 }
 
+/// With leader election on, only the leader replays and purges (409 on a standby, naming the
+/// holder): a standby delivers nothing, and its dead letters are not the leader's (ADR 0013).
+fn leading(s: &AdminState) -> Result<(), Box<Response>> {
+    match &s.leadership {
+        Some(l) if !l.is_leader() => {
+            let holder = l
+                .holder()
+                .map_or_else(|| "none yet".to_owned(), |h| format!("{h:?}"));
+            Err(Box::new(
+                (
+                    StatusCode::CONFLICT,
+                    format!(
+                        "this replica ({:?}) stands by and delivers nothing: send replays and dead-letter calls to the leader (the Lease's holder: {holder})\n",
+                        l.identity
+                    ),
+                )
+                    .into_response(),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn json_response(code: StatusCode, v: &Value) -> Response {
     let mut r = (code, serde_json::to_vec_pretty(v).unwrap_or_default()).into_response();
     r.headers_mut().insert(
@@ -150,6 +173,7 @@ fn dlq_selection(
     q: &std::collections::HashMap<String, String>,
 ) -> Result<Option<Vec<u64>>, Box<Response>> {
     authorize(s, headers, Call::Mutating)?;
+    leading(s)?;
     known_sink(s, sink)?;
     seqs_param(q)
 }
@@ -193,7 +217,10 @@ pub(super) async fn replay(
     axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
     let sink = q.get("sink").cloned().unwrap_or_default();
-    if let Err(r) = authorize(&s, &headers, Call::Mutating).and_then(|()| known_sink(&s, &sink)) {
+    if let Err(r) = authorize(&s, &headers, Call::Mutating)
+        .and_then(|()| leading(&s))
+        .and_then(|()| known_sink(&s, &sink))
+    {
         return *r;
     }
     let from = match q.get("from").map(|f| f.parse::<u64>()) {
@@ -232,4 +259,90 @@ pub(super) async fn replay(
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     };
     json_response(StatusCode::OK, &json!({"queued": queued}))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::to_bytes;
+
+    use super::*;
+    use crate::journal::{Journal, JournalConfig};
+
+    /// A standby answers replays and dead-letter changes with 409 naming the leader; the same
+    /// call on the leader goes through.
+    #[tokio::test]
+    async fn a_standby_refuses_replays_and_dead_letter_calls_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(JournalConfig::new(dir.path().join("journal"))).unwrap();
+        journal.register_sink("out", true).unwrap();
+        let leadership = Arc::new(crate::leader::Leadership::new(
+            "herald-b".into(),
+            "herald".into(),
+            "default".into(),
+        ));
+        let state = AdminState {
+            registry: Arc::new(crate::app::Registry::new(
+                vec![],
+                vec![("out".into(), Arc::default())],
+            )),
+            journal,
+            alive: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            token: Some("t".into()),
+            router: Arc::new(crate::route::Router::new(Vec::new())),
+            config: Arc::default(),
+            reload: None,
+            leadership: Some(leadership.clone()),
+        };
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, "Bearer t".parse().unwrap());
+        let query = |pairs: &[(&str, &str)]| {
+            axum::extract::Query(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect::<std::collections::HashMap<_, _>>(),
+            )
+        };
+        let calls = || async {
+            vec![
+                replay(
+                    State(state.clone()),
+                    headers.clone(),
+                    query(&[("sink", "out"), ("from", "1")]),
+                )
+                .await,
+                dlq_replay(
+                    State(state.clone()),
+                    headers.clone(),
+                    axum::extract::Path("out".into()),
+                    query(&[]),
+                )
+                .await,
+                dlq_purge(
+                    State(state.clone()),
+                    headers.clone(),
+                    axum::extract::Path("out".into()),
+                    query(&[]),
+                )
+                .await,
+            ]
+        };
+        leadership.role_for_test(false, "herald-a");
+        for answer in calls().await {
+            assert_eq!(answer.status(), StatusCode::CONFLICT);
+            let body = to_bytes(answer.into_body(), 4096).await.unwrap();
+            let body = String::from_utf8_lossy(&body);
+            assert!(
+                body.contains("(\"herald-b\") stands by")
+                    && body.contains("the Lease's holder: \"herald-a\""),
+                "{body}"
+            );
+        }
+        leadership.role_for_test(true, "herald-b");
+        for answer in calls().await {
+            assert_eq!(answer.status(), StatusCode::OK);
+        }
+    }
 }

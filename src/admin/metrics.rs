@@ -113,6 +113,12 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
                 })
                 .collect(),
         ),
+        MetricName::LeaderElectionStandbyStalledSinks => Samples::Values(
+            s.leadership
+                .iter()
+                .map(|l| (None, l.stalled_sinks().to_string()))
+                .collect(),
+        ),
         MetricName::ChangeToDeliverySeconds => Samples::Histograms(
             s.registry
                 .sinks()
@@ -473,6 +479,9 @@ herald_config_last_reload_success 1
 # HELP herald_leader_election_leader 1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read.
 # TYPE herald_leader_election_leader gauge
 herald_leader_election_leader{holder=""} 0
+# HELP herald_leader_election_standby_stalled_sinks On a standby, the sinks whose cursor the leader's published positions have not moved for ten publish intervals while events wait above it.
+# TYPE herald_leader_election_standby_stalled_sinks gauge
+herald_leader_election_standby_stalled_sinks 0
 "#;
 
     #[tokio::test]

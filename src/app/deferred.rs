@@ -74,6 +74,12 @@ where
         }
     }
 
+    async fn abandon(&self) {
+        if let Some(sink) = self.sink.get() {
+            sink.abandon().await;
+        }
+    }
+
     fn is_transient(error: &SinkError) -> bool {
         <C::Sink as Sink>::is_transient(error)
     }

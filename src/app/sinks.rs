@@ -153,6 +153,11 @@ impl Built {
         }
     }
 
+    /// Drops what the sink still holds for sends whose futures were dropped (leadership lost).
+    pub(super) async fn abandon(&self) {
+        with_sink!(self, s => s.abandon().await);
+    }
+
     /// This sink as another sink's `deadLetterSink`.
     pub(super) fn forward(&self) -> Forward {
         with_sink!(self, s => delivery::forward::forward_to(s.clone()))

@@ -257,14 +257,17 @@ impl Supervisor {
 
     /// `task` as is, or behind the leader election's gate: `make` builds it again each time the
     /// gate opens.
-    fn behind_gate<F>(
+    /// `abandon` runs each time the gate closes, after the task was dropped.
+    fn behind_gate<F, A>(
         &self,
         stop: &CancellationToken,
         name: &str,
         make: F,
+        abandon: A,
     ) -> BoxFuture<'static, ()>
     where
         F: Fn() -> BoxFuture<'static, ()> + Send + 'static,
+        A: Fn() -> BoxFuture<'static, ()> + Send + 'static,
     {
         match &self.gate {
             None => make(),
@@ -273,6 +276,7 @@ impl Supervisor {
                 stop.clone(),
                 name.to_owned(),
                 make,
+                abandon,
             )),
         }
     }
@@ -463,7 +467,13 @@ impl Supervisor {
         let handle = tokio::spawn(guarded(
             self.alive.clone(),
             stop.clone(),
-            self.behind_gate(&stop, &cfg.name, make),
+            self.behind_gate(&stop, &cfg.name, make, {
+                let sink = sink.clone();
+                move || -> BoxFuture<'static, ()> {
+                    let sink = sink.clone();
+                    Box::pin(async move { sink.abandon().await })
+                }
+            }),
         ));
         self.registry.sinks.push(cfg.name.clone(), stats.clone());
         self.sinks.push(SinkSlot {
@@ -582,7 +592,10 @@ impl Supervisor {
                     ))
                 }
             };
-            let task = self.behind_gate(&stop, &source.name, make);
+            // The target's own delivery, gated too, purges what its client still holds.
+            let task = self.behind_gate(&stop, &source.name, make, || -> BoxFuture<'static, ()> {
+                Box::pin(async {})
+            });
             let handle = tokio::spawn(guarded(self.alive.clone(), stop.clone(), task));
             self.sinks[i].forward = Some(Task { stop, handle });
         }

@@ -29,7 +29,8 @@ pub struct LeaderElectionConfig {
     #[serde(default)]
     pub identity: Option<String>,
     /// How long a Lease another replica holds is respected after its last renewal was seen.
-    /// Default `15s`. Example: `30s`.
+    /// Whole seconds (the Lease records seconds), more than `retryPeriod` above
+    /// `renewDeadline`, at most `1h`. Default `15s`. Example: `30s`.
     #[serde(
         default = "default_lease_duration",
         deserialize_with = "deserialize_duration"

@@ -1998,6 +1998,38 @@ fn leader_election_refuses_a_renew_deadline_the_lease_cannot_cover() {
         ],
         "{all:#?}"
     );
+    // The Lease records whole seconds.
+    assert_eq!(
+        error(&base("leaderElection:\n  leaseDuration: 15500ms\n")),
+        "leaderElection.leaseDuration: must be a whole number of seconds (the Lease records leaseDurationSeconds)"
+    );
+    // A standby may see the last renewal up to a retryPeriod late.
+    assert!(
+        error(&base(
+            "leaderElection:\n  leaseDuration: 12s\n  renewDeadline: 10s\n  retryPeriod: 2s\n"
+        ))
+        .starts_with(
+            "leaderElection.renewDeadline: must be more than leaderElection.retryPeriod below"
+        )
+    );
+    let margin = ok(&base(
+        "leaderElection:\n  leaseDuration: 13s\n  renewDeadline: 10s\n  retryPeriod: 2s\n",
+    ));
+    assert_eq!(
+        margin.leader_election.lease_duration,
+        Duration::from_secs(13)
+    );
+    let long = errors(&base(
+        "leaderElection:\n  leaseDuration: 7201s\n  renewDeadline: 7200s\n  retryPeriod: 2h\n  publishInterval: 2h\n",
+    ));
+    for path in [
+        "leaderElection.leaseDuration: must be at most 1h",
+        "leaderElection.renewDeadline: must be at most 1h",
+        "leaderElection.retryPeriod: must be at most 1h",
+        "leaderElection.publishInterval: must be at most 1h",
+    ] {
+        assert!(long.iter().any(|e| e == path), "{path}: {long:#?}");
+    }
     let unknown = error(&base("leaderElection:\n  lease: x\n"));
     assert!(
         unknown.starts_with("leaderElection") && unknown.contains("unknown field `lease`"),

@@ -587,13 +587,41 @@ fn check_leader_election(config: &Config, problems: &mut Problems) {
     if le.identity.as_deref().is_some_and(str::is_empty) {
         problems.add("leaderElection.identity", "must not be empty");
     }
+    // Past an hour a failover is no failover; the bound also keeps instants from overflowing.
+    let hour = Duration::from_secs(3600);
+    for (path, d) in [
+        ("leaderElection.leaseDuration", le.lease_duration),
+        ("leaderElection.renewDeadline", le.renew_deadline),
+        ("leaderElection.retryPeriod", le.retry_period),
+        ("leaderElection.publishInterval", le.publish_interval),
+    ] {
+        if d > hour {
+            problems.add(path, "must be at most 1h");
+        }
+    }
     if le.lease_duration < Duration::from_secs(1) {
         problems.add("leaderElection.leaseDuration", "must be at least 1s");
+    } else if le.lease_duration.subsec_nanos() != 0 {
+        // The Lease records whole seconds (`leaseDurationSeconds`): a fraction would be cut
+        // off there, and standbys would take over before the leader's renew deadline allows.
+        problems.add(
+            "leaderElection.leaseDuration",
+            "must be a whole number of seconds (the Lease records leaseDurationSeconds)",
+        );
     }
     if le.renew_deadline >= le.lease_duration {
         problems.add(
             "leaderElection.renewDeadline",
             "must be less than leaderElection.leaseDuration: the leader stops delivering before another replica may take over",
+        );
+    } else if le.lease_duration - le.renew_deadline <= le.retry_period
+        && le.retry_period.mul_f64(1.2) < le.renew_deadline
+    {
+        // A standby counts the Lease's duration from when it saw the last renewal, which it
+        // may read up to one retryPeriod after the leader sent it.
+        problems.add(
+            "leaderElection.renewDeadline",
+            "must be more than leaderElection.retryPeriod below leaderElection.leaseDuration: the leader stops delivering before another replica may take over, whenever it last read the Lease",
         );
     }
     if le.retry_period.is_zero() || le.retry_period.mul_f64(1.2) >= le.renew_deadline {

@@ -494,6 +494,28 @@ impl Journal {
             .transpose()
     }
 
+    /// Every stream's checkpoint, in stream order (for the leader's published floors, ADR 0013).
+    pub fn checkpoints(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for entry in self.inner.db.scan_prefix(keys::CHECKPOINT_PREFIX) {
+            let (k, v) = entry.map_err(|source| JournalError::CheckpointReadFailed {
+                stream: "*".to_owned(),
+                source,
+            })?;
+            let corrupt = |reason| JournalError::CorruptEntry {
+                key: keys::printable(&k),
+                reason,
+            };
+            let stream = k
+                .get(keys::CHECKPOINT_PREFIX.len()..)
+                .and_then(|rest| std::str::from_utf8(rest).ok())
+                .ok_or_else(|| corrupt("checkpoint key is not UTF-8"))?;
+            let rv = std::str::from_utf8(&v).map_err(|_| corrupt("checkpoint is not UTF-8"))?;
+            out.push((stream.to_owned(), rv.to_owned()));
+        }
+        Ok(out)
+    }
+
     /// The last stored object under `key` (`<namespace>/<name>`) in the stream's index.
     pub fn index_get(&self, stream: &str, key: &str) -> Result<Option<Vec<u8>>> {
         keys::check_name("stream", stream)?;

@@ -35,8 +35,10 @@ use positions::Positions;
 /// The webhook header that names the sending replica.
 pub const INSTANCE_HEADER: &str = "herald-instance";
 
-/// Open (`true`) while this replica leads: deliveries run only then.
-pub type Gate = watch::Receiver<bool>;
+/// Open (`Some(deadline)`) while this replica leads: deliveries run only then, and only until
+/// the renew deadline it carries, which each renewal moves on. The deadline closes the gate on
+/// the deliveries' own timers, whatever the election task is doing.
+pub type Gate = watch::Receiver<Option<tokio::time::Instant>>;
 
 static INSTANCE: OnceLock<String> = OnceLock::new();
 
@@ -91,10 +93,11 @@ pub struct Leadership {
     pub lease: String,
     /// The Lease's namespace.
     pub namespace: String,
-    role: watch::Sender<bool>,
+    role: watch::Sender<Option<tokio::time::Instant>>,
     holder: Mutex<Option<String>>,
     transitions: AtomicU64,
     published: Mutex<Option<String>>,
+    stalled: AtomicU64,
     /// Serialises the standby's writes to the cursors with the gate's opening: a driver never
     /// starts while positions are being applied.
     ack_lock: tokio::sync::Mutex<()>,
@@ -107,17 +110,20 @@ impl Leadership {
             identity,
             lease,
             namespace,
-            role: watch::Sender::new(false),
+            role: watch::Sender::new(None),
             holder: Mutex::new(None),
             transitions: AtomicU64::new(0),
             published: Mutex::new(None),
+            stalled: AtomicU64::new(0),
             ack_lock: tokio::sync::Mutex::new(()),
         }
     }
 
     /// Whether this replica leads (delivers).
     pub fn is_leader(&self) -> bool {
-        *self.role.borrow()
+        self.role
+            .borrow()
+            .is_some_and(|deadline| tokio::time::Instant::now() < deadline)
     }
 
     /// `leader` or `standby`.
@@ -144,6 +150,20 @@ impl Leadership {
         lock(&self.published).clone()
     }
 
+    /// On a standby, the sinks whose cursor the published positions have not moved for
+    /// [`positions::STALLED_AFTER`] passes while events wait above it (0 on the leader).
+    pub fn stalled_sinks(&self) -> u64 {
+        self.stalled.load(Ordering::Relaxed)
+    }
+
+    /// Tests: leads (for an hour) or stands by, `holder` holding the Lease.
+    #[cfg(test)]
+    pub(crate) fn role_for_test(&self, leads: bool, holder: &str) {
+        self.set_holder(Some(holder.to_owned()), 1);
+        self.role
+            .send_replace(leads.then(|| tokio::time::Instant::now() + Duration::from_secs(3600)));
+    }
+
     /// The gate deliveries wait on.
     pub fn gate(&self) -> Gate {
         self.role.subscribe()
@@ -162,26 +182,43 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Runs `make`'s future (a sink's delivery driver) while the gate is open; drops it, and with it
-/// every send in flight, when the gate closes, and starts a new one when it opens again (from the
-/// cursor as it then stands). Returns when the driver returns (its stop drained) or `stop` fires
-/// while closed.
-pub async fn gated<F>(mut gate: Gate, stop: CancellationToken, sink: String, make: F)
+/// every send in flight, when the gate closes, then awaits `abandon`'s future (the sink drops
+/// what its client still queues for those sends), and starts a new driver when the gate opens
+/// again (from the cursor as it then stands). Returns when the driver returns (its stop
+/// drained) or `stop` fires while closed.
+pub async fn gated<F, A>(mut gate: Gate, stop: CancellationToken, sink: String, make: F, abandon: A)
 where
     F: Fn() -> futures::future::BoxFuture<'static, ()>,
+    A: Fn() -> futures::future::BoxFuture<'static, ()>,
 {
     loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            open = gate.wait_for(|leads| *leads) => if open.is_err() { return },
-        }
-        tracing::info!(message = "Leading: delivery starts.", sink = %sink);
-        let run = make();
-        tokio::select! {
-            () = run => return,
-            _ = gate.wait_for(|leads| !*leads) => {
-                tracing::warn!(message = "Leadership lost: delivery stopped, sends in flight aborted.", sink = %sink);
+        loop {
+            let open = *gate.borrow_and_update();
+            if open.is_some_and(|deadline| tokio::time::Instant::now() < deadline) {
+                break;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = gate.changed() => if changed.is_err() { return },
             }
         }
+        tracing::info!(message = "Leading: delivery starts.", sink = %sink);
+        let mut run = make();
+        loop {
+            let Some(deadline) = *gate.borrow_and_update() else {
+                break;
+            };
+            // Biased: past the deadline the driver is not polled again.
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(deadline) => break,
+                changed = gate.changed() => if changed.is_err() { break },
+                () = &mut run => return,
+            }
+        }
+        drop(run);
+        tracing::warn!(message = "Leadership lost: delivery stopped, sends in flight aborted.", sink = %sink);
+        abandon().await;
     }
 }
 
@@ -287,7 +324,8 @@ pub fn start(
     }
 }
 
-/// A delay of `d` plus up to 20 % (client-go's jitter factor 1.2), so candidates spread out.
+/// A delay of `d` plus up to 20 %, so candidates spread out (client-go's jitter factor 1.2 adds
+/// up to 120 %; the smaller spread keeps takeovers quicker).
 fn jittered(d: Duration) -> Duration {
     d.mul_f64(1.0 + rand::random::<f64>() * 0.2)
 }
@@ -300,16 +338,21 @@ async fn run(
     shared: Arc<Leadership>,
     stop: CancellationToken,
 ) {
+    // However this task ends (a panic included), the gate closes.
+    let _closes = ClosesGate(shared.clone());
     let try_for = settings.retry_period;
     let mut next_positions = tokio::time::Instant::now();
     let mut last_error: Option<String> = None;
     loop {
-        // Candidate (standby).
+        // Candidate (standby). The renew deadline counts from before the acquiring write was
+        // sent: a standby may have seen it any time after.
+        let sent = tokio::time::Instant::now();
         let tried = tokio::time::timeout(try_for, elector.try_acquire_or_renew()).await;
         shared.set_holder(elector.holder(), elector.transitions());
         match tried {
             Ok(Ok(Outcome::Held)) => {
                 lead(
+                    sent,
                     &settings,
                     &mut elector,
                     &mut positions,
@@ -344,6 +387,25 @@ async fn run(
     }
 }
 
+/// Runs a pass over the journal (up to a few scans of `MAX_SCAN` entries per sink) so that it
+/// holds up no other task of this worker thread. It cannot hold the deliveries past the renew
+/// deadline either way: the gate carries the deadline and closes on their own timers.
+fn blocking<T>(pass: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(pass),
+        _ => pass(),
+    }
+}
+
+/// Closes the gate when dropped: deliveries never outlive the election task.
+struct ClosesGate(Arc<Leadership>);
+
+impl Drop for ClosesGate {
+    fn drop(&mut self) {
+        self.0.role.send_replace(None);
+    }
+}
+
 fn note_error(last: &mut Option<String>, error: String) {
     if last.as_deref() != Some(error.as_str()) {
         tracing::warn!(message = "Cannot read or write the leader election Lease.", %error);
@@ -355,8 +417,11 @@ fn note_error(last: &mut Option<String>, error: String) {
 async fn follow_once(positions: &mut Positions, shared: &Leadership, try_for: Duration) {
     let _guard = shared.ack_lock.lock().await;
     match tokio::time::timeout(try_for, positions.fetch()).await {
-        Ok(Ok(Some(_))) => match positions.apply() {
+        Ok(Ok(Some(_))) => match blocking(|| positions.apply()) {
             Ok(passed) => {
+                shared
+                    .stalled
+                    .store(positions.stalled_sinks(), Ordering::Relaxed);
                 *lock(&shared.published) = Some(jiff::Timestamp::now().to_string());
                 if passed > 0 {
                     tracing::debug!(message = "Applied the leader's positions.", passed);
@@ -374,8 +439,10 @@ async fn follow_once(positions: &mut Positions, shared: &Leadership, try_for: Du
     }
 }
 
-/// Leads until the Lease is lost, cannot be renewed by the renew deadline, or `stop` fires.
+/// Leads until the Lease is lost, cannot be renewed by the renew deadline (counted from
+/// `acquired`, when the acquiring write was sent), or `stop` fires.
 async fn lead(
+    acquired: tokio::time::Instant,
     settings: &Settings,
     elector: &mut Elector,
     positions: &mut Positions,
@@ -383,14 +450,17 @@ async fn lead(
     shared: &Leadership,
     stop: &CancellationToken,
 ) {
-    let mut last_renew = tokio::time::Instant::now();
+    let mut last_renew = acquired;
     {
         // The last positions the old leader published, applied before any send.
         follow_once(positions, shared, settings.retry_period).await;
         let _guard = shared.ack_lock.lock().await;
         positions.lead();
+        shared.stalled.store(0, Ordering::Relaxed);
         journal.set_standby(false);
-        shared.role.send_replace(true);
+        shared
+            .role
+            .send_replace(Some(last_renew + settings.renew_deadline));
     }
     tracing::info!(
         message = "Leader election won: this replica delivers.",
@@ -407,7 +477,10 @@ async fn lead(
             publish_once(positions, shared, left.min(settings.retry_period)).await;
             next_publish = tokio::time::Instant::now() + settings.publish_interval;
         }
+        // Biased: when the deadline and a timer are both due, the deadline wins; an unbiased
+        // select could pick the timer, renew late and keep delivering past the deadline.
         tokio::select! {
+            biased;
             () = stop.cancelled() => break None,
             () = tokio::time::sleep_until(deadline) => {
                 break Some("the Lease could not be renewed before the renew deadline");
@@ -422,13 +495,21 @@ async fn lead(
         // any time after, and standbys count the Lease's duration from when they saw it.
         let started = tokio::time::Instant::now();
         let left = deadline.saturating_duration_since(started);
+        if left.is_zero() {
+            break Some("the Lease could not be renewed before the renew deadline");
+        }
         match tokio::time::timeout(
             left.min(settings.retry_period),
             elector.try_acquire_or_renew(),
         )
         .await
         {
-            Ok(Ok(Outcome::Held)) => last_renew = started,
+            Ok(Ok(Outcome::Held)) => {
+                last_renew = started;
+                shared
+                    .role
+                    .send_replace(Some(last_renew + settings.renew_deadline));
+            }
             Ok(Ok(Outcome::Other(holder))) => {
                 shared.set_holder(holder, elector.transitions());
                 break Some("another replica holds the Lease");
@@ -443,7 +524,7 @@ async fn lead(
         shared.set_holder(elector.holder(), elector.transitions());
     };
     if let Some(reason) = why {
-        shared.role.send_replace(false);
+        shared.role.send_replace(None);
         journal.set_standby(true);
         positions.follow();
         tracing::error!(message = "Leadership lost: delivery stopped.", reason);
@@ -459,7 +540,7 @@ async fn lead(
 }
 
 async fn publish_once(positions: &mut Positions, shared: &Leadership, within: Duration) {
-    if let Err(error) = positions.collect() {
+    if let Err(error) = blocking(|| positions.collect()) {
         tracing::warn!(message = "Cannot read the acknowledged positions.", %error);
         return;
     }
@@ -470,5 +551,99 @@ async fn publish_once(positions: &mut Positions, shared: &Leadership, within: Du
         }
         Ok(Err(error)) => tracing::warn!(message = "Cannot publish the positions.", %error),
         Err(_) => tracing::warn!(message = "Cannot publish the positions: timed out."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    /// Sets its flag when dropped: tells when `gated` dropped the driver.
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The election task stalls (a long journal pass, a panic): nothing renews and nothing
+    /// closes the gate. The deliveries stop at the renew deadline all the same, on their own
+    /// timer, and start again when a renewal moves the deadline on; the election task's end
+    /// closes the gate whatever the deadline says.
+    #[tokio::test]
+    async fn the_gate_closes_at_its_deadline_and_when_the_election_ends() {
+        let shared = Arc::new(Leadership::new(
+            "a".into(),
+            "herald".into(),
+            "default".into(),
+        ));
+        let soon = tokio::time::Instant::now() + Duration::from_millis(300);
+        shared.role.send_replace(Some(soon));
+        let (started, dropped, abandoned) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let make = {
+            let (started, dropped) = (started.clone(), dropped.clone());
+            move || -> futures::future::BoxFuture<'static, ()> {
+                started.fetch_add(1, Ordering::SeqCst);
+                dropped.store(false, Ordering::SeqCst);
+                let guard = Dropped(dropped.clone());
+                Box::pin(async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await;
+                })
+            }
+        };
+        let abandon = {
+            let abandoned = abandoned.clone();
+            move || -> futures::future::BoxFuture<'static, ()> {
+                abandoned.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async {})
+            }
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(gated(
+            shared.gate(),
+            stop.clone(),
+            "out".into(),
+            make,
+            abandon,
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        assert!(!dropped.load(Ordering::SeqCst));
+        assert!(shared.is_leader());
+
+        tokio::time::sleep_until(soon + Duration::from_millis(200)).await;
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the deadline stopped the driver"
+        );
+        assert_eq!(abandoned.load(Ordering::SeqCst), 1);
+        assert!(!shared.is_leader());
+
+        // A renewal moves the deadline on: delivery starts again.
+        shared
+            .role
+            .send_replace(Some(tokio::time::Instant::now() + Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        assert!(!dropped.load(Ordering::SeqCst));
+
+        // The election task ends (here: its guard is dropped), long before that deadline.
+        drop(ClosesGate(shared.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the election's end stopped the driver"
+        );
+        assert_eq!(abandoned.load(Ordering::SeqCst), 2);
+        stop.cancel();
+        task.await.unwrap();
     }
 }

@@ -97,11 +97,13 @@ pub enum MetricName {
     ConfigLastReloadSuccess,
     /// `herald_leader_election_leader{holder}`, a gauge.
     LeaderElectionLeader,
+    /// `herald_leader_election_standby_stalled_sinks`, a gauge.
+    LeaderElectionStandbyStalledSinks,
 }
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 30] = [
+    pub const ALL: [MetricName; 31] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::FilterErrorsTotal,
@@ -132,6 +134,7 @@ impl MetricName {
         Self::ConfigReloadFailuresTotal,
         Self::ConfigLastReloadSuccess,
         Self::LeaderElectionLeader,
+        Self::LeaderElectionStandbyStalledSinks,
     ];
 
     /// The exported name.
@@ -170,6 +173,9 @@ impl MetricName {
             Self::ConfigReloadFailuresTotal => "herald_config_reload_failures_total",
             Self::ConfigLastReloadSuccess => "herald_config_last_reload_success",
             Self::LeaderElectionLeader => "herald_leader_election_leader",
+            Self::LeaderElectionStandbyStalledSinks => {
+                "herald_leader_election_standby_stalled_sinks"
+            }
         }
     }
 
@@ -205,7 +211,8 @@ impl MetricName {
             | Self::JournalSizeBytes
             | Self::JournalWritable
             | Self::ConfigLastReloadSuccess
-            | Self::LeaderElectionLeader => MetricKind::Gauge,
+            | Self::LeaderElectionLeader
+            | Self::LeaderElectionStandbyStalledSinks => MetricKind::Gauge,
             Self::ChangeToDeliverySeconds => MetricKind::Histogram,
         }
     }
@@ -242,7 +249,8 @@ impl MetricName {
             | Self::JournalWritable
             | Self::OpenFilesExhaustedTotal
             | Self::ConfigReloadFailuresTotal
-            | Self::ConfigLastReloadSuccess => &[],
+            | Self::ConfigLastReloadSuccess
+            | Self::LeaderElectionStandbyStalledSinks => &[],
             Self::LeaderElectionLeader => &["holder"],
         }
     }
@@ -317,6 +325,9 @@ impl MetricName {
             Self::LeaderElectionLeader => {
                 "1 while this replica holds the leader election Lease and delivers, 0 while it stands by; holder is the Lease's holder as last read."
             }
+            Self::LeaderElectionStandbyStalledSinks => {
+                "On a standby, the sinks whose cursor the leader's published positions have not moved for ten publish intervals while events wait above it."
+            }
         }
     }
 }
@@ -372,6 +383,7 @@ mod tests {
                 "herald_config_reload_failures_total",
                 "herald_config_last_reload_success",
                 "herald_leader_election_leader",
+                "herald_leader_election_standby_stalled_sinks",
             ]
         );
     }

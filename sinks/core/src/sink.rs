@@ -130,6 +130,15 @@ pub trait Sink: Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// Drops what the sink still holds queued or in flight for sends whose futures were dropped:
+    /// called when this replica stops leading (ADR 0013), after its delivery driver, and with
+    /// it every pending `send`, was dropped. A sink whose sends end with their futures holds
+    /// nothing (the default); the Kafka sink's producer would otherwise keep retrying its queued
+    /// records for `message.timeout.ms`.
+    fn abandon(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Whether waiting may fix `error`, returned by this sink's construction or
     /// [`Sink::healthcheck`]: the target is down, slow or not yet resolvable, rather than
     /// configured wrongly. herald starts such a sink paused (probing until the target answers)

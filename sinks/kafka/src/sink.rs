@@ -9,7 +9,7 @@ use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, Sink
 use rdkafka::ClientConfig;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 
 use crate::classify::{self, classify};
 use crate::context::{self, ClientError, SinkContext};
@@ -355,6 +355,24 @@ async fn enqueue(
 
 impl Sink for KafkaSink {
     const NAME: &'static str = "kafka";
+
+    /// Purges the producer's queued and in-flight records: dropping a `DeliveryFuture` does not
+    /// take its record out of librdkafka, which would go on sending it for `message.timeout.ms`
+    /// after this replica stopped leading. A request already written to a broker may still be
+    /// appended there (its delivery report is voided); ids make that a duplicate at worst. The
+    /// purge waits for librdkafka's threads, so it runs on a blocking thread.
+    async fn abandon(&self) {
+        let (_, producer) = self.producer();
+        let purged = tokio::task::spawn_blocking(move || {
+            // `rd_kafka_purge` fails only for flags it does not know or a client that is not a
+            // producer; neither can happen here.
+            producer.purge(PurgeConfig::default().queue().inflight());
+        })
+        .await;
+        if let Err(error) = purged {
+            tracing::warn!(message = "Purging the Kafka producer's queue failed.", %error);
+        }
+    }
 
     /// Fetches cluster metadata (in a blocking task, within `min(message_timeout, 10s)`): any
     /// broker answering is healthy. Topics are not checked, since brokers may create them on

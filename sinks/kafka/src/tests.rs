@@ -628,3 +628,37 @@ async fn a_fatal_producer_error_is_retried_with_a_new_producer() {
         ["uid-a:1:created", "uid-a:2:updated"]
     );
 }
+
+/// A deposed leader drops its sends (ADR 0013): without [`Sink::abandon`] librdkafka would keep
+/// the dropped sends' records queued and write them once the broker answers, up to
+/// `message.timeout.ms` later, while another replica delivers. After it, nothing of them is
+/// written, and the producer still delivers what comes next.
+#[tokio::test]
+async fn abandon_purges_the_records_of_dropped_sends() {
+    let cluster = cluster();
+    let sink = KafkaSink::new(Settings {
+        message_timeout: Duration::from_secs(60),
+        ..config(&cluster, TOPIC)
+    })
+    .unwrap();
+    let first = [event("k0", "created", 1)];
+    assert_eq!(sink.send(&envelopes(&first)).await, vec![Outcome::Ok]);
+
+    cluster.broker_down(1).unwrap();
+    let dropped = envelopes(&[event("k1", "updated", 2), event("k2", "updated", 3)]);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), sink.send(&dropped))
+            .await
+            .is_err(),
+        "nothing is acknowledged while the broker is down"
+    );
+    sink.abandon().await;
+    cluster.broker_up(1).unwrap();
+
+    let after = [event("k3", "created", 4)];
+    assert_eq!(sink.send(&envelopes(&after)).await, vec![Outcome::Ok]);
+    let records = consume(&cluster.bootstrap_servers(), TOPIC, 2);
+    let mut ids: Vec<&str> = records.iter().map(Consumed::id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["uid-k0:1:created", "uid-k3:4:created"]);
+}

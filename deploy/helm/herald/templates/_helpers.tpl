@@ -100,6 +100,9 @@ configuration that contradicts it. Rendered as YAML.
 {{- if .Values.persistence.existingClaim }}
 {{- fail "persistence.existingClaim: replicas > 1 needs one journal volume per replica; remove existingClaim (each replica gets its own claim)" }}
 {{- end }}
+{{- if hasKey $le "identity" }}
+{{- fail "config.leaderElection.identity: replicas > 1 needs one identity per replica (both would hold the Lease at once); remove it (each pod's name is its identity)" }}
+{{- end }}
 {{- $_ := set $le "enabled" true }}
 {{- if not (hasKey $le "leaseName") }}{{- $_ := set $le "leaseName" (include "herald.fullname" .) }}{{- end }}
 {{- if not (hasKey $le "namespace") }}{{- $_ := set $le "namespace" .Release.Namespace }}{{- end }}
