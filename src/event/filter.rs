@@ -580,6 +580,11 @@ impl FieldPath {
         Self(keys.iter().map(|k| (*k).to_owned()).collect())
     }
 
+    /// Whether `other` is this field or lies within it.
+    pub fn covers(&self, other: &FieldPath) -> bool {
+        other.0.starts_with(&self.0)
+    }
+
     /// The value at this path, if every key on the way exists.
     pub fn get<'v>(&self, v: &'v Value) -> Option<&'v Value> {
         self.0.iter().try_fold(v, |v, k| v.get(k))
