@@ -585,9 +585,10 @@ impl FieldPath {
         other.0.starts_with(&self.0)
     }
 
-    /// The value at this path, if every key on the way exists.
+    /// The value at this path, if every key on the way exists. A key that is a number indexes a
+    /// list (`spec.containers.0.image`).
     pub fn get<'v>(&self, v: &'v Value) -> Option<&'v Value> {
-        self.0.iter().try_fold(v, |v, k| v.get(k))
+        self.0.iter().try_fold(v, child)
     }
 }
 
@@ -605,6 +606,14 @@ pub static ALWAYS_IGNORED: LazyLock<[FieldPath; 2]> = LazyLock::new(|| {
         FieldPath::of(&["metadata", "managedFields"]),
     ]
 });
+
+/// The member `k` of an object, or the element `k` (a decimal index) of a list.
+fn child<'v>(v: &'v Value, k: &String) -> Option<&'v Value> {
+    match v {
+        Value::Array(a) => k.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => v.get(k),
+    }
+}
 
 /// Whether `a` and `b` differ anywhere outside the `ignored` fields.
 fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
@@ -633,6 +642,20 @@ fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
                 }
             })
         }
+        // Ignored fields inside list elements (`spec.containers.0.image`): a list that changes
+        // length differs; otherwise element by element.
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() != y.len()
+                || x.iter().zip(y).enumerate().any(|(i, (va, vb))| {
+                    let i = i.to_string();
+                    let below: Vec<&[String]> = ignored
+                        .iter()
+                        .filter(|p| p.first() == Some(&i))
+                        .map(|p| &p[1..])
+                        .collect();
+                    differ_outside(va, vb, &below)
+                })
+        }
         _ => a != b,
     }
 }
@@ -657,9 +680,27 @@ pub fn meaningful_update(
     changed.is_empty()
         || changed.iter().any(|p| match (p.get(old), p.get(new)) {
             (Some(a), Some(b)) => differ_outside(a, b, &sub_paths(&ignored, &p.0)),
-            (None, None) => false,
+            (None, None) => {
+                warn_absent(p);
+                false
+            }
             _ => true,
         })
+}
+
+/// Logs, once per field (up to a bound), that a `changed` field is in neither object: a typo or a
+/// field that does not exist makes every update through it silent.
+fn warn_absent(path: &FieldPath) {
+    static LOGGED: LazyLock<std::sync::Mutex<HashSet<FieldPath>>> = LazyLock::new(Default::default);
+    let Ok(mut logged) = LOGGED.lock() else {
+        return;
+    };
+    if logged.len() < 1_000 && logged.insert(path.clone()) {
+        tracing::warn!(
+            message = "A `changed` field is in neither the recorded nor the new object: no update passes through it. Check the path (list elements are numbered: spec.containers.0.image). Logged once per field.",
+            field = %path,
+        );
+    }
 }
 
 /// The ignored paths below `prefix`, relative to it (empty when `prefix` itself is ignored).
@@ -873,6 +914,37 @@ mod tests {
         let mut with_b = old.clone();
         with_b["metadata"]["labels"]["b"] = json!("x");
         assert!(meaningful_update(&old, &with_b, &[labels], &[]));
+    }
+
+    #[test]
+    fn paths_index_lists() {
+        let old = json!({"metadata": {"resourceVersion": "1"},
+                         "spec": {"containers": [{"image": "a:1", "restarts": 1}, {"image": "b:1"}]}});
+        let mut new = old.clone();
+        new["metadata"]["resourceVersion"] = json!("2");
+        new["spec"]["containers"][0]["image"] = json!("a:2");
+        let image = FieldPath::parse("spec.containers.0.image").unwrap();
+        assert_eq!(image.get(&new), Some(&json!("a:2")));
+        assert!(meaningful_update(
+            &old,
+            &new,
+            std::slice::from_ref(&image),
+            &[]
+        ));
+        let second = FieldPath::parse("spec.containers.1.image").unwrap();
+        assert!(!meaningful_update(&old, &new, &[second], &[]));
+        // Ignored fields inside list elements.
+        let mut restarted = old.clone();
+        restarted["spec"]["containers"][0]["restarts"] = json!(2);
+        let restarts = FieldPath::parse("spec.containers.0.restarts").unwrap();
+        assert!(!meaningful_update(
+            &old,
+            &restarted,
+            &[],
+            std::slice::from_ref(&restarts)
+        ));
+        restarted["spec"]["containers"][1]["image"] = json!("b:2");
+        assert!(meaningful_update(&old, &restarted, &[], &[restarts]));
     }
 
     #[test]
