@@ -443,7 +443,13 @@ fn bind_namespace(source: &str) -> String {
                 while i < b.len() && ident(b[i]) {
                     i += 1;
                 }
-                let before = source[..start].trim_end().as_bytes().last().copied();
+                let head = source[..start].trim_end();
+                // An optional selection (`x.?namespace`, spaces allowed) is a field too.
+                let head = match head.strip_suffix('?') {
+                    Some(h) if h.trim_end().ends_with('.') => h.trim_end(),
+                    _ => head,
+                };
+                let before = head.as_bytes().last().copied();
                 let after = source[i..].trim_start().as_bytes().first().copied();
                 if &source[start..i] == WORD && before != Some(b'.') && after != Some(b'(') {
                     out.replace_range(start..i, NAMESPACE_BINDING);
@@ -805,6 +811,41 @@ mod tests {
             Expression::compile("namespace == object.metadata.namespace && 'namespace' != name")
                 .is_ok()
         );
+        // The field `namespace` is the object's, the variable is the change's.
+        let obj = json!({"metadata": {"namespace": "team-a", "name": "db1"}});
+        let cluster = json!({"metadata": {"name": "n1"}});
+        for (src, want, on_cluster) in [
+            ("object.metadata.namespace == 'team-a'", true, None),
+            (
+                "object.metadata.?namespace.orValue('') == 'team-a'",
+                true,
+                Some(false),
+            ),
+            (
+                "object.metadata . ? namespace.orValue('') == ''",
+                false,
+                Some(true),
+            ),
+            (
+                "namespace == 'default' && object.metadata.?namespace.hasValue()",
+                true,
+                Some(false),
+            ),
+        ] {
+            let e = Expression::compile(src).unwrap_or_else(|err| panic!("{src}: {err}"));
+            assert_eq!(
+                e.evaluate(&vars(&obj, None, Op::Created)).ok(),
+                Some(want),
+                "{src}"
+            );
+            if let Some(on_cluster) = on_cluster {
+                assert_eq!(
+                    e.evaluate(&vars(&cluster, None, Op::Created)).ok(),
+                    Some(on_cluster),
+                    "{src} on a cluster-scoped object"
+                );
+            }
+        }
         let err = Expression::compile("object.spec.x == 1 && objct.spec.y == 2").unwrap_err();
         assert_eq!((err.line, err.column), (1, 23), "{err}");
         assert!(err.message.contains("`objct`"), "{err}");
