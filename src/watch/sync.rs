@@ -15,7 +15,8 @@ use crate::event::filter::{self, Vars};
 use crate::event::{self, Observed, Op};
 use crate::journal::{Batch, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
-/// Events synthesized by a relist are appended in chunks of this many; only the last carries the
+/// Events synthesized by a relist (or index updates, when filters leave few events) are appended in
+/// chunks of this many; only the last carries the
 /// checkpoint, so a crash mid-way relists again and the index makes the rest come out once.
 const RELIST_CHUNK: usize = 500;
 /// How long a namespace-selector answer is trusted.
@@ -119,6 +120,15 @@ fn public(v: &Value) -> std::borrow::Cow<'_, Value> {
             std::borrow::Cow::Owned(v)
         }
         _ => std::borrow::Cow::Borrowed(v),
+    }
+}
+
+impl Pending {
+    /// Whether a relist should append what it has built: at [`RELIST_CHUNK`] events, or as many
+    /// index updates (a relist whose changes are mostly filtered records them without events, and
+    /// one batch for all of them would be unbounded).
+    fn chunk_full(&self) -> bool {
+        self.events.len() >= RELIST_CHUNK || self.index.len() >= RELIST_CHUNK
     }
 }
 
@@ -649,7 +659,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     let emit = !first_start || rec.spec.initial_emit;
     let mut p = Pending::default();
     let flush = |p: &mut Pending| -> Result<(), SyncError> {
-        if p.events.len() >= RELIST_CHUNK {
+        if p.chunk_full() {
             rec.append(std::mem::take(p), None)?;
         }
         Ok(())

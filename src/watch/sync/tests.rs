@@ -467,3 +467,25 @@ async fn a_change_to_a_redacted_value_alone_is_still_an_update() {
         assert_eq!(e["data"]["object"]["data"], "[redacted]");
     }
 }
+
+/// A relist whose changes are all filtered still appends in bounded chunks: index updates fill a
+/// chunk as events do.
+#[test]
+fn index_updates_alone_fill_a_relist_chunk() {
+    let mut p = Pending::default();
+    for i in 0..RELIST_CHUNK - 1 {
+        p.index.push(IndexUpdate::Remove {
+            key: format!("default/{i}"),
+        });
+    }
+    assert!(!p.chunk_full());
+    p.index.push(IndexUpdate::Remove {
+        key: "default/last".into(),
+    });
+    assert!(p.chunk_full());
+    let events = Pending {
+        events: vec![Vec::new(); RELIST_CHUNK],
+        ..Pending::default()
+    };
+    assert!(events.chunk_full());
+}
