@@ -389,7 +389,12 @@ impl Expression {
                 ctx.add_variable_from_value(*name, value);
             }
         }
-        match self.program.execute(&ctx) {
+        // A panic inside the interpreter on one odd object must not take down the watcher or the
+        // sink's reader that evaluates it: it is an evaluation error like any other.
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.program.execute(&ctx)))
+                .map_err(|_| EvalError("the expression's evaluation panicked".to_owned()))?;
+        match run {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(EvalError(format!(
                 "the result is {:?}, not a boolean",
