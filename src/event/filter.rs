@@ -649,6 +649,13 @@ fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
                 match (x.get(k), y.get(k)) {
                     (Some(va), Some(vb)) => differ_outside(va, vb, &below),
                     (None, None) => false,
+                    // A map that appears or disappears holding only ignored fields
+                    // (`status: {lastHeartbeatTime}`) is no change: compare it with an empty one.
+                    (Some(v @ Value::Object(_)), None) | (None, Some(v @ Value::Object(_)))
+                        if !below.is_empty() =>
+                    {
+                        differ_outside(v, &Value::Object(serde_json::Map::new()), &below)
+                    }
                     _ => true,
                 }
             })
@@ -955,6 +962,30 @@ mod tests {
         ));
         new["spec"]["v"] = json!(2);
         assert!(meaningful_update(&old, &new, &[spec], &[]));
+        // A map that appears with only ignored fields in it is no change; with more, it is.
+        let mut beat = old.clone();
+        beat["status"] = json!({"lastHeartbeatTime": "t3"});
+        let mut no_status = old.clone();
+        no_status.as_object_mut().unwrap().remove("status");
+        assert!(!meaningful_update(
+            &no_status,
+            &beat,
+            &[],
+            std::slice::from_ref(&heartbeat)
+        ));
+        assert!(!meaningful_update(
+            &beat,
+            &no_status,
+            &[],
+            std::slice::from_ref(&heartbeat)
+        ));
+        beat["status"]["phase"] = json!("Ready");
+        assert!(meaningful_update(
+            &no_status,
+            &beat,
+            &[],
+            std::slice::from_ref(&heartbeat)
+        ));
         // A field that appears or disappears is a change.
         let labels = FieldPath::parse("metadata.labels.b").unwrap();
         let mut with_b = old.clone();
