@@ -363,6 +363,25 @@ impl Expression {
         self.uses[1]
     }
 
+    /// Whether the expression reads `object`.
+    pub fn uses_object(&self) -> bool {
+        self.uses[0]
+    }
+
+    /// Whether the expression may read something under `status` of `object` or `oldObject` (it
+    /// reads a field there, or a variable whole).
+    pub fn reads_status(&self) -> bool {
+        self.reads.iter().zip(&self.uses[..2]).any(|(r, used)| {
+            *used
+                && match r {
+                    Reads::All => true,
+                    Reads::Fields(paths) => paths
+                        .iter()
+                        .any(|p| p.first().is_some_and(|k| k == "status")),
+                }
+        })
+    }
+
     /// Evaluates the expression on one change.
     ///
     /// # Errors
