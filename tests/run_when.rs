@@ -155,8 +155,13 @@ async fn a_transition_expression_fires_once_per_transition_across_restarts_and_r
     herald.settle(5).await;
     assert_eq!(herald.terminate().await, Some(0));
     herald.restart();
-    herald.wait_for_log("Listed and reconciled.").await;
-    herald.settle(5).await;
+    // A positive signal instead of a pause: a transition after the restart fires, and it is the
+    // very next event (nothing was re-sent before it).
+    set_phase(&raw, "a", "Ready").await;
+    let sixth = set_phase(&raw, "a", "Failed").await;
+    herald.wait_for(6).await;
+    let events = herald.settle(6).await;
+    assert_eq!(ids(&events)[5], id_of(&sixth, "updated"));
 }
 
 #[tokio::test]
@@ -322,6 +327,15 @@ async fn a_route_when_narrows_one_sink_and_leaves_the_other_whole() {
             started.elapsed() < Duration::from_secs(20),
             "{:#?}",
             all.taken_ids()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // `gold` reads the journal on its own: wait for what it should get, then for anything more.
+    while gold.taken_ids().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:#?}",
+            gold.taken_ids()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -229,6 +229,10 @@ impl Reloader {
         };
         let new = config::load(&self.path).map_err(invalid)?;
         new.check_secrets().map_err(invalid)?;
+        // As at start: valid, but probably not what was meant.
+        for warning in new.warnings() {
+            tracing::warn!(message = "Configuration warning.", path = %self.path.display(), %warning);
+        }
         let fields = needs_restart(&self.current, &new);
         if !fields.is_empty() {
             return Err(ReloadError::NeedsRestart {

@@ -61,6 +61,16 @@ impl When {
             .is_ok_and(Expression::uses_old_object)
     }
 
+    /// Whether the expression reads `object`.
+    pub fn uses_object(&self) -> bool {
+        self.compiled.as_ref().is_ok_and(Expression::uses_object)
+    }
+
+    /// Whether the expression may read a field under `status`.
+    pub fn reads_status(&self) -> bool {
+        self.compiled.as_ref().is_ok_and(Expression::reads_status)
+    }
+
     /// Evaluates the expression on one change.
     ///
     /// # Errors

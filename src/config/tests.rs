@@ -1800,6 +1800,53 @@ fn a_route_reading_old_object_without_that_payload_is_warned_about() {
     );
 }
 
+#[test]
+fn a_route_reading_object_without_that_payload_is_warned_about() {
+    let yaml = |payload: &str| {
+        format!(
+            "resources:\n- {{group: example.com, kind: Database{payload}}}\n{SINK}\
+             routes:\n- {{sinks: [archive], when: \"object.spec.x == 1\"}}\n"
+        )
+    };
+    for payload in [", payload: reference", ", payload: [patch]"] {
+        assert_eq!(
+            ok(&yaml(payload)).warnings(),
+            [
+                "routes[0].when: uses object, but the events of resources[0] do not carry it \
+                 (its payload lacks object), so object is always null there; add object to \
+                 resources[0].payload or filter on the resource's own `when`"
+            ],
+            "{payload}"
+        );
+    }
+    assert!(ok(&yaml("")).warnings().is_empty());
+    assert!(ok(&yaml(", payload: [object]")).warnings().is_empty());
+}
+
+#[test]
+fn skip_status_only_updates_with_a_status_filter_is_warned_about() {
+    let warnings = ok(&resource(
+        "skipStatusOnlyUpdates: true, when: \"object.status.phase == 'Failed'\", changed: [spec, status.phase]",
+    ))
+    .warnings();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("resources[0].when: reads status"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].starts_with("resources[0].changed[1]: a status field"),
+        "{warnings:?}"
+    );
+    assert!(
+        ok(&resource(
+            "skipStatusOnlyUpdates: true, when: \"object.spec.x == 1\", changed: [spec]"
+        ))
+        .warnings()
+        .is_empty()
+    );
+}
+
 // ----- namespace patterns and group patterns (issue 19) ----------------------------------------
 
 #[test]

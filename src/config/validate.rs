@@ -489,11 +489,55 @@ fn check_routes(config: &Config, problems: &mut Problems) {
 }
 
 /// What is valid but probably not what the author meant: a route `when` that reads `oldObject`
-/// for a resource whose events do not carry it (it is then always `null`).
+/// (or `object`) for a resource whose events do not carry it (it is then always `null`); a
+/// resource `when` or `changed` on `status` that `skipStatusOnlyUpdates` never lets see an update.
 pub(crate) fn warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
+    for (i, r) in config.resources.iter().enumerate() {
+        if !r.skip_status_only_updates {
+            continue;
+        }
+        if r.when.as_ref().is_some_and(When::reads_status) {
+            out.push(format!(
+                "resources[{i}].when: reads status, but skipStatusOnlyUpdates drops status-only \
+                 updates before `when` runs, so it never sees one; drop skipStatusOnlyUpdates to \
+                 filter them with `when`"
+            ));
+        }
+        if let Some(j) = r
+            .changed
+            .iter()
+            .position(|p| p.to_string().starts_with("status"))
+        {
+            out.push(format!(
+                "resources[{i}].changed[{j}]: a status field, but skipStatusOnlyUpdates drops \
+                 status-only updates before `changed` runs, so a change there alone is never \
+                 emitted; drop skipStatusOnlyUpdates"
+            ));
+        }
+    }
     for (i, route) in config.routes.iter().enumerate() {
-        if !route.when.as_ref().is_some_and(When::uses_old_object) {
+        let Some(when) = route.when.as_ref() else {
+            continue;
+        };
+        for (j, r) in config.resources.iter().enumerate() {
+            let routed = route
+                .resources
+                .iter()
+                .any(|entry| match split_resource(entry) {
+                    Ok(None) => true,
+                    Ok(Some((name, group))) => could_match(r, name, group),
+                    Err(_) => false,
+                });
+            if routed && when.uses_object() && !r.payload.includes(PayloadPart::Object) {
+                out.push(format!(
+                    "routes[{i}].when: uses object, but the events of resources[{j}] do not carry \
+                     it (its payload lacks object), so object is always null there; add object to \
+                     resources[{j}].payload or filter on the resource's own `when`"
+                ));
+            }
+        }
+        if !when.uses_old_object() {
             continue;
         }
         for (j, r) in config.resources.iter().enumerate() {

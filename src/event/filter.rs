@@ -363,6 +363,25 @@ impl Expression {
         self.uses[1]
     }
 
+    /// Whether the expression reads `object`.
+    pub fn uses_object(&self) -> bool {
+        self.uses[0]
+    }
+
+    /// Whether the expression may read something under `status` of `object` or `oldObject` (it
+    /// reads a field there, or a variable whole).
+    pub fn reads_status(&self) -> bool {
+        self.reads.iter().zip(&self.uses[..2]).any(|(r, used)| {
+            *used
+                && match r {
+                    Reads::All => true,
+                    Reads::Fields(paths) => paths
+                        .iter()
+                        .any(|p| p.first().is_some_and(|k| k == "status")),
+                }
+        })
+    }
+
     /// Evaluates the expression on one change.
     ///
     /// # Errors
@@ -389,7 +408,12 @@ impl Expression {
                 ctx.add_variable_from_value(*name, value);
             }
         }
-        match self.program.execute(&ctx) {
+        // A panic inside the interpreter on one odd object must not take down the watcher or the
+        // sink's reader that evaluates it: it is an evaluation error like any other.
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.program.execute(&ctx)))
+                .map_err(|_| EvalError("the expression's evaluation panicked".to_owned()))?;
+        match run {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(EvalError(format!(
                 "the result is {:?}, not a boolean",
@@ -443,7 +467,13 @@ fn bind_namespace(source: &str) -> String {
                 while i < b.len() && ident(b[i]) {
                     i += 1;
                 }
-                let before = source[..start].trim_end().as_bytes().last().copied();
+                let head = source[..start].trim_end();
+                // An optional selection (`x.?namespace`, spaces allowed) is a field too.
+                let head = match head.strip_suffix('?') {
+                    Some(h) if h.trim_end().ends_with('.') => h.trim_end(),
+                    _ => head,
+                };
+                let before = head.as_bytes().last().copied();
                 let after = source[i..].trim_start().as_bytes().first().copied();
                 if &source[start..i] == WORD && before != Some(b'.') && after != Some(b'(') {
                     out.replace_range(start..i, NAMESPACE_BINDING);
@@ -580,9 +610,15 @@ impl FieldPath {
         Self(keys.iter().map(|k| (*k).to_owned()).collect())
     }
 
-    /// The value at this path, if every key on the way exists.
+    /// Whether `other` is this field or lies within it.
+    pub fn covers(&self, other: &FieldPath) -> bool {
+        other.0.starts_with(&self.0)
+    }
+
+    /// The value at this path, if every key on the way exists. A key that is a number indexes a
+    /// list (`spec.containers.0.image`).
     pub fn get<'v>(&self, v: &'v Value) -> Option<&'v Value> {
-        self.0.iter().try_fold(v, |v, k| v.get(k))
+        self.0.iter().try_fold(v, child)
     }
 }
 
@@ -600,6 +636,14 @@ pub static ALWAYS_IGNORED: LazyLock<[FieldPath; 2]> = LazyLock::new(|| {
         FieldPath::of(&["metadata", "managedFields"]),
     ]
 });
+
+/// The member `k` of an object, or the element `k` (a decimal index) of a list.
+fn child<'v>(v: &'v Value, k: &String) -> Option<&'v Value> {
+    match v {
+        Value::Array(a) => k.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => v.get(k),
+    }
+}
 
 /// Whether `a` and `b` differ anywhere outside the `ignored` fields.
 fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
@@ -624,9 +668,30 @@ fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
                 match (x.get(k), y.get(k)) {
                     (Some(va), Some(vb)) => differ_outside(va, vb, &below),
                     (None, None) => false,
+                    // A map that appears or disappears holding only ignored fields
+                    // (`status: {lastHeartbeatTime}`) is no change: compare it with an empty one.
+                    (Some(v @ Value::Object(_)), None) | (None, Some(v @ Value::Object(_)))
+                        if !below.is_empty() =>
+                    {
+                        differ_outside(v, &Value::Object(serde_json::Map::new()), &below)
+                    }
                     _ => true,
                 }
             })
+        }
+        // Ignored fields inside list elements (`spec.containers.0.image`): a list that changes
+        // length differs; otherwise element by element.
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() != y.len()
+                || x.iter().zip(y).enumerate().any(|(i, (va, vb))| {
+                    let i = i.to_string();
+                    let below: Vec<&[String]> = ignored
+                        .iter()
+                        .filter(|p| p.first() == Some(&i))
+                        .map(|p| &p[1..])
+                        .collect();
+                    differ_outside(va, vb, &below)
+                })
         }
         _ => a != b,
     }
@@ -652,9 +717,27 @@ pub fn meaningful_update(
     changed.is_empty()
         || changed.iter().any(|p| match (p.get(old), p.get(new)) {
             (Some(a), Some(b)) => differ_outside(a, b, &sub_paths(&ignored, &p.0)),
-            (None, None) => false,
+            (None, None) => {
+                warn_absent(p);
+                false
+            }
             _ => true,
         })
+}
+
+/// Logs, once per field (up to a bound), that a `changed` field is in neither object: a typo or a
+/// field that does not exist makes every update through it silent.
+fn warn_absent(path: &FieldPath) {
+    static LOGGED: LazyLock<std::sync::Mutex<HashSet<FieldPath>>> = LazyLock::new(Default::default);
+    let Ok(mut logged) = LOGGED.lock() else {
+        return;
+    };
+    if logged.len() < 1_000 && logged.insert(path.clone()) {
+        tracing::warn!(
+            message = "A `changed` field is in neither the recorded nor the new object: no update passes through it. Check the path (list elements are numbered: spec.containers.0.image). Logged once per field.",
+            field = %path,
+        );
+    }
 }
 
 /// The ignored paths below `prefix`, relative to it (empty when `prefix` itself is ignored).
@@ -759,6 +842,41 @@ mod tests {
             Expression::compile("namespace == object.metadata.namespace && 'namespace' != name")
                 .is_ok()
         );
+        // The field `namespace` is the object's, the variable is the change's.
+        let obj = json!({"metadata": {"namespace": "team-a", "name": "db1"}});
+        let cluster = json!({"metadata": {"name": "n1"}});
+        for (src, want, on_cluster) in [
+            ("object.metadata.namespace == 'team-a'", true, None),
+            (
+                "object.metadata.?namespace.orValue('') == 'team-a'",
+                true,
+                Some(false),
+            ),
+            (
+                "object.metadata . ? namespace.orValue('') == ''",
+                false,
+                Some(true),
+            ),
+            (
+                "namespace == 'default' && object.metadata.?namespace.hasValue()",
+                true,
+                Some(false),
+            ),
+        ] {
+            let e = Expression::compile(src).unwrap_or_else(|err| panic!("{src}: {err}"));
+            assert_eq!(
+                e.evaluate(&vars(&obj, None, Op::Created)).ok(),
+                Some(want),
+                "{src}"
+            );
+            if let Some(on_cluster) = on_cluster {
+                assert_eq!(
+                    e.evaluate(&vars(&cluster, None, Op::Created)).ok(),
+                    Some(on_cluster),
+                    "{src} on a cluster-scoped object"
+                );
+            }
+        }
         let err = Expression::compile("object.spec.x == 1 && objct.spec.y == 2").unwrap_err();
         assert_eq!((err.line, err.column), (1, 23), "{err}");
         assert!(err.message.contains("`objct`"), "{err}");
@@ -863,11 +981,66 @@ mod tests {
         ));
         new["spec"]["v"] = json!(2);
         assert!(meaningful_update(&old, &new, &[spec], &[]));
+        // A map that appears with only ignored fields in it is no change; with more, it is.
+        let mut beat = old.clone();
+        beat["status"] = json!({"lastHeartbeatTime": "t3"});
+        let mut no_status = old.clone();
+        no_status.as_object_mut().unwrap().remove("status");
+        assert!(!meaningful_update(
+            &no_status,
+            &beat,
+            &[],
+            std::slice::from_ref(&heartbeat)
+        ));
+        assert!(!meaningful_update(
+            &beat,
+            &no_status,
+            &[],
+            std::slice::from_ref(&heartbeat)
+        ));
+        beat["status"]["phase"] = json!("Ready");
+        assert!(meaningful_update(
+            &no_status,
+            &beat,
+            &[],
+            std::slice::from_ref(&heartbeat)
+        ));
         // A field that appears or disappears is a change.
         let labels = FieldPath::parse("metadata.labels.b").unwrap();
         let mut with_b = old.clone();
         with_b["metadata"]["labels"]["b"] = json!("x");
         assert!(meaningful_update(&old, &with_b, &[labels], &[]));
+    }
+
+    #[test]
+    fn paths_index_lists() {
+        let old = json!({"metadata": {"resourceVersion": "1"},
+                         "spec": {"containers": [{"image": "a:1", "restarts": 1}, {"image": "b:1"}]}});
+        let mut new = old.clone();
+        new["metadata"]["resourceVersion"] = json!("2");
+        new["spec"]["containers"][0]["image"] = json!("a:2");
+        let image = FieldPath::parse("spec.containers.0.image").unwrap();
+        assert_eq!(image.get(&new), Some(&json!("a:2")));
+        assert!(meaningful_update(
+            &old,
+            &new,
+            std::slice::from_ref(&image),
+            &[]
+        ));
+        let second = FieldPath::parse("spec.containers.1.image").unwrap();
+        assert!(!meaningful_update(&old, &new, &[second], &[]));
+        // Ignored fields inside list elements.
+        let mut restarted = old.clone();
+        restarted["spec"]["containers"][0]["restarts"] = json!(2);
+        let restarts = FieldPath::parse("spec.containers.0.restarts").unwrap();
+        assert!(!meaningful_update(
+            &old,
+            &restarted,
+            &[],
+            std::slice::from_ref(&restarts)
+        ));
+        restarted["spec"]["containers"][1]["image"] = json!("b:2");
+        assert!(meaningful_update(&old, &restarted, &[], &[restarts]));
     }
 
     #[test]

@@ -361,6 +361,8 @@ impl Checker {
             }
         } else if k == keys::SCHEMA_VERSION_KEY {
             self.report.schema_version = Some(String::from_utf8_lossy(v).into_owned());
+        } else if k == keys::REDACTION_KEY {
+            // Opaque random bytes: nothing to check.
         } else if k == keys::HEAD_KEY {
             match keys::decode_u64(k, v) {
                 Ok(h) => self.meta_head = Some(h),

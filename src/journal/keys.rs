@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `meta/schema_version` | | ASCII decimal, `3` |
 //! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
+//! | `meta/redaction_key` | | 32 random bytes: the key of the index's digests of redacted values |
 //! | `e/` | u64 BE sequence number | u64 BE append time (ms since the epoch) + rendered CloudEvent |
 //! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen |
 //! | `c/` | stream | resourceVersion (UTF-8) |
@@ -22,6 +23,7 @@ use super::error::{JournalError, Result};
 
 pub(super) const SCHEMA_VERSION_KEY: &[u8] = b"meta/schema_version";
 pub(super) const HEAD_KEY: &[u8] = b"meta/head";
+pub(super) const REDACTION_KEY: &[u8] = b"meta/redaction_key";
 pub(super) const EVENT_PREFIX: &[u8] = b"e/";
 pub(super) const INDEX_PREFIX: &[u8] = b"i/";
 pub(super) const CHECKPOINT_PREFIX: &[u8] = b"c/";

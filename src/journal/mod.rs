@@ -516,6 +516,25 @@ impl Journal {
         Ok(out)
     }
 
+    /// This journal's key for the digests of redacted values (`meta/redaction_key`, 32 random
+    /// bytes made on first use): the object index keeps a keyed digest of what it redacts, so a
+    /// change to a redacted value is still a change, and the digest tells nothing without the key.
+    pub fn redaction_key(&self) -> Result<Vec<u8>> {
+        let failed = |source| JournalError::MetaFailed {
+            path: self.inner.path.clone(),
+            source,
+        };
+        let fresh: [u8; 32] = rand::random();
+        // Atomic: two watchers asking at once agree on one key.
+        let _ = self
+            .inner
+            .db
+            .compare_and_swap(keys::REDACTION_KEY, None::<&[u8]>, Some(&fresh[..]))
+            .map_err(failed)?;
+        let stored = self.inner.db.get(keys::REDACTION_KEY).map_err(failed)?;
+        Ok(stored.map_or_else(|| fresh.to_vec(), |v| v.to_vec()))
+    }
+
     /// The last stored object under `key` (`<namespace>/<name>`) in the stream's index.
     pub fn index_get(&self, stream: &str, key: &str) -> Result<Option<Vec<u8>>> {
         keys::check_name("stream", stream)?;

@@ -15,11 +15,16 @@ use crate::event::filter::{self, Vars};
 use crate::event::{self, Observed, Op};
 use crate::journal::{Batch, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
-/// Events synthesized by a relist are appended in chunks of this many; only the last carries the
+/// Events synthesized by a relist (or index updates, when filters leave few events) are appended in
+/// chunks of this many; only the last carries the
 /// checkpoint, so a crash mid-way relists again and the index makes the rest come out once.
 const RELIST_CHUNK: usize = 500;
 /// How long a namespace-selector answer is trusted.
 const NAMESPACE_CACHE: Duration = Duration::from_secs(30);
+/// Where an index entry keeps the keyed digests of its redacted values (`{pointer: hex}`): the
+/// recorded object holds `"[redacted]"`, so without them a change to a redacted value alone (a
+/// rotated Secret) would look like a bookkeeping-only update and be lost. Never part of an event.
+const REDACTED_DIGESTS: &str = "@heraldRedacted";
 
 /// What a watch line said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +48,9 @@ pub enum SyncError {
     /// The resource is no longer served (its CRD went away).
     #[error("the resource is no longer served")]
     NotServed,
+    /// The journal's redaction key does not fit HMAC (never: it is 32 bytes).
+    #[error("the journal's redaction key is unusable")]
+    RedactionKey,
     /// Reading one object (to tell a selector exit from a deletion) failed.
     #[error("reading an object failed")]
     GetFailed(#[source] kube::Error),
@@ -59,7 +67,7 @@ impl SyncError {
     pub fn api_error(&self) -> Option<&kube::Error> {
         match self {
             Self::ListFailed(e) | Self::GetFailed(e) | Self::NamespacesFailed(e) => Some(e),
-            Self::NotServed | Self::JournalFailed(_) => None,
+            Self::NotServed | Self::JournalFailed(_) | Self::RedactionKey => None,
         }
     }
 }
@@ -88,6 +96,8 @@ pub struct Recorder<'a> {
     pub resolved: &'a Resolved,
     health: &'a Health,
     namespaces: &'a NamespaceCache,
+    /// The journal's redaction key, read on first need.
+    redaction_key: std::sync::OnceLock<Vec<u8>>,
 }
 
 /// A batch being built: rendered events and index updates.
@@ -97,6 +107,29 @@ struct Pending {
     index: Vec<IndexUpdate>,
     /// Index state changed within this batch, so a second change to the same object sees the first.
     overlay: HashMap<String, Option<Value>>,
+}
+
+/// `v` without the index's [`REDACTED_DIGESTS`] (borrowed when it has none).
+fn public(v: &Value) -> std::borrow::Cow<'_, Value> {
+    match v.as_object() {
+        Some(o) if o.contains_key(REDACTED_DIGESTS) => {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove(REDACTED_DIGESTS);
+            }
+            std::borrow::Cow::Owned(v)
+        }
+        _ => std::borrow::Cow::Borrowed(v),
+    }
+}
+
+impl Pending {
+    /// Whether a relist should append what it has built: at [`RELIST_CHUNK`] events, or as many
+    /// index updates (a relist whose changes are mostly filtered records them without events, and
+    /// one batch for all of them would be unbounded).
+    fn chunk_full(&self) -> bool {
+        self.events.len() >= RELIST_CHUNK || self.index.len() >= RELIST_CHUNK
+    }
 }
 
 fn meta<'v>(v: &'v Value, key: &str) -> &'v str {
@@ -133,6 +166,7 @@ impl<'a> Recorder<'a> {
             resolved,
             health,
             namespaces,
+            redaction_key: std::sync::OnceLock::new(),
         }
     }
 
@@ -141,6 +175,64 @@ impl<'a> Recorder<'a> {
     fn name_pattern_allowed(&self, obj: &Value) -> bool {
         let ns = meta(obj, "namespace");
         ns.is_empty() || self.spec.namespace_name_allowed(ns)
+    }
+
+    /// The recorded form of `raw` ([`event::prepare`]), plus, for a resource that redacts, the
+    /// keyed digest of each redacted value under [`REDACTED_DIGESTS`].
+    fn prepare(&self, raw: Value) -> Result<Value, SyncError> {
+        let redact = &self.resolved.resource.redact;
+        if redact.is_empty() {
+            return Ok(event::prepare(&self.resolved.resource, raw));
+        }
+        let key = match self.redaction_key.get() {
+            Some(k) => k,
+            None => {
+                let k = self
+                    .journal
+                    .redaction_key()
+                    .map_err(SyncError::JournalFailed)?;
+                self.redaction_key.get_or_init(|| k)
+            }
+        };
+        let mut digests = serde_json::Map::new();
+        for pointer in redact {
+            if let Some(v) = raw.pointer(pointer) {
+                use hmac::{KeyInit, Mac};
+                let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
+                    .map_err(|_| SyncError::RedactionKey)?;
+                mac.update(serde_json::to_string(v).unwrap_or_default().as_bytes());
+                let hex: String = mac
+                    .finalize()
+                    .into_bytes()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                digests.insert(pointer.clone(), Value::String(hex));
+            }
+        }
+        let mut out = event::prepare(&self.resolved.resource, raw);
+        if let Some(o) = out.as_object_mut()
+            && !digests.is_empty()
+        {
+            o.insert(REDACTED_DIGESTS.to_owned(), Value::Object(digests));
+        }
+        Ok(out)
+    }
+
+    /// Whether a redacted value within one of the `changed` fields (any, without them) differs
+    /// between `old` and `new`, by their digests.
+    fn redacted_value_changed(&self, old: &Value, new: &Value) -> bool {
+        let (a, b) = (old.get(REDACTED_DIGESTS), new.get(REDACTED_DIGESTS));
+        if a == b {
+            return false;
+        }
+        let changed = &self.spec.changed;
+        self.resolved.resource.redact.iter().any(|pointer| {
+            a.and_then(|d| d.get(pointer)) != b.and_then(|d| d.get(pointer))
+                && (changed.is_empty()
+                    || filter::FieldPath::parse(pointer)
+                        .is_ok_and(|p| changed.iter().any(|c| c.covers(&p))))
+        })
     }
 
     fn selective(&self) -> bool {
@@ -232,6 +324,8 @@ impl<'a> Recorder<'a> {
         resync: bool,
         rv: Option<&str>,
     ) {
+        let (obj, old, prior) = (public(obj), old.map(public), prior.map(public));
+        let (obj, old, prior) = (obj.as_ref(), old.as_deref(), prior.as_deref());
         if !self.spec.ops.contains(&op) || !self.wanted(op, obj, prior, resync) {
             self.health
                 .filtered
@@ -307,12 +401,12 @@ impl<'a> Recorder<'a> {
                 // Filtered or not, `new` is recorded below: it is the state the next change is
                 // compared with (and what a `when` sees as `oldObject`).
                 if (self.spec.skip_status_only_updates && event::status_only_change(&old, &new))
-                    || !filter::meaningful_update(
+                    || !(filter::meaningful_update(
                         &old,
                         &new,
                         &self.spec.changed,
                         &self.spec.ignore_fields,
-                    )
+                    ) || self.redacted_value_changed(&old, &new))
                 {
                     self.health
                         .filtered
@@ -440,10 +534,7 @@ impl<'a> Recorder<'a> {
         };
         match api.get_opt(meta(recorded, "name")).await {
             Ok(Some(o)) => {
-                let v = event::prepare(
-                    &self.resolved.resource,
-                    serde_json::to_value(o).unwrap_or(Value::Null),
-                );
+                let v = self.prepare(serde_json::to_value(o).unwrap_or(Value::Null))?;
                 Ok((meta(&v, "uid") == meta(recorded, "uid")).then_some(v))
             }
             Ok(None) => Ok(None),
@@ -466,7 +557,7 @@ impl<'a> Recorder<'a> {
                 }
                 continue;
             }
-            let obj = event::prepare(&self.resolved.resource, raw);
+            let obj = self.prepare(raw)?;
             let obj_rv = meta(&obj, "resourceVersion").to_string();
             if !obj_rv.is_empty() {
                 next.clone_from(&obj_rv);
@@ -542,10 +633,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
                 list_rv = page.metadata.resource_version.clone();
             }
             for item in page.items {
-                let v = event::prepare(
-                    &r.resource,
-                    serde_json::to_value(item).unwrap_or(Value::Null),
-                );
+                let v = rec.prepare(serde_json::to_value(item).unwrap_or(Value::Null))?;
                 if rec.namespace_allowed(meta(&v, "namespace")).await? {
                     listed.insert(event::object_key(&r.resource, &v), v);
                 }
@@ -588,7 +676,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     let emit = !first_start || rec.spec.initial_emit;
     let mut p = Pending::default();
     let flush = |p: &mut Pending| -> Result<(), SyncError> {
-        if p.events.len() >= RELIST_CHUNK {
+        if p.chunk_full() {
             rec.append(std::mem::take(p), None)?;
         }
         Ok(())
@@ -673,6 +761,10 @@ pub fn report_gone(
             continue;
         };
         take_unconfirmed_mark(&mut obj);
+        // The index's digests of redacted values never leave the journal.
+        if let Some(o) = obj.as_object_mut() {
+            o.remove(REDACTED_DIGESTS);
+        }
         // The resource's `when`, as for a relist's deletion (the last known state as both).
         let wanted = spec.when.as_ref().is_none_or(|when| {
             when.evaluate(&Vars {
