@@ -30,6 +30,9 @@ pub const RENDER_FAILED: &str = "render_failed";
 /// Longest text a `{{ … | truncate }}` keeps when given no length (Jinja's default).
 const DEFAULT_TRUNCATE: usize = 255;
 
+/// Instructions one render may run ([`Environment::set_fuel`]).
+pub const FUEL: u64 = 5_000_000;
+
 /// The environment every request template compiles in: minijinja's built-in filters and tests
 /// (`tojson`, `default`, `lower`, `replace`, `join`, `urlencode` …) plus herald's:
 ///
@@ -48,6 +51,11 @@ const DEFAULT_TRUNCATE: usize = 255;
 pub fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
+    // Rendering runs on the sink's task: a template whose loops nest over large objects or
+    // batches must end in a render failure (dead-lettered, replayable after a fix), not pin a
+    // worker. Each render gets this many instructions, far above what a body over a full batch
+    // of large objects takes.
+    env.set_fuel(Some(FUEL));
     // Bodies are mostly JSON: `{{ resync }}` prints `true`, not Python's `True`.
     env.set_formatter(|out, state, value| {
         if value.kind() == minijinja::value::ValueKind::Bool {
@@ -539,6 +547,18 @@ mod tests {
         let templates =
             Templates::compile([("t".to_owned(), source.to_owned())]).map_err(|e| e.to_string())?;
         templates.render("t", &event_context(&event(), "hooks"))
+    }
+
+    /// A template that would run for hours (nested loops) ends in a render error instead.
+    #[test]
+    fn a_runaway_template_runs_out_of_fuel() {
+        let error = render(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        )
+        .unwrap_err();
+        assert!(error.contains("fuel"), "{error}");
+        // An ordinary body is far inside the budget.
+        assert!(render("{% for a in range(1000) %}{{ a }}{% endfor %}").is_ok());
     }
 
     #[test]

@@ -247,8 +247,11 @@ impl WebhookSink {
             secrets.extend(template.secret_values());
         }
         secrets.retain(|s| !s.is_empty());
+        // A template may print a secret transformed (`b64encode`, `urlencode`, `tojson` of one
+        // holding quotes or `<>&'`): each of those spellings is masked too.
+        let spellings: Vec<String> = secrets.iter().flat_map(|s| secret_spellings(s)).collect();
         let mask = |text: &str| {
-            secrets
+            spellings
                 .iter()
                 .fold(text.to_owned(), |text, secret| text.replace(secret, MASK))
         };
@@ -272,7 +275,7 @@ impl WebhookSink {
         };
         Ok(RequestPreview {
             method: prepared.method.to_string(),
-            url: prepared.url.to_string(),
+            url: mask(prepared.url.as_str()),
             headers,
             body,
         })
@@ -595,8 +598,58 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The ways a template can print `secret`: as it is, JSON-escaped as minijinja's `tojson` writes
+/// strings (`<>&'` as `\u00XX`), percent-encoded (with and without `/` kept) and base64.
+fn secret_spellings(secret: &str) -> Vec<String> {
+    use base64::Engine as _;
+    use std::fmt::Write as _;
+    let mut out = vec![secret.to_owned()];
+    let json = serde_json::to_string(secret).unwrap_or_default();
+    let json = json.trim_matches('"').to_owned();
+    out.push(json.clone());
+    out.push(
+        json.replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+            .replace('&', "\\u0026")
+            .replace('\'', "\\u0027"),
+    );
+    for keep_slash in [false, true] {
+        let mut enc = String::new();
+        for b in secret.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || (keep_slash && b == b'/') {
+                enc.push(char::from(b));
+            } else {
+                let _ = write!(enc, "%{b:02X}");
+            }
+        }
+        out.push(enc);
+    }
+    out.push(base64::engine::general_purpose::STANDARD.encode(secret));
+    out.retain(|s| !s.is_empty());
+    // Longest first: a spelling that contains another is masked whole.
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// `herald render` masks a secret however the template spells it: as it is, JSON-escaped,
+    /// percent-encoded or base64, in the URL path too.
+    #[test]
+    fn secret_spellings_cover_what_templates_print() {
+        let s = super::secret_spellings("a/b&c'd e");
+        for spelling in [
+            "a/b&c'd e",
+            "a/b\\u0026c\\u0027d e",
+            "a%2Fb%26c%27d%20e",
+            "a/b%26c%27d%20e",
+            "YS9iJmMnZCBl",
+        ] {
+            assert!(s.iter().any(|x| x == spelling), "{spelling} not in {s:?}");
+        }
+    }
     use super::*;
     use crate::settings::{ClientIdentity, SigningConfig, TlsConfig};
 

@@ -228,7 +228,9 @@ impl RequestTemplate {
             }
         };
         let body = part(BODY)?.map(String::into_bytes);
-        let content_type = match part(CONTENT_TYPE)? {
+        // A content type that renders empty (`{% if … %}` without an else) is as if not given:
+        // an empty Content-Type header would be sent otherwise.
+        let content_type = match part(CONTENT_TYPE)?.filter(|t| !t.trim().is_empty()) {
             Some(text) => Some(header_value(CONTENT_TYPE, text.trim())?),
             None => body
                 .as_ref()
@@ -242,7 +244,14 @@ impl RequestTemplate {
                 let method = reqwest::Method::from_bytes(text.as_bytes())
                     .ok()
                     .filter(|_| valid)
-                    .ok_or_else(|| format!("{METHOD}: {text:?} is not an HTTP method"))?;
+                    // The rendered text is not quoted: it may hold a secret (errors reach
+                    // dead letters and logs).
+                    .ok_or_else(|| {
+                        format!(
+                            "{METHOD}: the rendered method ({} characters) is not an HTTP method",
+                            text.chars().count()
+                        )
+                    })?;
                 Some(method)
             }
         };
@@ -255,8 +264,9 @@ impl RequestTemplate {
                     || text.chars().any(|c| c.is_whitespace() || c.is_control())
                 {
                     return Err(format!(
-                        "{PATH}: {text:?} is not a URL path (it starts with / and has no spaces, \
-                         control characters or #)"
+                        "{PATH}: the rendered path ({} characters) is not a URL path (it starts \
+                         with / and has no spaces, control characters or #)",
+                        text.chars().count()
                     ));
                 }
                 Some(text.to_owned())
@@ -306,7 +316,8 @@ pub(crate) fn join_path(url: &reqwest::Url, path: &str) -> Result<reqwest::Url, 
     if out.path() != joined {
         // set_path percent-encoded something: say so rather than send another path.
         return Err(format!(
-            "{PATH}: {path:?} holds characters a URL path cannot carry unescaped (use urlencode)"
+            "{PATH}: the rendered path holds characters a URL path cannot carry unescaped (use \
+             urlencode)"
         ));
     }
     Ok(out)
@@ -346,6 +357,14 @@ mod tests {
         assert_eq!(rendered.method.unwrap(), reqwest::Method::PUT);
         assert_eq!(rendered.path.unwrap(), "/x/updated?a=1");
         assert_eq!(rendered.headers, [("X-Phase".into(), "Failed".into())]);
+        // A content type rendering empty falls back to the default, never an empty header.
+        let t = template(&WebhookTemplate {
+            body: Some("{}".into()),
+            content_type: Some("{% if op == 'created' %}text/plain{% endif %}".into()),
+            ..WebhookTemplate::default()
+        });
+        let rendered = t.render(&[&event()], false).unwrap();
+        assert_eq!(rendered.content_type.unwrap(), "application/json");
     }
 
     #[test]
@@ -383,14 +402,14 @@ mod tests {
                 method: Some("GE T".into()),
                 ..WebhookTemplate::default()
             }),
-            "template.method: \"GE T\" is not an HTTP method"
+            "template.method: the rendered method (4 characters) is not an HTTP method"
         );
         assert!(
             bad(WebhookTemplate {
                 path: Some("x/{{ op }}".into()),
                 ..WebhookTemplate::default()
             })
-            .starts_with("template.path: \"x/updated\" is not a URL path")
+            .starts_with("template.path: the rendered path (9 characters) is not a URL path")
         );
         let error = bad(WebhookTemplate {
             body: Some("{\n{{ object.spec.replicas.x }}}".into()),
