@@ -8,14 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{Herald, free_port, sim, widgets_crd};
-
-async fn get(addr: &str, path: &str) -> (u16, String) {
-    match reqwest::get(format!("http://{addr}{path}")).await {
-        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
-        Err(_) => (0, String::new()),
-    }
-}
+use crate::support::{Herald, admin_get as get, free_port, sim, widgets_crd};
 
 /// Polls `/readyz` every 50 ms for up to 30 s until `f` holds for it; returns the body.
 async fn readyz_until(herald: &Herald, admin: &str, f: impl Fn(u16, &str) -> bool) -> String {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{Herald, Raw, free_port, id_of, sim, widget, widgets_crd};
+use crate::support::{Herald, Raw, admin_get as get, free_port, id_of, sim, widget, widgets_crd};
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 const MERGE: &str = "application/merge-patch+json";
@@ -95,13 +95,6 @@ impl Drop for Tmpfs {
             // Something still holds a file in it (a child being killed): detach it anyway.
             let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
         }
-    }
-}
-
-async fn get(addr: &str, path: &str) -> (u16, String) {
-    match reqwest::get(format!("http://{addr}{path}")).await {
-        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
-        Err(_) => (0, String::new()),
     }
 }
 

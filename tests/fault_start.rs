@@ -4,34 +4,16 @@
 //! object.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Herald, Raw, Receiver, free_port, sim, widget, widgets_crd};
+use crate::support::{
+    Herald, Raw, Receiver, admin_get as get, free_port, sim, widget, widgets_crd,
+};
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 const MERGE: &str = "application/merge-patch+json";
-
-async fn get(addr: &str, path: &str) -> (u16, String) {
-    match reqwest::get(format!("http://{addr}{path}")).await {
-        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
-        Err(_) => (0, String::new()),
-    }
-}
-
-/// Polls `f` every 50 ms for up to 30 s; panics with herald's stderr if it never holds.
-async fn until(what: &str, herald: &Herald, mut f: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !f().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{what} did not happen; herald stderr:\n{}",
-            std::fs::read_to_string(&herald.stderr).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
@@ -75,10 +57,11 @@ async fn a_webhook_down_at_start_pauses_its_sink_and_gets_everything_once_it_lis
     let mut herald = Herald::start(dir.path(), &config);
 
     // herald runs: its watch opens, and the paused sink is named with its cause.
-    until("herald ready", &herald, async || {
-        get(&admin, "/readyz").await.0 == 200
-    })
-    .await;
+    herald
+        .until(30, "herald ready", async || {
+            get(&admin, "/readyz").await.0 == 200
+        })
+        .await;
     assert!(
         herald.child.as_mut().unwrap().try_wait().unwrap().is_none(),
         "herald exited"
@@ -137,10 +120,11 @@ async fn a_webhook_down_at_start_pauses_its_sink_and_gets_everything_once_it_lis
 
     // The receiver comes up on the port herald was given: every event arrives, in order per object.
     let rx = Receiver::start_on(port).await;
-    until("the webhook's 12 events", &herald, async || {
-        rx.taken_ids().iter().collect::<HashSet<_>>().len() >= 12
-    })
-    .await;
+    herald
+        .until(30, "the webhook's 12 events", async || {
+            rx.taken_ids().iter().collect::<HashSet<_>>().len() >= 12
+        })
+        .await;
     let taken = rx.taken.lock().unwrap().clone();
     let mut seen = HashSet::new();
     let first_arrivals: Vec<(&str, &str)> = taken
@@ -154,12 +138,13 @@ async fn a_webhook_down_at_start_pauses_its_sink_and_gets_everything_once_it_lis
     );
     assert_eq!(per_subject(first_arrivals), expected);
 
-    until("the sink resumed", &herald, async || {
-        let (_, metrics) = get(&admin, "/metrics").await;
-        metric(&metrics, "herald_sink_paused{sink=\"hook\"}") == Some(0.0)
-            && !get(&admin, "/readyz").await.1.contains("paused")
-    })
-    .await;
+    herald
+        .until(30, "the sink resumed", async || {
+            let (_, metrics) = get(&admin, "/metrics").await;
+            metric(&metrics, "herald_sink_paused{sink=\"hook\"}") == Some(0.0)
+                && !get(&admin, "/readyz").await.1.contains("paused")
+        })
+        .await;
     assert_eq!(herald.terminate().await, Some(0));
 }
 
@@ -189,10 +174,11 @@ async fn a_nats_server_down_at_start_pauses_its_sink_and_gets_everything_once_it
         journal = dir.path().join("journal").display(),
     );
     let mut herald = Herald::start(dir.path(), &config);
-    until("herald ready", &herald, async || {
-        get(&admin, "/readyz").await.0 == 200
-    })
-    .await;
+    herald
+        .until(30, "herald ready", async || {
+            get(&admin, "/readyz").await.0 == 200
+        })
+        .await;
     let (_, ready) = get(&admin, "/readyz").await;
     assert!(ready.contains("sink bus: paused"), "{ready}");
 
@@ -218,19 +204,20 @@ async fn a_nats_server_down_at_start_pauses_its_sink_and_gets_everything_once_it
     // The server comes up: herald connects, creates the stream and delivers everything.
     server.restart();
     let total = file.len() as u64;
-    until("every event in the stream", &herald, async || {
-        let Ok(client) = async_nats::connect(server.url()).await else {
-            return false;
-        };
-        match async_nats::jetstream::new(client)
-            .get_stream("HERALD")
-            .await
-        {
-            Ok(mut stream) => stream.info().await.is_ok_and(|i| i.state.messages >= total),
-            Err(_) => false,
-        }
-    })
-    .await;
+    herald
+        .until(30, "every event in the stream", async || {
+            let Ok(client) = async_nats::connect(server.url()).await else {
+                return false;
+            };
+            match async_nats::jetstream::new(client)
+                .get_stream("HERALD")
+                .await
+            {
+                Ok(mut stream) => stream.info().await.is_ok_and(|i| i.state.messages >= total),
+                Err(_) => false,
+            }
+        })
+        .await;
     let stored = crate::sink_nats::stream_messages(&server, "HERALD").await;
     let in_stream = per_subject(stored.iter().map(|m| {
         let id = crate::sink_nats::header(Some(&m.headers), "Nats-Msg-Id").unwrap();
@@ -248,10 +235,11 @@ async fn a_nats_server_down_at_start_pauses_its_sink_and_gets_everything_once_it
             .map(|e| (e["id"].as_str().unwrap(), e["subject"].as_str().unwrap())),
     );
     assert_eq!(in_stream, expected);
-    until("the sink resumed", &herald, async || {
-        !get(&admin, "/readyz").await.1.contains("paused")
-    })
-    .await;
+    herald
+        .until(30, "the sink resumed", async || {
+            !get(&admin, "/readyz").await.1.contains("paused")
+        })
+        .await;
     assert_eq!(herald.terminate().await, Some(0));
 }
 

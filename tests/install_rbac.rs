@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::helm_install::{Release, deploy_python, sdk_release};
 use crate::support::{
-    Herald, Kubectl, Raw, free_port, id_of, kubectl_path, sim, widget, widgets_crd,
+    Herald, Kubectl, Raw, free_port, id_of, ids, kubectl_path, sim, widget, widgets_crd,
 };
 
 /// A kubeconfig for `server` that authenticates with `token`.
@@ -120,13 +120,6 @@ async fn create_widgets(raw: &Raw, ns: &str, names: &[&str]) -> Vec<String> {
         ids.push(id_of(&r.body, "created"));
     }
     ids
-}
-
-fn ids(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// `/readyz` of herald at `addr`: status and body (0 while nothing answers).

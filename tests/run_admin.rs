@@ -5,24 +5,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Herald, Raw, WIDGETS_RESOURCE, admin_addr, herald_config, sim, widget, widgets_crd,
+    Herald, Raw, WIDGETS_RESOURCE, admin_addr, admin_get_retrying, herald_config, sim, widget,
+    widgets_crd,
 };
 
+/// The admin endpoint's answer (retried while herald starts).
 async fn get(addr: &str, path: &str) -> (u16, String) {
-    let started = Instant::now();
-    loop {
-        match reqwest::get(format!("http://{addr}{path}")).await {
-            Ok(r) => {
-                let code = r.status().as_u16();
-                return (code, r.text().await.unwrap_or_default());
-            }
-            Err(e) if started.elapsed() < Duration::from_secs(10) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("admin endpoint unreachable: {e}"),
-        }
-    }
+    admin_get_retrying(addr, path, 10).await
 }
 
 #[tokio::test]

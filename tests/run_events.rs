@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Herald, Raw, WIDGETS_RESOURCE, herald_config, id_of, sim, widget, widgets_crd,
+    Herald, Raw, WIDGETS_RESOURCE, herald_config, id_of, ids, sim, widget, widgets_crd,
 };
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
@@ -19,13 +19,6 @@ fn rv(obj: &Value) -> u64 {
         .unwrap()
         .parse()
         .unwrap()
-}
-
-fn ids(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 #[tokio::test]

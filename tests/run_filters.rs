@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Herald, Raw, WIDGETS_RESOURCE, herald_config, id_of, sim, widget, widgets_crd,
+    Herald, Raw, WIDGETS_RESOURCE, herald_config, id_of, ids, sim, widget, widgets_crd,
 };
 
 const MERGE: &str = "application/merge-patch+json";
@@ -20,13 +20,6 @@ fn widget_in(ns: &str, name: &str, spec: Value) -> Value {
     let mut w = widget(name, json!({}), spec);
     w["metadata"]["namespace"] = json!(ns);
     w
-}
-
-fn ids(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// Ids per `partitionkey`, in delivery order: delivery keeps order within a key only.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Herald, Raw, Receiver, admin_addr, crd, free_port, herald_config, id_of, sim, widget,
-    widgets_crd,
+    Herald, Raw, Receiver, admin_addr, admin_get_retrying, crd, free_port, herald_config, id_of,
+    ids, sim, widget, widgets_crd,
 };
 
 const MERGE: &str = "application/merge-patch+json";
@@ -44,13 +44,6 @@ fn gadget(name: &str) -> Value {
 
 const GADGETS: &str = "/apis/example.com/v1/namespaces/default/gadgets";
 
-fn ids(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -79,22 +72,7 @@ fn deleted_id(obj: &Value, rv: &str) -> String {
 
 /// The admin endpoint's answer (retried while herald starts).
 async fn admin_get(addr: &str, path: &str) -> (u16, String) {
-    let started = Instant::now();
-    loop {
-        match reqwest::get(format!("http://{addr}{path}")).await {
-            Ok(r) => {
-                let code = r.status().as_u16();
-                return (code, r.text().await.unwrap_or_default());
-            }
-            Err(e) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "admin endpoint unreachable: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    admin_get_retrying(addr, path, 20).await
 }
 
 /// The watchers `/status` lists, by label.

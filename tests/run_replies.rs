@@ -164,26 +164,14 @@ async fn metric(admin: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Waits up to `secs` seconds for `f` (polled), failing with `what` and herald's stderr.
-async fn until(herald: &Herald, secs: u64, what: &str, f: impl AsyncFn() -> bool) {
-    let started = Instant::now();
-    while !f().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(secs),
-            "{what} did not happen within {secs}s\n--- herald stderr ---\n{}",
-            herald.stderr_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Waits until `sink` has finished everything journaled (its cursor at the head).
 async fn caught_up(herald: &Herald, admin: &str, sink: &str) {
     let lag = format!("herald_journal_lag_events{{sink=\"{sink}\"}}");
-    until(herald, 60, &format!("{sink} catching up"), async || {
-        metric(admin, &lag).await == Some(0.0)
-    })
-    .await;
+    herald
+        .until(60, &format!("{sink} catching up"), async || {
+            metric(admin, &lag).await == Some(0.0)
+        })
+        .await;
 }
 
 /// The dead letters of `sink` as `herald dlq list --json` prints them (herald stopped).
@@ -264,13 +252,14 @@ async fn burst_into(
     if !before_start {
         created = burst(&raw, "r", n).await;
     }
-    until(&herald, 90, "every event taken", async || {
-        hook.taken()
-            .into_iter()
-            .collect::<BTreeSet<_>>()
-            .is_superset(&created)
-    })
-    .await;
+    herald
+        .until(90, "every event taken", async || {
+            hook.taken()
+                .into_iter()
+                .collect::<BTreeSet<_>>()
+                .is_superset(&created)
+        })
+        .await;
     caught_up(&herald, &admin, "hook").await;
     let dead = metric(&admin, "herald_dead_lettered_events_total{sink=\"hook\"}")
         .await
@@ -360,10 +349,11 @@ async fn debounce_sends_each_objects_latest_state_and_counts_the_rest() {
             *id = id_of(&updated, "updated");
         }
     }
-    until(&herald, 30, "every change at `every`", async || {
-        every.taken().len() >= 12
-    })
-    .await;
+    herald
+        .until(30, "every change at `every`", async || {
+            every.taken().len() >= 12
+        })
+        .await;
     drop(herald);
     let config = webhook_config(
         &sim,
@@ -379,10 +369,11 @@ async fn debounce_sends_each_objects_latest_state_and_counts_the_rest() {
     );
     let admin = admin_addr(&config);
     let herald = Herald::start(dir.path(), &config);
-    until(&herald, 30, "the latest states at `latest`", async || {
-        latest.taken().len() >= 3
-    })
-    .await;
+    herald
+        .until(30, "the latest states at `latest`", async || {
+            latest.taken().len() >= 3
+        })
+        .await;
     caught_up(&herald, &admin, "latest").await;
     caught_up(&herald, &admin, "every").await;
     let mut sent = latest.taken();
@@ -428,10 +419,11 @@ async fn debounce_never_replaces_a_deletion_by_the_re_creation_under_its_name() 
         .await
         .body;
     assert_ne!(second["metadata"]["uid"].as_str(), Some(old_uid.as_str()));
-    until(&herald, 30, "every change at `every`", async || {
-        every.taken().len() >= 3
-    })
-    .await;
+    herald
+        .until(30, "every change at `every`", async || {
+            every.taken().len() >= 3
+        })
+        .await;
     drop(herald);
     let config = webhook_config(
         &sim,
@@ -521,18 +513,14 @@ async fn reply_rules_retry_and_reject_the_statuses_they_list() {
             .body;
         ids.insert(name, id_of(&created, "created"));
     }
-    until(
-        &herald,
-        30,
-        "conflict, limited, reset and plain taken",
-        async || {
+    herald
+        .until(30, "conflict, limited, reset and plain taken", async || {
             let taken = hook.taken();
             ["conflict", "limited", "reset", "plain"]
                 .iter()
                 .all(|n| taken.contains(&ids[*n]))
-        },
-    )
-    .await;
+        })
+        .await;
     caught_up(&herald, &admin, "hook").await;
     let statuses = |name: &str| -> Vec<u16> {
         hook.with(&format!("default/{name}"))
@@ -656,10 +644,11 @@ async fn a_bulk_200_with_errors_retries_and_dead_letters_exactly_its_failed_item
     );
     let admin = admin_addr(&config);
     let mut herald = Herald::start(dir.path(), &config);
-    until(&herald, 30, "busy tried twice", async || {
-        hook.with("default/busy").len() >= 2
-    })
-    .await;
+    herald
+        .until(30, "busy tried twice", async || {
+            hook.with("default/busy").len() >= 2
+        })
+        .await;
     caught_up(&herald, &admin, "bulk").await;
     let requests_with = |name: &str| hook.with(&format!("default/{name}")).len();
     for name in ["a", "b", "c"] {

@@ -8,21 +8,14 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Herald, Raw, Receiver, WIDGETS_RESOURCE, admin_addr, herald_config, id_of, sim, webhook_config,
-    widget, widgets_crd,
+    Herald, Raw, Receiver, WIDGETS_RESOURCE, admin_addr, herald_config, id_of, ids, sim,
+    webhook_config, widget, widgets_crd,
 };
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 const MERGE: &str = "application/merge-patch+json";
 const TRANSITION: &str =
     "object.status.phase == 'Failed' && (oldObject == null || oldObject.status.phase != 'Failed')";
-
-fn ids(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_string())
-        .collect()
-}
 
 /// A metric's value for one label (`resource="Widget.example.com"`, `sink="gold"`).
 async fn metric(addr: &str, name: &str, label: &str) -> u64 {

@@ -122,6 +122,20 @@ impl Herald {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Polls `f` every 50 ms for up to `secs` seconds; panics naming `what`, with herald's stderr,
+    /// if it never holds.
+    pub async fn until(&self, secs: u64, what: &str, mut f: impl AsyncFnMut() -> bool) {
+        let started = std::time::Instant::now();
+        while !f().await {
+            assert!(
+                started.elapsed() < Duration::from_secs(secs),
+                "{what} did not happen within {secs}s\n--- herald stderr ---\n{}",
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Every event delivered so far, in file order.
     ///
     /// Only complete lines count: the file sink's buffered writes can leave the last line half
@@ -393,6 +407,14 @@ pub fn webhook_config(sim: &Simulator, dir: &Path, sinks: &[(&str, &str, &str)])
     out
 }
 
+/// The `id` of each event, in order.
+pub fn ids(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The CloudEvent id herald gives `op` of `obj` as the API server returned it:
 /// `<uid>:<resourceVersion>:<op>`.
 pub fn id_of(obj: &Value, op: &str) -> String {
@@ -401,4 +423,30 @@ pub fn id_of(obj: &Value, op: &str) -> String {
         obj["metadata"]["uid"].as_str().unwrap(),
         obj["metadata"]["resourceVersion"].as_str().unwrap()
     )
+}
+
+/// An admin endpoint's answer to `GET path`: status and body, `(0, "")` when nothing answers.
+pub async fn admin_get(addr: &str, path: &str) -> (u16, String) {
+    match reqwest::get(format!("http://{addr}{path}")).await {
+        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// [`admin_get`], retried every 50 ms while herald starts; panics when nothing answers within
+/// `secs` seconds.
+pub async fn admin_get_retrying(addr: &str, path: &str, secs: u64) -> (u16, String) {
+    let started = std::time::Instant::now();
+    loop {
+        match reqwest::get(format!("http://{addr}{path}")).await {
+            Ok(r) => return (r.status().as_u16(), r.text().await.unwrap_or_default()),
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(secs),
+                    "admin endpoint unreachable: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
