@@ -2,6 +2,7 @@
 //! (from the simulator's test support, included below) a simulator per test, raw HTTP access to it,
 //! CRD fixtures and the kubectl runner.
 
+pub mod alertmanager;
 pub mod api_receiver;
 pub mod deploy;
 pub mod kafka;
