@@ -10,12 +10,12 @@ use serde_json::{Value, json};
 use crate::support::api_receiver::{ApiAnswer, ApiReceiver, ApiRequest};
 use crate::support::{Herald, Raw, free_port, id_of, sim, widget, widgets_crd};
 
-const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
+pub(crate) const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 
 /// A whole configuration around the recipe `file` (docs/recipes/): the simulator's Widgets, the
 /// recipe's sinks with `url` pointed at `base` and each `${VAR}` secret read from a file holding
 /// its value, a journal in `dir`, and an admin endpoint with a token (DLQ reads need it).
-fn recipe_config(
+pub(crate) fn recipe_config(
     sim: &herald_sim::Simulator,
     dir: &Path,
     file: &str,
@@ -50,7 +50,7 @@ fn recipe_config(
 }
 
 /// `herald dlq list --json` of `sink` through the running herald.
-fn dead_letters(config: &Path, sink: &str) -> Value {
+pub(crate) fn dead_letters(config: &Path, sink: &str) -> Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
         .args([
             "dlq",
@@ -73,7 +73,7 @@ fn dead_letters(config: &Path, sink: &str) -> Value {
 }
 
 /// Waits (up to 30 s) until `sink` holds `n` dead letters.
-async fn wait_dead_letters(herald: &Herald, sink: &str, n: usize) -> Value {
+pub(crate) async fn wait_dead_letters(herald: &Herald, sink: &str, n: usize) -> Value {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let letters = dead_letters(&herald.config, sink);
@@ -90,7 +90,7 @@ async fn wait_dead_letters(herald: &Herald, sink: &str, n: usize) -> Value {
 }
 
 /// What is wrong with `request` by the API's documented shape; `check` adds each failed rule.
-fn rule(problems: &mut Vec<String>, ok: bool, what: &str) {
+pub(crate) fn rule(problems: &mut Vec<String>, ok: bool, what: &str) {
     if !ok {
         problems.push(what.to_owned());
     }

@@ -1,0 +1,299 @@
+//! The CI recipes of docs/recipes/ (GitLab pipeline trigger) end to end: the recipe's own config
+//! fragment, `herald run` against the simulator, and a receiver that checks every request against
+//! the tool's documented shape and answers as the tool does, errors included.
+//! The configuration and dead-letter helpers are run_recipes.rs's.
+
+use serde_json::{Value, json};
+
+use crate::run_recipes::{WIDGETS, dead_letters, recipe_config, rule, wait_dead_letters};
+use crate::support::api_receiver::{ApiAnswer, ApiReceiver, ApiRequest};
+use crate::support::{Herald, Raw, admin_addr, admin_get, id_of, sim, widget, widgets_crd};
+
+/// The previous state in every event, for the recipes' transition `when`s.
+const WITH_OLD_OBJECT: &str = "    payload: [object, oldObject]\n";
+
+/// Waits until herald's watches are synced (`/readyz` 200), so objects made afterwards are live
+/// changes, not its first list.
+async fn ready(herald: &Herald) {
+    let addr = admin_addr(&std::fs::read_to_string(&herald.config).unwrap());
+    herald
+        .until(30, "/readyz 200", async || {
+            admin_get(&addr, "/readyz").await.0 == 200
+        })
+        .await;
+}
+
+/// Sets the status of Widget `name` (the status subresource: the generation stays).
+async fn set_status(raw: &Raw, name: &str, status: Value) -> Value {
+    let reply = raw
+        .patch(
+            &format!("{WIDGETS}/{name}/status"),
+            "application/merge-patch+json",
+            &json!({ "status": status }),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body
+}
+
+/// Merges `patch` into Widget `name`.
+async fn merge(raw: &Raw, name: &str, patch: Value) -> Value {
+    let reply = raw
+        .patch(
+            &format!("{WIDGETS}/{name}"),
+            "application/merge-patch+json",
+            &patch,
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitLab: POST /api/v4/projects/:id/trigger/pipeline (docs.gitlab.com/api/pipeline_triggers/)
+
+/// Characters a form must escape (`&`, `+`, `=`), so a token written into the body unescaped
+/// would not decode to itself.
+const GITLAB_TOKEN: &str = "glptt-a1b2&c3+d4=e5";
+
+/// `application/x-www-form-urlencoded` decoded as the WHATWG URL standard says (`+` is a space,
+/// `%XX` a byte, UTF-8): the pairs in order, or what is malformed.
+fn form_decode(body: &[u8]) -> Result<Vec<(String, String)>, String> {
+    let decode = |part: &str| -> Result<String, String> {
+        let mut bytes = Vec::new();
+        let mut it = part.bytes();
+        while let Some(b) = it.next() {
+            match b {
+                b'+' => bytes.push(b' '),
+                b'%' => {
+                    let hex: Vec<u8> = it.by_ref().take(2).collect();
+                    let hex = std::str::from_utf8(&hex).map_err(|e| e.to_string())?;
+                    bytes.push(
+                        u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape %{hex}"))?,
+                    );
+                }
+                b'&' | b'=' => return Err(format!("unescaped {:?} in {part:?}", b as char)),
+                _ => bytes.push(b),
+            }
+        }
+        String::from_utf8(bytes).map_err(|e| e.to_string())
+    };
+    let text = std::str::from_utf8(body).map_err(|e| e.to_string())?;
+    text.split('&')
+        .map(|pair| {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} is not name=value"))?;
+            Ok((decode(name)?, decode(value)?))
+        })
+        .collect()
+}
+
+/// The trigger API's documented request: POST, the project's trigger path, a form with `token`,
+/// `ref` and `variables[NAME]` fields (NAME: a CI/CD variable name), each once.
+fn gitlab_problems(r: &ApiRequest) -> Vec<String> {
+    let mut p = Vec::new();
+    rule(&mut p, r.method == "POST", "method POST");
+    rule(
+        &mut p,
+        r.path == "/api/v4/projects/42/trigger/pipeline",
+        "path",
+    );
+    rule(
+        &mut p,
+        r.header("content-type") == Some("application/x-www-form-urlencoded"),
+        "Content-Type: application/x-www-form-urlencoded",
+    );
+    let form = match form_decode(&r.body) {
+        Ok(form) => form,
+        Err(e) => return vec![format!("not a form: {e}")],
+    };
+    let mut names: Vec<&str> = form.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    let count = names.len();
+    names.dedup();
+    rule(&mut p, names.len() == count, "each field once");
+    rule(&mut p, names.contains(&"token"), "a token field");
+    rule(
+        &mut p,
+        form.iter().any(|(n, v)| n == "ref" && !v.is_empty()),
+        "a ref field",
+    );
+    for name in names {
+        if name != "token" && name != "ref" {
+            let variable = name
+                .strip_prefix("variables[")
+                .and_then(|n| n.strip_suffix(']'));
+            rule(
+                &mut p,
+                variable.is_some_and(|v| {
+                    !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                }),
+                "other fields: variables[NAME]",
+            );
+        }
+    }
+    p
+}
+
+/// The form of `r` as a JSON object (field name to value), for comparisons.
+fn form_of(r: &ApiRequest) -> Value {
+    Value::Object(
+        form_decode(&r.body)
+            .unwrap()
+            .into_iter()
+            .map(|(n, v)| (n, Value::String(v)))
+            .collect(),
+    )
+}
+
+/// Answers as GitLab does: 201 with the new pipeline; 404 for a token it does not know; 400
+/// `Reference not found` for a branch or tag the project lacks (`main` and `release-1.x` exist).
+fn gitlab_answer(r: &ApiRequest, n: usize) -> ApiAnswer {
+    if !gitlab_problems(r).is_empty() {
+        return ApiAnswer::json(400, json!({"error": "token is missing"}));
+    }
+    let form = form_of(r);
+    if form["token"] != GITLAB_TOKEN {
+        return ApiAnswer::json(404, json!({"message": "404 Not Found"}));
+    }
+    let git_ref = form["ref"].as_str().unwrap();
+    if !["main", "release-1.x"].contains(&git_ref) {
+        return ApiAnswer::json(400, json!({"message": {"base": ["Reference not found"]}}));
+    }
+    ApiAnswer::json(
+        201,
+        json!({"id": 1000 + n, "iid": n + 1, "project_id": 42, "ref": git_ref,
+               "sha": "a91957a858320c0e17f3a0eca7cfacbff50ea29a", "status": "created",
+               "source": "trigger",
+               "web_url": format!("https://gitlab.example.com/acme/deploy/-/pipelines/{}", 1000 + n)}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_pipeline_trigger_recipe() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    let gitlab = ApiReceiver::start(gitlab_answer).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = recipe_config(
+        &sim,
+        dir.path(),
+        "gitlab-pipeline.yaml",
+        ("https://gitlab.example.com", &gitlab.base),
+        &[("GITLAB_TRIGGER_TOKEN", GITLAB_TOKEN)],
+        &format!("{WITH_OLD_OBJECT}    initialState: skip\n"),
+    );
+    let mut herald = Herald::start(dir.path(), &config);
+    ready(&herald).await;
+    let created = raw
+        .post(
+            WIDGETS,
+            &widget("w1", json!({}), json!({"ref": "main", "version": "1.0.0"})),
+        )
+        .await
+        .body;
+    let got = gitlab.wait_for(1, "the pipeline of w1's creation").await;
+    assert_eq!(
+        form_of(&got[0]),
+        json!({"token": GITLAB_TOKEN, "ref": "main",
+               "variables[HERALD_EVENT_ID]": id_of(&created, "created"),
+               "variables[HERALD_OP]": "created", "variables[WIDGET_NAMESPACE]": "default",
+               "variables[WIDGET_NAME]": "w1", "variables[WIDGET_GENERATION]": "1",
+               "variables[WIDGET_VERSION]": "1.0.0"})
+    );
+    // A controller reporting progress and a label change: no spec change, no pipeline. The spec
+    // change after them is the next request only if they sent nothing.
+    set_status(&raw, "w1", json!({"phase": "Deploying"})).await;
+    merge(&raw, "w1", json!({"metadata": {"labels": {"team": "web"}}})).await;
+    let changed = merge(
+        &raw,
+        "w1",
+        json!({"spec": {"ref": "release-1.x", "version": "1.1.0 & beta+1"}}),
+    )
+    .await;
+    let got = gitlab.wait_for(2, "the pipeline of w1's spec change").await;
+    let form = form_of(&got[1]);
+    assert_eq!(form["ref"], "release-1.x");
+    assert_eq!(
+        form["variables[HERALD_EVENT_ID]"],
+        id_of(&changed, "updated")
+    );
+    assert_eq!(form["variables[WIDGET_GENERATION]"], "2");
+    assert_eq!(form["variables[WIDGET_VERSION]"], "1.1.0 & beta+1");
+    // Deleted: no pipeline. A ref GitLab does not know: 400, dead-lettered with GitLab's answer,
+    // and the third request only if the deletion sent nothing.
+    let reply = raw.delete(&format!("{WIDGETS}/w1")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let refused = raw
+        .post(
+            WIDGETS,
+            &widget("w2", json!({}), json!({"ref": "no-such-branch"})),
+        )
+        .await
+        .body;
+    let letters = wait_dead_letters(&herald, "gitlab", 1).await;
+    assert_eq!(letters[0]["id"], id_of(&refused, "created"));
+    assert_eq!(letters[0]["code"], "http_4xx");
+    let error = letters[0]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("HTTP 400") && error.contains("Reference not found"),
+        "{error}"
+    );
+    let got = gitlab.received();
+    assert_eq!(got.len(), 3, "{got:#?}");
+    assert_eq!(form_of(&got[2])["variables[WIDGET_NAME]"], "w2");
+    // Later objects go on.
+    raw.post(WIDGETS, &widget("w3", json!({}), json!({"ref": "main"})))
+        .await;
+    let got = gitlab.wait_for(4, "w3's pipeline").await;
+    let last = form_of(&got[3]);
+    assert_eq!(last["variables[WIDGET_NAME]"], "w3");
+    assert!(last.get("variables[WIDGET_VERSION]").is_none(), "{last}");
+    // One pipeline per object generation.
+    let mut generations: Vec<(Value, Value)> = got
+        .iter()
+        .map(|r| {
+            let f = form_of(r);
+            (
+                f["variables[WIDGET_NAME]"].clone(),
+                f["variables[WIDGET_GENERATION]"].clone(),
+            )
+        })
+        .collect();
+    let all = generations.len();
+    generations.sort_by_key(|g| g.0.to_string() + &g.1.to_string());
+    generations.dedup();
+    assert_eq!(generations.len(), all, "{generations:?}");
+    for request in &got {
+        assert_eq!(
+            gitlab_problems(request),
+            Vec::<String>::new(),
+            "{request:?}"
+        );
+    }
+    assert_eq!(
+        dead_letters(&herald.config, "gitlab")
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(herald.terminate().await, Some(0));
+    // `herald render` shows the form with the token masked, however the form spells it.
+    let object = dir.path().join("w.yaml");
+    std::fs::write(
+        &object,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w9, namespace: default, uid: u9, resourceVersion: '9', generation: 1}\nspec: {ref: main}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["render", "-c", herald.config.to_str().unwrap()])
+        .args(["--sink", "gitlab", "--object", object.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("token=***&"), "{stdout}");
+    assert!(!stdout.contains("a1b2"), "{stdout}");
+}
