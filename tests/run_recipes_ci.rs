@@ -1,7 +1,10 @@
-//! The CI recipes of docs/recipes/ (GitLab pipeline trigger) end to end: the recipe's own config
-//! fragment, `herald run` against the simulator, and a receiver that checks every request against
-//! the tool's documented shape and answers as the tool does, errors included.
+//! The CI recipes of docs/recipes/ (GitLab pipeline trigger, Tekton EventListener) end to end:
+//! each recipe's own config fragment, `herald run` against the simulator, and a receiver that
+//! checks every request against the tool's documented shape and answers as the tool does, errors
+//! included.
 //! The configuration and dead-letter helpers are run_recipes.rs's.
+
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -296,4 +299,145 @@ async fn gitlab_pipeline_trigger_recipe() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("token=***&"), "{stdout}");
     assert!(!stdout.contains("a1b2"), "{stdout}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tekton Triggers: an EventListener (tekton.dev/docs/triggers/eventlisteners/)
+
+/// What an EventListener takes: a JSON body (TriggerBindings read `$(body.…)`) and here the
+/// `X-Herald-Event` header a CEL interceptor matches (`header.match('X-Herald-Event', …)`),
+/// which must agree with the body.
+fn tekton_problems(r: &ApiRequest) -> Vec<String> {
+    let mut p = Vec::new();
+    rule(&mut p, r.method == "POST", "method POST");
+    rule(&mut p, r.path == "/", "path /");
+    rule(
+        &mut p,
+        r.header("content-type") == Some("application/json"),
+        "Content-Type: application/json",
+    );
+    let body: Value = match serde_json::from_slice(&r.body) {
+        Ok(body) => body,
+        Err(e) => return vec![format!("body is not JSON: {e}")],
+    };
+    rule(&mut p, body.is_object(), "body: an object");
+    let event = r.header("x-herald-event").unwrap_or_default();
+    rule(
+        &mut p,
+        [
+            "dev.herald.resource.created",
+            "dev.herald.resource.updated",
+            "dev.herald.resource.deleted",
+        ]
+        .contains(&event),
+        "X-Herald-Event: a herald event type",
+    );
+    rule(&mut p, body["type"] == event, "X-Herald-Event = body.type");
+    rule(
+        &mut p,
+        r.header("x-herald-subject").is_some_and(|s| {
+            body["namespace"].as_str().zip(body["name"].as_str()) == s.split_once('/')
+        }),
+        "X-Herald-Subject = body namespace/name",
+    );
+    for key in ["id", "op", "source", "kind", "name", "uid"] {
+        rule(
+            &mut p,
+            body[key].is_string(),
+            "id, op, source, kind, name, uid",
+        );
+    }
+    rule(&mut p, body["spec"].is_object(), "spec: an object");
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tekton_eventlistener_recipe() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    // Answers as an EventListener does (202 with its name and an event id), and records what
+    // a trigger with the CEL interceptor `header.match('X-Herald-Event',
+    // 'dev.herald.resource.updated')` would have run.
+    let fired: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let runs = fired.clone();
+    let tekton = ApiReceiver::start(move |r, n| {
+        if !tekton_problems(r).is_empty() {
+            return ApiAnswer::json(400, json!({"error": "invalid event body"}));
+        }
+        if r.header("x-herald-event") == Some("dev.herald.resource.updated") {
+            runs.lock().unwrap().push(r.json());
+        }
+        ApiAnswer::json(
+            202,
+            json!({"eventListener": "herald", "namespace": "ci",
+                   "eventListenerUID": "ea71a6e4-9531-43a1-94fe-6136515d938c",
+                   "eventID": format!("14a657c3-6816-45bf-b214-{n:012}")}),
+        )
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = recipe_config(
+        &sim,
+        dir.path(),
+        "tekton-eventlistener.yaml",
+        ("http://el-herald.ci.svc.cluster.local:8080", &tekton.base),
+        &[],
+        WITH_OLD_OBJECT,
+    );
+    let mut herald = Herald::start(dir.path(), &config);
+    ready(&herald).await;
+    let created = raw
+        .post(
+            WIDGETS,
+            &widget("w1", json!({}), json!({"version": "1.0.0"})),
+        )
+        .await
+        .body;
+    let got = tekton.wait_for(1, "w1 created").await;
+    assert_eq!(
+        got[0].header("x-herald-event"),
+        Some("dev.herald.resource.created")
+    );
+    assert_eq!(got[0].header("x-herald-subject"), Some("default/w1"));
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        got[0].json(),
+        json!({"id": id_of(&created, "created"), "type": "dev.herald.resource.created",
+               "op": "created", "source": "k8s://test/example.com/widgets",
+               "time": got[0].json()["time"], "kind": "Widget", "namespace": "default",
+               "name": "w1", "uid": uid, "generation": 1, "spec": {"version": "1.0.0"}})
+    );
+    // A status update: nothing (the spec change after it is the second request).
+    set_status(&raw, "w1", json!({"phase": "Running"})).await;
+    let updated = merge(&raw, "w1", json!({"spec": {"version": "1.1.0"}})).await;
+    let got = tekton.wait_for(2, "w1 updated").await;
+    assert_eq!(
+        got[1].header("x-herald-event"),
+        Some("dev.herald.resource.updated")
+    );
+    assert_eq!(got[1].json()["id"], id_of(&updated, "updated"));
+    assert_eq!(got[1].json()["generation"], 2);
+    let reply = raw.delete(&format!("{WIDGETS}/w1")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let got = tekton.wait_for(3, "w1 deleted").await;
+    assert_eq!(
+        got[2].header("x-herald-event"),
+        Some("dev.herald.resource.deleted")
+    );
+    assert_eq!(got[2].json()["op"], "deleted");
+    assert_eq!(got.len(), 3, "{got:#?}");
+    for request in &got {
+        assert_eq!(
+            tekton_problems(request),
+            Vec::<String>::new(),
+            "{request:?}"
+        );
+    }
+    // The header alone picked the one update for the interceptor's trigger.
+    let runs = fired.lock().unwrap().clone();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["spec"]["version"], "1.1.0");
+    assert_eq!(dead_letters(&herald.config, "tekton"), json!([]));
+    assert_eq!(herald.terminate().await, Some(0));
 }
