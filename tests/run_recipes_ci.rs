@@ -1,10 +1,12 @@
-//! The CI recipes of docs/recipes/ (GitLab pipeline trigger, Tekton EventListener) end to end:
-//! each recipe's own config fragment, `herald run` against the simulator, and a receiver that
-//! checks every request against the tool's documented shape and answers as the tool does, errors
-//! included.
+//! The CI and alerting recipes of docs/recipes/ (GitLab pipeline trigger, Tekton EventListener,
+//! Slack incoming webhook) end to end: each recipe's own config fragment, `herald run` against the
+//! simulator, and a receiver that checks every request against the tool's documented shape and
+//! answers as the tool does, errors and rate limits included.
 //! The configuration and dead-letter helpers are run_recipes.rs's.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -439,5 +441,223 @@ async fn tekton_eventlistener_recipe() {
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0]["spec"]["version"], "1.1.0");
     assert_eq!(dead_letters(&herald.config, "tekton"), json!([]));
+    assert_eq!(herald.terminate().await, Some(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slack: an incoming webhook (docs.slack.dev/messaging/sending-messages-using-incoming-webhooks)
+
+const SLACK_PATH: &str = "/services/T0HERALD1/B0HERALD2/Xq3fJk9LmN0pQr5sTu7vWx8y";
+
+/// What an incoming webhook takes: JSON with a `text` (the notification's fallback) and `blocks`
+/// (at most 50): sections with mrkdwn or plain text of at most 3000 characters, context blocks
+/// with at most 10 elements. A `<` in mrkdwn opens a link or a mention (`<!channel>`), so text
+/// from an object must arrive escaped.
+fn slack_problems(r: &ApiRequest) -> Vec<String> {
+    let mut p = Vec::new();
+    rule(&mut p, r.method == "POST", "method POST");
+    rule(&mut p, r.path == SLACK_PATH, "the webhook's path");
+    rule(
+        &mut p,
+        r.header("content-type") == Some("application/json"),
+        "Content-Type: application/json",
+    );
+    let body: Value = match serde_json::from_slice(&r.body) {
+        Ok(body) => body,
+        Err(e) => return vec![format!("body is not JSON: {e}")],
+    };
+    rule(
+        &mut p,
+        body["text"].as_str().is_some_and(|t| !t.is_empty()),
+        "text: a non-empty string",
+    );
+    let Some(blocks) = body["blocks"]
+        .as_array()
+        .filter(|b| !b.is_empty() && b.len() <= 50)
+    else {
+        return vec!["blocks: 1 to 50 blocks".into()];
+    };
+    let text_ok = |t: &Value| {
+        ["mrkdwn", "plain_text"].contains(&t["type"].as_str().unwrap_or_default())
+            && t["text"].as_str().is_some_and(|s| {
+                !s.is_empty()
+                    && s.chars().count() <= 3000
+                    && (t["type"] != "mrkdwn" || !s.contains('<'))
+            })
+    };
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("section") => rule(
+                &mut p,
+                text_ok(&block["text"]),
+                "section: a text object of at most 3000 characters, mrkdwn escaped",
+            ),
+            Some("context") => rule(
+                &mut p,
+                block["elements"]
+                    .as_array()
+                    .is_some_and(|e| !e.is_empty() && e.len() <= 10 && e.iter().all(text_ok)),
+                "context: 1 to 10 text elements",
+            ),
+            other => p.push(format!("unexpected block type {other:?}")),
+        }
+    }
+    p
+}
+
+/// An answer with a text body, as Slack's webhooks answer.
+fn text(status: u16, body: &str) -> ApiAnswer {
+    ApiAnswer {
+        status,
+        headers: vec![("content-type".into(), "text/plain".into())],
+        body: body.into(),
+    }
+}
+
+/// Seconds Slack's first answer asks herald to wait (`Retry-After`).
+const SLACK_RETRY_AFTER: u64 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_incoming_webhook_recipe() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    // Answers as Slack does: "ok"; the first message meets a rate limit (429, Retry-After: 3);
+    // once the webhook is removed from its app, 404 no_service. Arrival instants are kept.
+    let revoked = Arc::new(AtomicBool::new(false));
+    let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let (gone, at) = (revoked.clone(), arrivals.clone());
+    let slack = ApiReceiver::start(move |r, n| {
+        at.lock().unwrap().push(Instant::now());
+        if !slack_problems(r).is_empty() {
+            text(400, "invalid_payload")
+        } else if gone.load(Ordering::SeqCst) {
+            text(404, "no_service")
+        } else if n == 0 {
+            let mut answer = text(429, "rate_limited");
+            answer
+                .headers
+                .push(("retry-after".into(), SLACK_RETRY_AFTER.to_string()));
+            answer
+        } else {
+            text(200, "ok")
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = recipe_config(
+        &sim,
+        dir.path(),
+        "slack-webhook.yaml",
+        ("https://hooks.slack.com", &slack.base),
+        &[("SLACK_WEBHOOK_PATH", SLACK_PATH)],
+        WITH_OLD_OBJECT,
+    );
+    let mut herald = Herald::start(dir.path(), &config);
+    ready(&herald).await;
+    for name in ["w1", "w2", "w3"] {
+        raw.post(WIDGETS, &widget(name, json!({}), json!({"size": 1})))
+            .await;
+    }
+    // Three fail at once: three messages, paced to one a second, the first refused once.
+    set_status(
+        &raw,
+        "w1",
+        json!({"phase": "Failed", "message": "<!channel> disk full & <https://x.example|click>"}),
+    )
+    .await;
+    set_status(
+        &raw,
+        "w2",
+        json!({"phase": "Failed", "message": "OOMKilled"}),
+    )
+    .await;
+    set_status(
+        &raw,
+        "w3",
+        json!({"phase": "Failed", "message": "crash loop"}),
+    )
+    .await;
+    let got = slack.wait_for(4, "three alerts, one retried").await;
+    let at = arrivals.lock().unwrap().clone();
+    let retried = got[1..]
+        .iter()
+        .position(|r| r.body == got[0].body)
+        .map(|i| i + 1)
+        .expect("the refused message is sent again, unchanged");
+    let gap = at[retried].duration_since(at[0]);
+    assert!(
+        gap >= Duration::from_secs(SLACK_RETRY_AFTER),
+        "retried after {gap:?}, before Retry-After: {SLACK_RETRY_AFTER}"
+    );
+    // rateLimit 1/s: the three first sends span at least 2 s at herald; arrivals may bunch by
+    // up to a second on a loaded machine.
+    let firsts: Vec<Instant> = (0..4).filter(|&i| i != retried).map(|i| at[i]).collect();
+    let span = firsts[2].duration_since(firsts[0]);
+    assert!(span >= Duration::from_secs(1), "3 messages within {span:?}");
+    let mut texts: Vec<String> = got
+        .iter()
+        .skip(1)
+        .map(|r| r.json()["text"].as_str().unwrap().to_owned())
+        .collect();
+    texts.sort();
+    assert_eq!(
+        texts,
+        [
+            "Widget default/w1 failed: <!channel> disk full & <https://x.example|click>",
+            "Widget default/w2 failed: OOMKilled",
+            "Widget default/w3 failed: crash loop",
+        ]
+    );
+    let w1 = got[0].json();
+    assert_eq!(
+        w1["blocks"][0]["text"]["text"],
+        ":red_circle: *Widget* `default/w1` is *Failed*\n>&lt;!channel&gt; disk full &amp; &lt;https://x.example|click&gt;"
+    );
+    // Still failed with a new message, and a recovery: nothing. Failed again: a message, the
+    // next request only if the two updates before it sent nothing.
+    set_status(
+        &raw,
+        "w1",
+        json!({"phase": "Failed", "message": "disk still full"}),
+    )
+    .await;
+    set_status(&raw, "w2", json!({"phase": "Running", "message": ""})).await;
+    let again = set_status(
+        &raw,
+        "w2",
+        json!({"phase": "Failed", "message": "OOMKilled again"}),
+    )
+    .await;
+    let got = slack.wait_for(5, "w2 failed again").await;
+    assert_eq!(
+        got[4].json()["text"],
+        "Widget default/w2 failed: OOMKilled again"
+    );
+    assert!(
+        got[4].json()["blocks"][1]["elements"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&id_of(&again, "updated")),
+        "{:?}",
+        got[4].json()
+    );
+    // The webhook removed: 404 no_service dead-letters the message with Slack's answer.
+    revoked.store(true, Ordering::SeqCst);
+    set_status(&raw, "w3", json!({"phase": "Running", "message": ""})).await;
+    let refused = set_status(&raw, "w3", json!({"phase": "Failed", "message": "gone"})).await;
+    let letters = wait_dead_letters(&herald, "slack", 1).await;
+    assert_eq!(letters[0]["id"], id_of(&refused, "updated"));
+    assert_eq!(letters[0]["code"], "http_4xx");
+    let error = letters[0]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("HTTP 404") && error.contains("no_service"),
+        "{error}"
+    );
+    let got = slack.received();
+    assert_eq!(got.len(), 6, "{got:#?}");
+    for request in &got {
+        assert_eq!(slack_problems(request), Vec::<String>::new(), "{request:?}");
+    }
     assert_eq!(herald.terminate().await, Some(0));
 }
