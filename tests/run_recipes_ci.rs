@@ -1,10 +1,10 @@
-//! The CI and alerting recipes of docs/recipes/ (GitLab pipeline trigger, Tekton EventListener,
-//! Slack incoming webhook) end to end: each recipe's own config fragment, `herald run` against the
-//! simulator, and a receiver that checks every request against the tool's documented shape and
-//! answers as the tool does, errors and rate limits included.
+//! The CI, alerting and audit recipes of docs/recipes/ (GitLab pipeline trigger, Tekton
+//! EventListener, Slack incoming webhook, Splunk HEC) end to end: each recipe's own config
+//! fragment, `herald run` against the simulator, and a receiver that checks every request against
+//! the tool's documented shape and answers as the tool does, errors and rate limits included.
 //! The configuration and dead-letter helpers are run_recipes.rs's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -660,4 +660,221 @@ async fn slack_incoming_webhook_recipe() {
         assert_eq!(slack_problems(request), Vec::<String>::new(), "{request:?}");
     }
     assert_eq!(herald.terminate().await, Some(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splunk: POST /services/collector/event (help.splunk.com, "Format events for HTTP Event
+// Collector")
+
+const HEC_TOKEN: &str = "8a2f6b1c-3d4e-4f50-9a6b-7c8d9e0f1a2b";
+
+/// The event objects of a HEC request: JSON objects one after another (whitespace between them
+/// allowed, no array), or what is wrong.
+fn hec_events(body: &[u8]) -> Result<Vec<Value>, String> {
+    let events = serde_json::Deserializer::from_slice(body)
+        .into_iter::<Value>()
+        .collect::<Result<Vec<Value>, _>>()
+        .map_err(|e| format!("not concatenated JSON: {e}"))?;
+    if events.is_empty() || events.iter().any(|e| !e.is_object()) {
+        return Err("not a series of event objects".into());
+    }
+    Ok(events)
+}
+
+/// HEC's documented request: POST to the event endpoint, `Authorization: Splunk <token>`, each
+/// event object with `time` (epoch seconds), `source`, `sourcetype`, `index` strings, an `event`,
+/// and no other keys than HEC's (`host`, `fields`).
+fn splunk_problems(r: &ApiRequest) -> Vec<String> {
+    let mut p = Vec::new();
+    rule(&mut p, r.method == "POST", "method POST");
+    rule(&mut p, r.path == "/services/collector/event", "path");
+    rule(
+        &mut p,
+        r.header("authorization") == Some(&format!("Splunk {HEC_TOKEN}")),
+        "Authorization: Splunk <token>",
+    );
+    let events = match hec_events(&r.body) {
+        Ok(events) => events,
+        Err(e) => return vec![e],
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    for event in events {
+        rule(
+            &mut p,
+            event["time"]
+                .as_f64()
+                .is_some_and(|t| t <= now && now - t < 600.0),
+            "time: epoch seconds",
+        );
+        for key in ["source", "sourcetype", "index"] {
+            rule(
+                &mut p,
+                event[key].as_str().is_some_and(|s| !s.is_empty()),
+                "source, sourcetype, index: strings",
+            );
+        }
+        rule(
+            &mut p,
+            event["event"].as_object().is_some_and(|e| !e.is_empty()),
+            "event: an object",
+        );
+        rule(
+            &mut p,
+            event.as_object().unwrap().keys().all(|k| {
+                [
+                    "time",
+                    "host",
+                    "source",
+                    "sourcetype",
+                    "index",
+                    "event",
+                    "fields",
+                ]
+                .contains(&k.as_str())
+            }),
+            "only HEC's keys",
+        );
+    }
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn splunk_hec_recipe() {
+    let sim = sim().await;
+    let raw = Raw::new(&sim);
+    raw.install_crd(&widgets_crd()).await;
+    // Answers as HEC does: the first request finds the indexers busy (503, code 9), then
+    // Success; a malformed request gets 400 "Invalid data format" and fails the test.
+    let busy = AtomicUsize::new(0);
+    let splunk = ApiReceiver::start(move |r, _| {
+        if !splunk_problems(r).is_empty() {
+            ApiAnswer::json(400, json!({"text": "Invalid data format", "code": 6}))
+        } else if busy.fetch_add(1, Ordering::SeqCst) == 0 {
+            ApiAnswer::json(503, json!({"text": "Server is busy", "code": 9}))
+        } else {
+            ApiAnswer::json(200, json!({"text": "Success", "code": 0}))
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = recipe_config(
+        &sim,
+        dir.path(),
+        "splunk-hec.yaml",
+        ("https://splunk.example.com:8088", &splunk.base),
+        &[("SPLUNK_HEC_TOKEN", HEC_TOKEN)],
+        "",
+    );
+    // Objects made before herald starts come in one burst (its first list): batches.
+    let mut expected = Vec::new();
+    for i in 1..=8 {
+        let created = raw
+            .post(
+                WIDGETS,
+                &widget(&format!("w{i}"), json!({}), json!({"size": i})),
+            )
+            .await
+            .body;
+        expected.push(id_of(&created, "created"));
+    }
+    let mut herald = Herald::start(dir.path(), &config);
+    splunk.wait_for(1, "the first batch").await;
+    let updated = merge(&raw, "w1", json!({"spec": {"size": 10}})).await;
+    expected.push(id_of(&updated, "updated"));
+    let reply = raw.delete(&format!("{WIDGETS}/w2")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let w2 = expected[1].split(':').next().unwrap().to_owned();
+    // Every event in the accepted requests, the refused batch's again after the 503.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (taken, events) = loop {
+        let got = splunk.received();
+        let taken: Vec<&ApiRequest> = got.iter().skip(1).collect();
+        let events: Vec<Value> = taken
+            .iter()
+            .flat_map(|r| hec_events(&r.body).unwrap_or_else(|e| panic!("{e}: {r:?}")))
+            .collect();
+        if events.len() > expected.len() {
+            break (taken.len(), events);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} events: {got:#?}",
+            events.len(),
+            expected.len() + 1
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for request in splunk.received() {
+        assert_eq!(
+            splunk_problems(&request),
+            Vec::<String>::new(),
+            "{request:?}"
+        );
+    }
+    let ids: Vec<String> = events
+        .iter()
+        .map(|e| e["event"]["id"].as_str().unwrap().to_owned())
+        .collect();
+    // The deletion's resourceVersion is the API server's: checked by uid and op.
+    let deleted: Vec<&String> = ids
+        .iter()
+        .filter(|id| id.starts_with(&format!("{w2}:")) && id.ends_with(":deleted"))
+        .collect();
+    assert_eq!(deleted.len(), 1, "{ids:?}");
+    let mut sorted = ids.clone();
+    sorted.retain(|id| !id.ends_with(":deleted"));
+    sorted.sort();
+    let mut want = expected.clone();
+    want.sort();
+    assert_eq!(sorted, want, "each change once");
+    assert!(
+        taken < ids.len(),
+        "{taken} requests for {} events",
+        ids.len()
+    );
+    // Per object, in order: w1 created before updated, w2 created before deleted.
+    let position = |id: &str| ids.iter().position(|i| i == id).unwrap();
+    assert!(position(&expected[0]) < position(&expected[8]), "{ids:?}");
+    assert!(position(&expected[1]) < position(deleted[0]), "{ids:?}");
+    // The refused batch came again, the same events to the byte.
+    let refused = hec_events(&splunk.received()[0].body).unwrap();
+    for event in &refused {
+        assert!(events.contains(event), "{event} retried as it was");
+    }
+    let first = &events[position(&expected[0])];
+    assert_eq!(first["source"], "k8s://test/example.com/widgets");
+    assert_eq!(first["sourcetype"], "herald:change");
+    assert_eq!(first["index"], "k8s_audit");
+    assert_eq!(first["event"]["subject"], "default/w1");
+    assert_eq!(first["event"]["object"]["spec"]["size"], 1);
+    let patch = events[position(&expected[8])]["event"]["patch"].clone();
+    assert!(
+        patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|op| op["path"] == "/spec/size" && op["value"] == 10),
+        "{patch}"
+    );
+    assert_eq!(dead_letters(&herald.config, "splunk"), json!([]));
+    assert_eq!(herald.terminate().await, Some(0));
+    // `herald render` keeps the scheme and masks the token.
+    let object = dir.path().join("w.yaml");
+    std::fs::write(
+        &object,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w9, namespace: default, uid: u9, resourceVersion: '9', generation: 1}\nspec: {size: 9}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["render", "-c", herald.config.to_str().unwrap()])
+        .args(["--sink", "splunk", "--object", object.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("authorization: Splunk ***"), "{stdout}");
+    assert!(!stdout.contains(HEC_TOKEN), "{stdout}");
 }
