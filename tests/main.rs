@@ -32,6 +32,7 @@ mod run_leader;
 mod run_rbac;
 mod run_recipes;
 mod run_recipes_audit;
+mod run_recipes_ci;
 mod run_reload;
 mod run_replies;
 mod run_retry_after;

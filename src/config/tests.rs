@@ -7,6 +7,7 @@ use herald_sink_core::config::DeliveryOptions;
 use herald_sink_file::{Fsync, Rotate};
 use herald_sink_webhook::{
     WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMode, WebhookSigning, WebhookTls,
+    WebhookTokenAuth,
 };
 use serde_json::Value;
 
@@ -1363,7 +1364,7 @@ fn webhook_sink_reads_every_key() {
 }
 
 #[test]
-fn webhook_auth_takes_bearer_or_basic_with_secret_references() {
+fn webhook_auth_takes_bearer_basic_or_token_with_secret_references() {
     let basic = ok(&webhook(
         "auth: {basic: {username: herald, password: {fromFile: /run/secrets/pw}}}",
     ));
@@ -1387,16 +1388,39 @@ fn webhook_auth_takes_bearer_or_basic_with_secret_references() {
     );
     assert!(!literal.contains("hunter2"), "{literal}");
     assert_eq!(
-        error(&webhook("auth: {token: '${T}'}")),
-        "sinks[0].auth.token: unknown field `token`, expected `bearer` or `basic`"
+        error(&webhook("auth: {apiKey: '${T}'}")),
+        "sinks[0].auth.apiKey: unknown field `apiKey`, expected one of `bearer`, `basic`, `token`"
+    );
+    let splunk = ok(&webhook(
+        "auth: {token: {scheme: Splunk, value: {fromFile: /run/secrets/hec}}}",
+    ));
+    assert_eq!(
+        webhook_of(&splunk).auth,
+        Some(WebhookAuth::Token(WebhookTokenAuth {
+            scheme: "Splunk".into(),
+            value: SecretRef::File("/run/secrets/hec".into()),
+        }))
+    );
+    let literal = error(&webhook("auth: {token: {scheme: Splunk, value: hunter2}}"));
+    assert!(
+        literal.starts_with("sinks[0].auth.token.value: secrets must come from"),
+        "{literal}"
+    );
+    assert!(!literal.contains("hunter2"), "{literal}");
+    assert_eq!(
+        error(&webhook(
+            "auth: {token: {scheme: 'Splunk key', value: '${T}'}}"
+        )),
+        "sinks[0].auth.token.scheme: \"Splunk key\" is not an authentication scheme (an HTTP token such as Splunk)"
     );
     for both_or_none in [
         "auth: {bearer: '${T}', basic: {username: u, password: '${P}'}}",
+        "auth: {bearer: '${T}', token: {scheme: Splunk, value: '${T}'}}",
         "auth: {}",
     ] {
         assert_eq!(
             error(&webhook(both_or_none)),
-            "sinks[0].auth: give exactly one of bearer and basic",
+            "sinks[0].auth: give exactly one of bearer, basic and token",
             "{both_or_none}"
         );
     }

@@ -58,8 +58,9 @@ pub struct WebhookConfig {
     /// secret here. Default: none. Example: `{X-Tenant: payments}`.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// The `Authorization` header: `{bearer: SECRET}` or
-    /// `{basic: {username: NAME, password: SECRET}}`, secrets as references. Default: none.
+    /// The `Authorization` header: `{bearer: SECRET}`,
+    /// `{basic: {username: NAME, password: SECRET}}` or `{token: {scheme: NAME, value: SECRET}}`
+    /// (another scheme, such as Splunk's), secrets as references. Default: none.
     /// Example: `{bearer: ${WEBHOOK_TOKEN}}`.
     #[serde(default)]
     pub auth: Option<WebhookAuth>,
@@ -140,6 +141,9 @@ pub enum WebhookAuth {
     Bearer(SecretRef),
     /// `{basic: {username: NAME, password: SECRET}}`: HTTP Basic authentication.
     Basic(WebhookBasicAuth),
+    /// `{token: {scheme: NAME, value: SECRET}}`: `Authorization: <scheme> <token>`, for APIs
+    /// with a scheme of their own (Splunk HEC's `Splunk`, Elasticsearch's `ApiKey`).
+    Token(WebhookTokenAuth),
 }
 
 /// `auth` as written: serde's externally tagged enums want a YAML tag (`!bearer`) once the
@@ -151,6 +155,8 @@ struct WebhookAuthKeys {
     bearer: Option<SecretRef>,
     #[serde(default)]
     basic: Option<WebhookBasicAuth>,
+    #[serde(default)]
+    token: Option<WebhookTokenAuth>,
 }
 
 impl<'de> Deserialize<'de> for WebhookAuth {
@@ -159,12 +165,21 @@ impl<'de> Deserialize<'de> for WebhookAuth {
             WebhookAuthKeys {
                 bearer: Some(token),
                 basic: None,
+                token: None,
             } => Ok(Self::Bearer(token)),
             WebhookAuthKeys {
                 bearer: None,
                 basic: Some(basic),
+                token: None,
             } => Ok(Self::Basic(basic)),
-            _ => Err(de::Error::custom("give exactly one of bearer and basic")),
+            WebhookAuthKeys {
+                bearer: None,
+                basic: None,
+                token: Some(token),
+            } => Ok(Self::Token(token)),
+            _ => Err(de::Error::custom(
+                "give exactly one of bearer, basic and token",
+            )),
         }
     }
 }
@@ -177,6 +192,18 @@ pub struct WebhookBasicAuth {
     pub username: String,
     /// The password, as a secret reference. Required. Example: `{fromFile: /run/secrets/pw}`.
     pub password: SecretRef,
+}
+
+/// `auth.token` of a webhook sink: a credential under a scheme other than Bearer or Basic.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookTokenAuth {
+    /// The scheme, an HTTP token (RFC 9110 `tchar`: letters, digits and marks such as `-`, `.`,
+    /// `_`; no space), sent as written. Required. Example: `Splunk`.
+    pub scheme: String,
+    /// The credential after the scheme, as a secret reference. Required.
+    /// Example: `${SPLUNK_HEC_TOKEN}`.
+    pub value: SecretRef,
 }
 
 herald_sink_core::tls_config! {
@@ -256,6 +283,17 @@ impl SinkConfig for WebhookConfig {
                 );
             }
         }
+        if let Some(WebhookAuth::Token(token)) = &self.auth
+            && (token.scheme.is_empty() || !token.scheme.bytes().all(is_token_char))
+        {
+            problems.add(
+                "auth.token.scheme",
+                format!(
+                    "{:?} is not an authentication scheme (an HTTP token such as Splunk)",
+                    token.scheme
+                ),
+            );
+        }
         if let Some(tls) = &self.tls {
             for (key, path) in tls.files() {
                 if path.is_some_and(|p| p.as_os_str().is_empty()) {
@@ -286,6 +324,7 @@ impl SinkConfig for WebhookConfig {
             None => None,
             Some(WebhookAuth::Bearer(token)) => Some(token),
             Some(WebhookAuth::Basic(basic)) => Some(&basic.password),
+            Some(WebhookAuth::Token(token)) => Some(&token.value),
         };
         auth.into_iter()
             .chain(self.signing.as_ref().map(|s| &s.secret))
@@ -303,6 +342,9 @@ impl SinkConfig for WebhookConfig {
             }
             Some(WebhookAuth::Basic(basic)) => {
                 check_secret(problems, "auth.basic.password", &basic.password, env);
+            }
+            Some(WebhookAuth::Token(token)) => {
+                check_secret(problems, "auth.token.value", &token.value, env);
             }
         }
         if let Some(signing) = &self.signing
@@ -348,6 +390,10 @@ impl WebhookConfig {
             Some(WebhookAuth::Basic(basic)) => Some(settings::Auth::Basic {
                 user: basic.username.clone(),
                 password: resolve_secret("auth.basic.password", &basic.password)?,
+            }),
+            Some(WebhookAuth::Token(token)) => Some(settings::Auth::Token {
+                scheme: token.scheme.clone(),
+                token: resolve_secret("auth.token.value", &token.value)?,
             }),
         };
         let mut tls = settings::TlsConfig::default();
@@ -456,8 +502,12 @@ const RESERVED_PREFIXES: [&str; 3] = ["ce-", "webhook-", "herald-error-"];
 /// Why an extra header cannot be sent, or `None` when it can: an HTTP token as the name, not a
 /// header herald sets itself (names match case-insensitively), no control characters in the
 /// value. The one rule, for the configuration's checks and the sink's own.
+/// A character of an HTTP token (RFC 9110 `tchar`): header names, authentication schemes.
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
-    let is_token_char = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if name.is_empty() || !name.bytes().all(is_token_char) {
         return Some(format!("{name:?} is not an HTTP header name"));
     }

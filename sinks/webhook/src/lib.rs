@@ -34,7 +34,7 @@ mod template;
 pub use classify::{classify, classify_error, classify_reply, parse_retry_after};
 pub use config::{
     WebhookAuth, WebhookBasicAuth, WebhookConfig, WebhookMethod, WebhookMode, WebhookSigning,
-    WebhookTls,
+    WebhookTls, WebhookTokenAuth,
 };
 pub use replies::{RateLimitHeader, ReplyBody, WebhookReplies};
 pub use sink::{RequestPreview, WebhookSink};

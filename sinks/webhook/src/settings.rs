@@ -102,6 +102,13 @@ pub enum Auth {
         /// The password.
         password: String,
     },
+    /// `Authorization: <scheme> <token>` (Splunk HEC's `Splunk <token>`).
+    Token {
+        /// The scheme, an HTTP token.
+        scheme: String,
+        /// The credential.
+        token: String,
+    },
 }
 
 impl Auth {
@@ -109,6 +116,7 @@ impl Auth {
     pub fn header_value(&self) -> String {
         match self {
             Self::Bearer(token) => format!("Bearer {token}"),
+            Self::Token { scheme, token } => format!("{scheme} {token}"),
             Self::Basic { user, password } => {
                 let credentials = format!("{user}:{password}");
                 format!(
@@ -125,6 +133,11 @@ impl fmt::Debug for Auth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            Self::Token { scheme, .. } => f
+                .debug_struct("Token")
+                .field("scheme", scheme)
+                .field("token", &"<redacted>")
+                .finish(),
             Self::Basic { user, .. } => f
                 .debug_struct("Basic")
                 .field("user", user)
@@ -319,6 +332,15 @@ mod tests {
     #[test]
     fn auth_header_values() {
         assert_eq!(Auth::Bearer("abc".into()).header_value(), "Bearer abc");
+        let splunk = Auth::Token {
+            scheme: "Splunk".into(),
+            token: "f00".into(),
+        };
+        assert_eq!(splunk.header_value(), "Splunk f00");
+        assert_eq!(
+            format!("{splunk:?}"),
+            r#"Token { scheme: "Splunk", token: "<redacted>" }"#
+        );
         // RFC 7617's example.
         let basic = Auth::Basic {
             user: "Aladdin".into(),

@@ -239,7 +239,7 @@ impl WebhookSink {
         let prepared = self.prepare(events, &[], unix_now())?;
         let mut secrets: Vec<&str> = Vec::new();
         match &self.config.auth {
-            Some(Auth::Bearer(token)) => secrets.push(token),
+            Some(Auth::Bearer(token) | Auth::Token { token, .. }) => secrets.push(token),
             Some(Auth::Basic { password, .. }) => secrets.push(password),
             None => {}
         }
