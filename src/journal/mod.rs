@@ -52,7 +52,9 @@
 //!   files stay at their high-water mark ([`Journal::size_on_disk`] does not drop after
 //!   retention, not even across a reopen). 200k 1 KB events took 335 MiB (1.75× the events);
 //!   after retention removed all of them, 200k more grew it by 14 MiB only. Size the volume for
-//!   the largest backlog, not the usual one.
+//!   the largest backlog, not the usual one. Only a copy into a fresh store gives it back:
+//!   `compact.rs` (`herald journal compact`, and [`Journal::open`] when
+//!   [`JournalConfig::compact_at_open`] says so; ADR 0016).
 //! - [`Journal::apply_retention`] and a large [`Journal::read`] do blocking disk work (200k
 //!   removals: 1.8 s): call them from `spawn_blocking` or a dedicated thread.
 //! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files

@@ -269,3 +269,68 @@ async fn a_crash_at_any_step_leaves_a_journal_the_next_open_completes() {
         assert_eq!(shrunk, step != "copied", "step {step}");
     }
 }
+
+/// The figures of docs/operations.md ("Reclaiming disk space"): 100,000 events of about 1 KiB
+/// over 10,000 objects (each change updates its object's index entry), the last 1,000 left
+/// undelivered, then one compaction; either a sink acknowledging as it goes with retention
+/// passing every 10,000 events (as `herald run`'s pass every 5 s would), or a burst (the sink
+/// down, retention passing once it caught up). Run it with
+/// `cargo test --lib measure_compaction -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement: prints figures, asserts nothing about them"]
+async fn measure_compaction_after_100k_events() {
+    for (name, every) in [("steady", 100u64), ("burst", 1_000)] {
+        measure(name, every).await;
+    }
+}
+
+async fn measure(name: &str, retention_every: u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(JournalConfig::new(&dir)).unwrap();
+    j.register_sink("out", true).unwrap();
+    let pad = "e".repeat(900);
+    for round in 0..1_000u64 {
+        let keys: Vec<String> = (0..100)
+            .map(|i| format!("default/w-{}", (round * 100 + i) % 10_000))
+            .collect();
+        j.append(Batch {
+            stream: "widgets".to_owned(),
+            events: keys
+                .iter()
+                .map(|k| {
+                    serde_json::to_vec(&json!({"id": format!("{k}:{round}"), "pad": pad})).unwrap()
+                })
+                .collect(),
+            index: keys
+                .iter()
+                .map(|k| IndexUpdate::Put {
+                    key: k.clone(),
+                    object: serde_json::to_vec(&json!({"k": k, "round": round, "pad": pad}))
+                        .unwrap(),
+                })
+                .collect(),
+            checkpoint: Some(round.to_string()),
+        })
+        .unwrap();
+        if round % retention_every == retention_every - 1 {
+            let head = j.head();
+            j.durable(head).await.unwrap();
+            j.ack("out", head.min(99_000)).unwrap();
+            j.apply_retention().unwrap();
+        }
+    }
+    let retained = j.retained_events();
+    j.close().await.unwrap();
+    let out = compact(&dir, Duration::from_secs(30), &mut |_| {}).unwrap();
+    let mib = |b: u64| b as f64 / 1024.0 / 1024.0;
+    println!(
+        "measure {name}: retained {retained} events; live {:.1} MiB; before {:.1} MiB ({} B/retained event); after {:.1} MiB ({} B/retained event); {:.2} s",
+        mib(out.live_bytes),
+        mib(out.bytes_before),
+        out.bytes_before / retained,
+        mib(out.bytes_after),
+        out.bytes_after / retained,
+        out.seconds
+    );
+}
