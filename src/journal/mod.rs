@@ -298,11 +298,13 @@ impl Journal {
         let dir_lock = files::lock(&path)?;
         compact::recover(&path)?;
         let (mut db, mut report) = open_checked(&path, cfg.cache_capacity, cfg.open_timeout)?;
-        let disk = files::allocated_bytes(&path).unwrap_or(0);
-        if cfg
-            .compact_at_open
-            .is_some_and(|floor| worth_compacting(disk, report.live_bytes, floor))
-        {
+        // Only `herald run` asks; the others open the journal as it is without measuring it.
+        let oversized = cfg.compact_at_open.and_then(|floor| {
+            files::allocated_bytes(&path)
+                .ok()
+                .filter(|&disk| worth_compacting(disk, report.live_bytes, floor))
+        });
+        if let Some(disk) = oversized {
             drop(db);
             compact_at_open(&path, disk, report.live_bytes);
             compact::recover(&path)?;
