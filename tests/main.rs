@@ -18,6 +18,7 @@ mod fault_start;
 mod fault_watch;
 mod helm_install;
 mod install_rbac;
+mod journal_compact;
 mod run_acks;
 mod run_admin;
 mod run_admin_pod;

@@ -97,6 +97,7 @@ fn samples(s: &AdminState, metric: MetricName) -> Samples {
         MetricName::JournalBacklogEvents => one(s.journal.backlog()),
         MetricName::JournalAppendsTotal => one(s.journal.appends()),
         MetricName::JournalSizeBytes => one(s.journal.size_on_disk().unwrap_or(0)),
+        MetricName::JournalRetainedEvents => one(s.journal.retained_events()),
         MetricName::JournalWriteErrorsTotal => one(s.journal.write_errors()),
         MetricName::JournalWritable => one(u64::from(s.journal.write_failure().is_none())),
         MetricName::OpenFilesExhaustedTotal => one(crate::telemetry::fds::exhausted_total()),
@@ -429,6 +430,9 @@ herald_journal_appends_total 0
 # HELP herald_journal_size_bytes The journal's size on disk.
 # TYPE herald_journal_size_bytes gauge
 herald_journal_size_bytes SIZE
+# HELP herald_journal_retained_events Events the journal holds (not yet delivered everywhere, or kept by retain); the size on disk divided by it is the bytes per retained event.
+# TYPE herald_journal_retained_events gauge
+herald_journal_retained_events 0
 # HELP herald_journal_write_errors_total Journal writes that failed (full disk, I/O error) or were refused after such a failure.
 # TYPE herald_journal_write_errors_total counter
 herald_journal_write_errors_total 0

@@ -63,6 +63,7 @@ pub fn status_json(s: &AdminState) -> Value {
             "head": head,
             "backlog": s.journal.backlog(),
             "sizeBytes": s.journal.size_on_disk().unwrap_or(0),
+            "retainedEvents": s.journal.retained_events(),
             "writeError": s.journal.write_failure().map(|f| f.to_string()),
         },
     });

@@ -1,5 +1,6 @@
-//! `herald journal verify|salvage`: check a stopped herald's journal, and rebuild a damaged one
-//! from what can still be read (see docs/operations.md, "Faults: a damaged journal").
+//! `herald journal verify|salvage|compact`: check a stopped herald's journal, rebuild a damaged one
+//! from what can still be read (see docs/operations.md, "Faults: a damaged journal"), and give
+//! back the disk space sled keeps after retention ("Reclaiming disk space").
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,6 +31,12 @@ pub enum JournalAction {
     /// the watch checkpoints when nothing a sink needed was lost (otherwise the next start relists
     /// and delivers the differences as resync events). An intact journal is left alone.
     Salvage(SalvageArgs),
+    /// Give back the disk space a stopped herald's journal keeps after retention dropped events
+    /// (sled never shrinks its files): every entry is copied into a fresh store, the copy is
+    /// checked, then swapped in, crash-safely. Progress on stderr. Exit 0 when done, 12 when the
+    /// journal is damaged, held by a running herald, or the copy failed (the journal is then
+    /// unchanged).
+    Compact(Target),
 }
 
 /// Which journal.
@@ -79,6 +86,7 @@ pub(super) async fn run(args: JournalArgs) -> Result<(), CliError> {
     match args.action {
         JournalAction::Verify(target) => verify(target).await,
         JournalAction::Salvage(args) => salvage(args).await,
+        JournalAction::Compact(target) => compact(target).await,
     }
 }
 
@@ -112,6 +120,15 @@ fn print_report(report: &Report) {
         report.dead_letters,
         report.replays
     );
+    if let Some(disk) = report.disk_bytes {
+        let per_event = disk
+            .checked_div(report.events)
+            .map_or_else(String::new, |b| format!("   {b} bytes per retained event"));
+        outln!(
+            "  on disk: {disk} bytes   live entries: {} bytes{per_event}",
+            report.live_bytes
+        );
+    }
     if report.intact() {
         outln!("  intact");
     } else {
@@ -208,5 +225,48 @@ async fn salvage(args: SalvageArgs) -> Result<(), CliError> {
             out.checkpoints_dropped.join(", ")
         );
     }
+    Ok(())
+}
+
+async fn compact(target: Target) -> Result<(), CliError> {
+    let dir = target.dir()?;
+    let timeout = target.timeout;
+    let out = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || {
+            errln!("compacting the journal at {}", dir.display());
+            journal::compact(&dir, timeout, &mut |line| errln!("  {line}"))
+        })
+        .await
+        .map_err(|e| CliError::AdminFailed(e.to_string()))?
+        .map_err(CliError::JournalFailed)?
+    };
+    if target.json {
+        outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(());
+    }
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    outln!(
+        "journal {} compacted in {:.2} s",
+        dir.display(),
+        out.seconds
+    );
+    outln!(
+        "  on disk: {} bytes ({:.1} MiB) -> {} bytes ({:.1} MiB)",
+        out.bytes_before,
+        mib(out.bytes_before),
+        out.bytes_after,
+        mib(out.bytes_after)
+    );
+    let per_event = out
+        .bytes_per_event
+        .map_or_else(String::new, |b| format!(", {b} bytes on disk per event"));
+    outln!(
+        "  kept: {} event(s) (head {}), {} entries, {} live bytes{per_event}",
+        out.events_kept,
+        out.head,
+        out.entries,
+        out.live_bytes
+    );
     Ok(())
 }

@@ -54,7 +54,7 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
             let doc = json!({
                 "source": format!("journal {} (herald is not running)", cfg.journal.path.display()),
                 "sinks": sinks,
-                "journal": {"head": head, "backlog": journal.backlog(), "sizeBytes": journal.size_on_disk().unwrap_or(0)},
+                "journal": {"head": head, "backlog": journal.backlog(), "sizeBytes": journal.size_on_disk().unwrap_or(0), "retainedEvents": journal.retained_events()},
             });
             journal.close().await.map_err(CliError::JournalFailed)?;
             doc
@@ -141,11 +141,16 @@ pub(super) async fn run(args: StatusArgs) -> Result<(), CliError> {
             le["lease"].as_str().unwrap_or("")
         );
     }
+    let size = doc["journal"]["sizeBytes"].as_u64().unwrap_or(0);
+    let retained = doc["journal"]["retainedEvents"].as_u64().unwrap_or(0);
+    let per_event = size
+        .checked_div(retained)
+        .map_or_else(String::new, |b| format!(" ({b} bytes per retained event)"));
     outln!(
-        "journal: head {}, backlog {}, {:.1} MiB",
+        "journal: head {}, backlog {}, {:.1} MiB on disk, {retained} retained event(s){per_event}",
         doc["journal"]["head"],
         doc["journal"]["backlog"],
-        doc["journal"]["sizeBytes"].as_f64().unwrap_or(0.0) / 1024.0 / 1024.0
+        size as f64 / 1024.0 / 1024.0
     );
     Ok(())
 }

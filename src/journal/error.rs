@@ -107,6 +107,14 @@ pub enum JournalError {
         /// What went wrong.
         reason: String,
     },
+    /// Compacting the journal failed; see the reason for whether it is unchanged.
+    #[error("failed to compact the journal at {path}: {reason}")]
+    CompactFailed {
+        /// The journal directory.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// Reading or writing the journal's own metadata (schema version, head, cursors) at open failed.
     #[error("failed to read or write the journal metadata at {path}")]
     MetaFailed {

@@ -56,6 +56,11 @@ pub struct Report {
     pub dead_letters: u64,
     /// Queued replays (all sinks).
     pub replays: u64,
+    /// Bytes of the entries read (keys and values): what a compacted store holds.
+    pub live_bytes: u64,
+    /// Bytes the journal directory takes on disk (set by `herald journal verify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
     /// Whether every key of the store could be read.
     pub complete: bool,
     /// What is wrong; empty when the journal is intact.
@@ -287,6 +292,7 @@ impl Checker {
     /// Checks one entry; always continues (every problem is collected).
     pub(super) fn entry(&mut self, k: &[u8], v: &[u8]) -> bool {
         self.store_empty = false;
+        self.report.live_bytes += (k.len() + v.len()) as u64;
         if let Some(seq_bytes) = k.strip_prefix(keys::EVENT_PREFIX) {
             let Ok(seq) = keys::decode_u64(k, seq_bytes) else {
                 self.problem(format!("event key {} is malformed", keys::printable(k)));

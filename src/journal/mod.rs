@@ -52,7 +52,9 @@
 //!   files stay at their high-water mark ([`Journal::size_on_disk`] does not drop after
 //!   retention, not even across a reopen). 200k 1 KB events took 335 MiB (1.75× the events);
 //!   after retention removed all of them, 200k more grew it by 14 MiB only. Size the volume for
-//!   the largest backlog, not the usual one.
+//!   the largest backlog, not the usual one. Only a copy into a fresh store gives it back:
+//!   `compact.rs` (`herald journal compact`, and [`Journal::open`] when
+//!   [`JournalConfig::compact_at_open`] says so; ADR 0016).
 //! - [`Journal::apply_retention`] and a large [`Journal::read`] do blocking disk work (200k
 //!   removals: 1.8 s): call them from `spawn_blocking` or a dedicated thread.
 //! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files
@@ -77,6 +79,7 @@
 //!   [`Journal::write_failed`] resolves, and `herald run` exits 12 so that a restart reopens the
 //!   store and resumes from what was durable (ADR 0005, `docs/adr/0005-full-disk.md`).
 
+mod compact;
 mod dlq;
 mod error;
 mod failure;
@@ -99,6 +102,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use compact::{AUTO_FLOOR_BYTES, AUTO_RATIO, Compacted, compact, worth_compacting};
 pub use error::{JournalError, Result};
 pub use failure::WriteFailure;
 pub use integrity::Report;
@@ -144,6 +148,10 @@ pub struct JournalConfig {
     pub cache_capacity: u64,
     /// How long the integrity check at open may go without progress, see [`OPEN_TIMEOUT`].
     pub open_timeout: Duration,
+    /// Compact the store at open when its files take at least this many bytes and
+    /// [`AUTO_RATIO`] times what it holds ([`worth_compacting`]): `herald run` sets
+    /// [`AUTO_FLOOR_BYTES`]; `None` (the other commands) leaves the store as it is.
+    pub compact_at_open: Option<u64>,
 }
 
 impl JournalConfig {
@@ -160,6 +168,7 @@ impl JournalConfig {
             max_backlog: 1_000_000,
             cache_capacity: 64 * 1024 * 1024,
             open_timeout: OPEN_TIMEOUT,
+            compact_at_open: None,
         }
     }
 
@@ -170,6 +179,7 @@ impl JournalConfig {
             flush_entries: usize::try_from(settings.flush_entries).unwrap_or(usize::MAX),
             retain: settings.retain,
             max_backlog: settings.max_backlog,
+            compact_at_open: Some(AUTO_FLOOR_BYTES),
             ..Self::new(settings.path.clone())
         }
     }
@@ -232,6 +242,9 @@ struct Inner {
     closed: AtomicBool,
     /// Appends that carried events, for `herald_journal_appends_total`.
     appends: AtomicU64,
+    /// Every event up to this sequence number is gone (trimmed by retention, or never stored):
+    /// the retained events are those after it, up to the head.
+    trimmed: AtomicU64,
     /// Retention keeps the events after this sequence number ([`Journal::hold_retention_after`]).
     retention_floor: AtomicU64,
     /// A standby never delivers, so its backlog bound does not stop its watches
@@ -283,12 +296,28 @@ impl Journal {
         let path = cfg.path;
         files::private_dir(&path)?;
         let dir_lock = files::lock(&path)?;
-        let (db, report) = open_checked(&path, cfg.cache_capacity, cfg.open_timeout)?;
+        compact::recover(&path)?;
+        let (mut db, mut report) = open_checked(&path, cfg.cache_capacity, cfg.open_timeout)?;
+        // Only `herald run` asks; the others open the journal as it is without measuring it.
+        let oversized = cfg.compact_at_open.and_then(|floor| {
+            files::allocated_bytes(&path)
+                .ok()
+                .filter(|&disk| worth_compacting(disk, report.live_bytes, floor))
+        });
+        if let Some(disk) = oversized {
+            drop(db);
+            compact_at_open(&path, disk, report.live_bytes);
+            compact::recover(&path)?;
+            (db, report) = open_checked(&path, cfg.cache_capacity, cfg.open_timeout)?;
+        }
         let meta_failed = |source| JournalError::MetaFailed {
             path: path.clone(),
             source,
         };
         let head = report.head;
+        let trimmed = report
+            .first_event
+            .map_or(head, |first| first.saturating_sub(1));
         let cursors = report.cursors;
         prepare_schema(&db, &path, report.schema_version.as_deref(), head)?;
         // Whatever recovery found may still sit in the OS cache only; make it the durable base.
@@ -329,6 +358,7 @@ impl Journal {
                 cursors: Mutex::new(cursors),
                 closed: AtomicBool::new(false),
                 appends: AtomicU64::new(0),
+                trimmed: AtomicU64::new(trimmed),
                 retention_floor: AtomicU64::new(u64::MAX),
                 standby: AtomicBool::new(false),
                 _lock: dir_lock,
@@ -877,6 +907,7 @@ impl Journal {
         let write_failed = |source: sled::Error| self.note_write_error("retention", &source);
 
         let mut removed = 0u64;
+        let mut last_removed = 0u64;
         let mut chunk = sled::Batch::default();
         let mut in_chunk = 0usize;
         // Append times grow with sequence numbers, so the deletable events are a prefix.
@@ -886,6 +917,7 @@ impl Journal {
             if at > cutoff {
                 break;
             }
+            last_removed = keys::event_seq(&k)?;
             chunk.remove(k);
             in_chunk += 1;
             if in_chunk == RETENTION_CHUNK {
@@ -900,6 +932,9 @@ impl Journal {
         if in_chunk > 0 {
             self.inner.db.apply_batch(chunk).map_err(write_failed)?;
             removed += in_chunk as u64;
+        }
+        if removed > 0 {
+            self.inner.trimmed.fetch_max(last_removed, Ordering::SeqCst);
         }
         if removed > 0 {
             self.inner.flush.note_write(0);
@@ -921,6 +956,13 @@ impl Journal {
             }
         }
         Ok(removed)
+    }
+
+    /// Events the journal holds: delivered ones kept by `retain` and undelivered ones, from the
+    /// oldest stored to the head (`herald_journal_retained_events`).
+    pub fn retained_events(&self) -> u64 {
+        self.head()
+            .saturating_sub(self.inner.trimmed.load(Ordering::SeqCst))
     }
 
     /// Bytes the journal directory takes on disk (allocated blocks of every file, snapshots and
@@ -1033,7 +1075,9 @@ pub fn verify(dir: &Path, timeout: Duration) -> Result<Report> {
         });
     }
     let _lock = files::lock(dir)?;
-    let (_db, report, foreign) = scan(dir, JournalConfig::new(dir).cache_capacity, timeout)?;
+    compact::recover(dir)?;
+    let (_db, mut report, foreign) = scan(dir, JournalConfig::new(dir).cache_capacity, timeout)?;
+    report.disk_bytes = files::allocated_bytes(dir).ok();
     if foreign {
         return Err(JournalError::UnsupportedSchema {
             path: dir.to_owned(),
@@ -1042,6 +1086,22 @@ pub fn verify(dir: &Path, timeout: Duration) -> Result<Report> {
         });
     }
     Ok(report)
+}
+
+/// The start-time compaction, of a closed store whose lock the caller holds. A failure is logged
+/// and leaves the journal as it was, or as the next [`compact::recover`] finishes it.
+fn compact_at_open(path: &Path, disk: u64, live: u64) {
+    tracing::info!(
+        message = "Compacting the journal before start: its files take far more than what it holds.",
+        path = %path.display(),
+        disk_bytes = disk,
+        live_bytes = live
+    );
+    let mut progress =
+        |line: &str| tracing::debug!(message = "Compacting the journal.", progress = line);
+    if let Err(error) = compact::compact_locked(path, OPEN_TIMEOUT, &mut progress) {
+        tracing::warn!(message = "Could not compact the journal; starting with it as it is.", error = %herald_sink_core::error_chain(&error));
+    }
 }
 
 /// Reads and checks the whole store on a guarded thread (`integrity.rs`): a store written by

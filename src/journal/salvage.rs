@@ -127,6 +127,7 @@ pub fn salvage(dir: &Path, timeout: Duration, force: bool) -> Result<Salvaged> {
         });
     }
     let lock = files::lock(dir)?;
+    super::compact::recover(dir)?;
     let record = head::read(dir).map_err(|source| JournalError::HeadRecordFailed {
         path: head::path(dir),
         source,

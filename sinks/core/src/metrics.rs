@@ -83,6 +83,8 @@ pub enum MetricName {
     JournalAppendsTotal,
     /// `herald_journal_size_bytes`, a gauge.
     JournalSizeBytes,
+    /// `herald_journal_retained_events`, a gauge.
+    JournalRetainedEvents,
     /// `herald_journal_write_errors_total`, a counter.
     JournalWriteErrorsTotal,
     /// `herald_journal_writable`, a gauge.
@@ -103,7 +105,7 @@ pub enum MetricName {
 
 impl MetricName {
     /// Every variant, in the exporter's order.
-    pub const ALL: [MetricName; 31] = [
+    pub const ALL: [MetricName; 32] = [
         Self::ObservedChangesTotal,
         Self::FilteredChangesTotal,
         Self::FilterErrorsTotal,
@@ -127,6 +129,7 @@ impl MetricName {
         Self::JournalBacklogEvents,
         Self::JournalAppendsTotal,
         Self::JournalSizeBytes,
+        Self::JournalRetainedEvents,
         Self::JournalWriteErrorsTotal,
         Self::JournalWritable,
         Self::ChangeToDeliverySeconds,
@@ -166,6 +169,7 @@ impl MetricName {
             Self::JournalBacklogEvents => "herald_journal_backlog_events",
             Self::JournalAppendsTotal => "herald_journal_appends_total",
             Self::JournalSizeBytes => "herald_journal_size_bytes",
+            Self::JournalRetainedEvents => "herald_journal_retained_events",
             Self::JournalWriteErrorsTotal => "herald_journal_write_errors_total",
             Self::JournalWritable => "herald_journal_writable",
             Self::ChangeToDeliverySeconds => "herald_change_to_delivery_seconds",
@@ -209,6 +213,7 @@ impl MetricName {
             | Self::JournalOldestUndeliveredAgeSeconds
             | Self::JournalBacklogEvents
             | Self::JournalSizeBytes
+            | Self::JournalRetainedEvents
             | Self::JournalWritable
             | Self::ConfigLastReloadSuccess
             | Self::LeaderElectionLeader
@@ -245,6 +250,7 @@ impl MetricName {
             Self::JournalBacklogEvents
             | Self::JournalAppendsTotal
             | Self::JournalSizeBytes
+            | Self::JournalRetainedEvents
             | Self::JournalWriteErrorsTotal
             | Self::JournalWritable
             | Self::OpenFilesExhaustedTotal
@@ -304,6 +310,9 @@ impl MetricName {
                 "Journal appends that carried events (events journaled per append shows how well watch batches fill)."
             }
             Self::JournalSizeBytes => "The journal's size on disk.",
+            Self::JournalRetainedEvents => {
+                "Events the journal holds (not yet delivered everywhere, or kept by retain); the size on disk divided by it is the bytes per retained event."
+            }
             Self::JournalWriteErrorsTotal => {
                 "Journal writes that failed (full disk, I/O error) or were refused after such a failure."
             }
@@ -376,6 +385,7 @@ mod tests {
                 "herald_journal_backlog_events",
                 "herald_journal_appends_total",
                 "herald_journal_size_bytes",
+                "herald_journal_retained_events",
                 "herald_journal_write_errors_total",
                 "herald_journal_writable",
                 "herald_change_to_delivery_seconds",
