@@ -600,6 +600,19 @@ impl Journal {
         Ok(out)
     }
 
+    /// The keys of the stream's index in key order, read lazily: a relist walks an index of any
+    /// size with one entry in memory at a time (values are read with [`Journal::index_get`] only
+    /// for the keys it needs). Appends made while the walk goes on may or may not be seen by it.
+    pub fn index_keys(&self, stream: &str) -> Result<IndexKeys> {
+        keys::check_name("stream", stream)?;
+        let prefix = keys::index_prefix(stream);
+        Ok(IndexKeys {
+            iter: self.inner.db.scan_prefix(&prefix),
+            skip: prefix.len(),
+            stream: stream.to_owned(),
+        })
+    }
+
     /// The streams starting with `prefix` that have objects in their index, in order (a group
     /// pattern looks for the kinds of its group whose CRD went away while herald was down).
     pub fn indexed_streams(&self, prefix: &str) -> Result<Vec<String>> {
@@ -1028,6 +1041,44 @@ impl Drop for Inner {
             tracing::warn!(message = "Journal flusher panicked.");
         }
         flusher::sync_record(&self.flush);
+    }
+}
+
+/// The keys of one stream's index, in key order ([`Journal::index_keys`]).
+pub struct IndexKeys {
+    iter: sled::Iter,
+    /// Bytes of the stream's prefix in front of each key.
+    skip: usize,
+    stream: String,
+}
+
+impl fmt::Debug for IndexKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IndexKeys")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Iterator for IndexKeys {
+    type Item = Result<String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let entry = self.iter.next()?;
+        Some(match entry {
+            Err(source) => Err(JournalError::IndexReadFailed {
+                stream: self.stream.clone(),
+                source,
+            }),
+            Ok((k, _)) => k
+                .get(self.skip..)
+                .and_then(|rest| std::str::from_utf8(rest).ok())
+                .map(str::to_owned)
+                .ok_or_else(|| JournalError::CorruptEntry {
+                    key: keys::printable(&k),
+                    reason: "index key is not UTF-8",
+                }),
+        })
     }
 }
 

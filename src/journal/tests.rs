@@ -1008,3 +1008,31 @@ fn check_recovered(dir: &Path, durable_seq: u64, durable_rv: u64) -> u64 {
     j.remove_sink("check").unwrap();
     j.head()
 }
+
+/// `index_keys` walks one stream's keys in order, not those of a stream whose name extends it,
+/// and a key removed behind the walk does not disturb it (a relist removes what it walked past).
+#[tokio::test]
+async fn index_keys_walks_one_stream_lazily() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.append(batch("pods", 1, &["ns/b", "ns/a", "ns-x/c"]))
+        .unwrap();
+    j.append(batch("podsx", 2, &["ns/z"])).unwrap();
+    let mut walked = Vec::new();
+    for key in j.index_keys("pods").unwrap() {
+        let key = key.unwrap();
+        j.append(Batch {
+            stream: "pods".into(),
+            events: vec![],
+            index: vec![IndexUpdate::Remove { key: key.clone() }],
+            checkpoint: None,
+        })
+        .unwrap();
+        walked.push(key);
+    }
+    assert_eq!(walked, ["ns-x/c", "ns/a", "ns/b"]);
+    assert!(j.index_keys("pods").unwrap().next().is_none());
+    assert_eq!(j.index_keys("podsx").unwrap().count(), 1);
+    assert!(j.index_keys("").is_err());
+    j.close().await.unwrap();
+}

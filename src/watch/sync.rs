@@ -1,13 +1,14 @@
 //! Turning what the API server shows into journal batches: the relist diff against the object index,
 //! and watch events classified by the object's lifecycle (never by selector membership).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::{Health, Resolved, WatchSpec};
 use crate::config::OnError;
@@ -60,6 +61,9 @@ pub enum SyncError {
     /// The journal refused a batch.
     #[error("the journal refused the batch")]
     JournalFailed(#[source] JournalError),
+    /// The task reading a LIST page ended without an answer (it panicked).
+    #[error("reading a list page ended without an answer")]
+    ListAborted,
 }
 
 impl SyncError {
@@ -67,7 +71,9 @@ impl SyncError {
     pub fn api_error(&self) -> Option<&kube::Error> {
         match self {
             Self::ListFailed(e) | Self::GetFailed(e) | Self::NamespacesFailed(e) => Some(e),
-            Self::NotServed | Self::JournalFailed(_) | Self::RedactionKey => None,
+            Self::NotServed | Self::JournalFailed(_) | Self::RedactionKey | Self::ListAborted => {
+                None
+            }
         }
     }
 }
@@ -601,133 +607,208 @@ impl<'a> Recorder<'a> {
     }
 }
 
-/// Lists the resource (paginated, one snapshot), diffs it against the object index and appends the
-/// missed changes; returns the list's revision, the resume point.
+/// One LIST page as the API server sends it, its items decoded straight into `Value`s (no typed
+/// object in between, and each object keeps the key order the server sent).
+#[derive(serde::Deserialize)]
+struct Page {
+    #[serde(default)]
+    metadata: PageMeta,
+    #[serde(default)]
+    items: Option<Vec<Value>>,
+}
+
+/// What a page's `metadata` says: the snapshot's revision and where the next page starts.
+#[derive(serde::Deserialize, Default)]
+struct PageMeta {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: Option<String>,
+    #[serde(rename = "continue", default)]
+    continue_: Option<String>,
+}
+
+/// Reads one LIST page.
+async fn list_page(client: kube::Client, url: String, lp: ListParams) -> kube::Result<Page> {
+    let request = kube::core::Request::new(url)
+        .list(&lp)
+        .map_err(kube::Error::BuildRequest)?;
+    client.request::<Page>(request).await
+}
+
+/// The first page is this small (at most), so the first events leave while the rest is read.
+const FIRST_PAGE: u32 = 100;
+
+impl Recorder<'_> {
+    /// What the index holds for `key` (read from the store, never an overlay), and whether a
+    /// salvage left it unconfirmed (its last change may be among the lost events).
+    fn indexed(&self, key: &str) -> Result<Option<(Value, bool)>, SyncError> {
+        let raw = self
+            .journal
+            .index_get(&self.resolved.stream, key)
+            .map_err(SyncError::JournalFailed)?;
+        Ok(raw
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .map(|mut v| {
+                let unconfirmed = take_unconfirmed_mark(&mut v);
+                (v, unconfirmed)
+            }))
+    }
+
+    /// What a relist diffs `new` against: the indexed state, except that an unconfirmed entry of
+    /// the same object is no base for a diff (the object is sent whole, as `created`, so a
+    /// receiver that missed it gets it). A new uid still deletes the old one.
+    fn relist_base(&self, key: &str, new: &Value) -> Result<Option<Value>, SyncError> {
+        Ok(self
+            .indexed(key)?
+            .filter(|(old, unconfirmed)| !(*unconfirmed && meta(old, "uid") == meta(new, "uid")))
+            .map(|(old, _)| old))
+    }
+}
+
+/// Lists the resource page by page (`limit`/`continue`, one snapshot) and reconciles each page
+/// against the object index in the journal's store as it arrives, appending in chunks, so the
+/// first events leave while later pages are still being read; then walks the index for what the
+/// list no longer holds. Returns the list's revision, the resume point.
+///
+/// Memory: one page, one chunk and the set of keys listed (what the walk for deletions needs).
+/// Only the last append carries the checkpoint: a crash or a stop mid-way relists again, and the
+/// index (updated with every chunk) makes what was already appended come out once. A snapshot that
+/// expires mid-list (410) starts the list over at a newer one: what the expired one appended is
+/// in the index, so an object unchanged since compares equal (same resourceVersion) and is not
+/// emitted again, one changed since is an update against the state already reported, and one gone
+/// since is a deletion of an object already reported.
 pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncError> {
     let r = rec.resolved;
-    let api = r.api(r.client.clone());
-    let first_start = rec
+    let url = r.api(r.client.clone()).resource_url().to_owned();
+    let has_checkpoint = rec
         .journal
         .checkpoint(&r.stream)
         .map_err(SyncError::JournalFailed)?
-        .is_none();
-    let (listed, list_rv) = 'list: loop {
-        let mut lp = ListParams::default().limit(page_size);
+        .is_some();
+    // No checkpoint but an index: a salvaged journal (`herald journal salvage` drops checkpoints
+    // it cannot trust) or a first relist stopped half-way, not a first start, so the differences
+    // are emitted whatever `initialState` says. Decided once: a restarted list (410) appended
+    // by the same rule as the expired one.
+    let index_empty = match rec
+        .journal
+        .index_keys(&r.stream)
+        .map_err(SyncError::JournalFailed)?
+        .next()
+    {
+        None => true,
+        Some(first) => {
+            first.map_err(SyncError::JournalFailed)?;
+            false
+        }
+    };
+    let first_start = !has_checkpoint && index_empty;
+    let emit = !first_start || rec.spec.initial_emit;
+    let fetch = |lp: ListParams| {
+        AbortOnDropHandle::new(tokio::spawn(list_page(r.client.clone(), url.clone(), lp)))
+    };
+
+    let (seen, list_rv) = 'list: loop {
+        let mut lp = ListParams::default().limit(page_size.min(FIRST_PAGE));
         if let Some(l) = &rec.spec.label_selector {
             lp = lp.labels(l);
         }
         if let Some(f) = &rec.spec.field_selector {
             lp = lp.fields(f);
         }
-        let mut listed: BTreeMap<String, Value> = BTreeMap::new();
+        // The keys of this snapshot's objects (not of an expired one's): the walk for deletions
+        // reads the index for the others only.
+        let mut seen: HashSet<Box<str>> = HashSet::new();
         let mut list_rv: Option<String> = None;
-        loop {
-            let page = match api.list(&lp).await {
-                Ok(page) => page,
-                Err(kube::Error::Api(s)) if s.code == 404 => return Err(SyncError::NotServed),
+        let mut next = Some(fetch(lp.clone()));
+        while let Some(pending) = next.take() {
+            let page = match pending.await {
+                Ok(Ok(page)) => page,
+                Ok(Err(kube::Error::Api(s))) if s.code == 404 => return Err(SyncError::NotServed),
                 // The snapshot of a long list expired under us: start over.
-                Err(kube::Error::Api(s)) if s.code == 410 => continue 'list,
-                Err(e) => return Err(SyncError::ListFailed(e)),
+                Ok(Err(kube::Error::Api(s))) if s.code == 410 => continue 'list,
+                Ok(Err(e)) => return Err(SyncError::ListFailed(e)),
+                Err(_) => return Err(SyncError::ListAborted),
             };
-            if list_rv.is_none() {
-                list_rv = page.metadata.resource_version.clone();
+            let rv = list_rv
+                .get_or_insert_with(|| page.metadata.resource_version.clone().unwrap_or_default());
+            // The next page is read (and decoded) while this one is reconciled.
+            if let Some(token) = page.metadata.continue_.filter(|c| !c.is_empty()) {
+                lp = lp.limit(page_size).continue_token(&token);
+                next = Some(fetch(lp.clone()));
             }
-            for item in page.items {
-                let v = rec.prepare(serde_json::to_value(item).unwrap_or(Value::Null))?;
-                if rec.namespace_allowed(meta(&v, "namespace")).await? {
-                    listed.insert(event::object_key(&r.resource, &v), v);
+            let mut p = Pending::default();
+            for item in page.items.unwrap_or_default() {
+                let new = rec.prepare(item)?;
+                if !rec.namespace_allowed(meta(&new, "namespace")).await? {
+                    continue;
+                }
+                let key = event::object_key(&r.resource, &new);
+                if emit {
+                    let old = rec.relist_base(&key, &new)?;
+                    rec.present(&mut p, &key, new, old, true, Some(rv.as_str()));
+                } else {
+                    rec.put(&mut p, &key, new);
+                }
+                // Lookups go to the store: no second copy of every object in the overlay.
+                p.overlay.clear();
+                seen.insert(key.into_boxed_str());
+                if p.chunk_full() {
+                    rec.append(std::mem::take(&mut p), None)?;
                 }
             }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => lp = lp.continue_token(&token),
-                None => break,
-            }
+            // Each page's changes go out now: the store is what the next page (or a restarted
+            // list) compares with.
+            rec.append(p, None)?;
         }
-        break (listed, list_rv.unwrap_or_default());
+        break (seen, list_rv.unwrap_or_default());
     };
 
-    // Entries a salvage could not confirm (their last change may be among the lost events).
-    let mut unconfirmed: BTreeSet<String> = BTreeSet::new();
-    let index: BTreeMap<String, Value> = rec
-        .journal
-        .index_scan(&r.stream)
-        .map_err(SyncError::JournalFailed)?
-        .into_iter()
-        .filter_map(|(k, b)| {
-            let mut v: Value = serde_json::from_slice(&b).ok()?;
-            if take_unconfirmed_mark(&mut v) {
-                unconfirmed.insert(k.clone());
-            }
-            Some((k, v))
-        })
-        .collect();
-    // An unconfirmed entry of the same object is no base for a diff: the object is sent whole,
-    // as `created`, so a receiver that missed it gets it. A new uid still deletes the old one.
-    let base = |key: &str, new: &Value| -> Option<Value> {
-        index
-            .get(key)
-            .filter(|old| !(unconfirmed.contains(key) && meta(old, "uid") == meta(new, "uid")))
-            .cloned()
-    };
-    // No checkpoint but an index: a salvaged journal (`herald journal salvage` drops checkpoints
-    // it cannot trust), not a first start, so the differences are emitted whatever
-    // `initialState` says.
-    let first_start = first_start && index.is_empty();
-    let emit = !first_start || rec.spec.initial_emit;
+    // What the index holds and the list did not: walked lazily, one entry read at a time.
     let mut p = Pending::default();
-    let flush = |p: &mut Pending| -> Result<(), SyncError> {
-        if p.chunk_full() {
-            rec.append(std::mem::take(p), None)?;
+    let keys = rec
+        .journal
+        .index_keys(&r.stream)
+        .map_err(SyncError::JournalFailed)?;
+    for key in keys {
+        let key = key.map_err(SyncError::JournalFailed)?;
+        if seen.contains(key.as_str()) {
+            continue;
         }
-        Ok(())
-    };
-    let gone: Vec<(&String, &Value)> = index
-        .iter()
-        .filter(|(key, _)| !listed.contains_key(*key))
-        .collect();
-    let objects = listed.len();
-    for (key, new) in listed {
-        let old = base(&key, &new);
-        if emit {
-            rec.present(&mut p, &key, new, old, true, Some(&list_rv));
-        } else {
-            rec.put(&mut p, &key, new);
-        }
-        // A relist reads `index`, never the overlay: do not hold a second copy of every object.
-        p.overlay.clear();
-        flush(&mut p)?;
-    }
-    for (key, old) in gone {
-        if !rec.name_pattern_allowed(old) {
+        let Some((old, _)) = rec.indexed(&key)? else {
+            continue;
+        };
+        if !emit {
+            // A first start that skips the initial state and whose list restarted (410): the
+            // entry came from the expired snapshot and was never reported; forgotten quietly.
+            rec.remove(&mut p, &key);
+        } else if !rec.name_pattern_allowed(&old) {
             // Indexed before the name patterns excluded its namespace: no longer watched, so
             // forgotten without an event (it may well still exist).
-            rec.remove(&mut p, key);
-            continue;
-        }
-        if rec.selective()
-            && let Some(current) = rec.still_exists(old).await?
+            rec.remove(&mut p, &key);
+        } else if rec.selective()
+            && let Some(current) = rec.still_exists(&old).await?
         {
             // Outside the selection but alive: not a deletion.
-            let old = base(key, &current);
-            rec.present(&mut p, key, current, old, true, Some(&list_rv));
-            p.overlay.clear();
-            flush(&mut p)?;
-            continue;
+            let old = rec.relist_base(&key, &current)?;
+            rec.present(&mut p, &key, current, old, true, Some(&list_rv));
+        } else {
+            rec.emit(
+                &mut p,
+                Op::Deleted,
+                &old,
+                None,
+                Some(&old),
+                true,
+                Some(&list_rv),
+            );
+            rec.remove(&mut p, &key);
         }
-        rec.emit(
-            &mut p,
-            Op::Deleted,
-            old,
-            None,
-            Some(old),
-            true,
-            Some(&list_rv),
-        );
-        rec.remove(&mut p, key);
-        flush(&mut p)?;
+        p.overlay.clear();
+        if p.chunk_full() {
+            rec.append(std::mem::take(&mut p), None)?;
+        }
     }
     rec.append(p, Some(list_rv.clone()))?;
-    tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects, rv = %list_rv);
+    tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects = seen.len(), rv = %list_rv);
     Ok(list_rv)
 }
 

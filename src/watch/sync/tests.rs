@@ -502,3 +502,158 @@ fn index_updates_alone_fill_a_relist_chunk() {
     };
     assert!(events.chunk_full());
 }
+
+/// Journaled events, durable or not yet (what a poller sees while a relist runs).
+fn journaled(j: &Journal) -> usize {
+    j.head() as usize
+}
+
+/// Every list request of the test's resource waits this long before the server answers it.
+fn slow_lists(sim: &Simulator, delay: Duration) {
+    sim.add_latency(herald_sim::LatencyRule {
+        path_prefix: "/apis/example.com/v1/".into(),
+        delay,
+        client: None,
+    });
+}
+
+/// A relist streams: the first page's events are journaled while later pages are still being
+/// read, not once the whole list is in memory.
+#[tokio::test]
+async fn the_first_page_is_journaled_while_later_pages_are_read() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d", "e", "f"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    // Three pages of two, each answered half a second after it is asked for.
+    slow_lists(&sim, Duration::from_millis(500));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let run = async {
+        let rv = relist_into(&j, &resolved).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        rv
+    };
+    let watch = async {
+        loop {
+            let n = journaled(&j);
+            if n > 0 {
+                return (n, done.load(std::sync::atomic::Ordering::SeqCst));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let (_, (first_seen, finished)) = tokio::join!(run, watch);
+    assert!(
+        !finished && first_seen < 6,
+        "the first events were journaled only with the whole list ({first_seen} of 6, relist finished: {finished})"
+    );
+    let all = events(&j).await;
+    assert_eq!(all.len(), 6);
+    assert!(all.iter().all(|e| id(e).ends_with(":created")));
+    j.close().await.unwrap();
+}
+
+/// The list's snapshot expires after its first page was reconciled and journaled (410 on the
+/// continue token): the relist starts over at a newer snapshot, and every change comes out once —
+/// the one already reported from the expired snapshot is not reported again, the ones made
+/// while the list was being read are.
+#[tokio::test]
+async fn a_list_expired_mid_way_starts_over_and_reports_each_change_once() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d", "e", "f"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    relist_into(&j, &resolved).await;
+    let before = events(&j).await.len();
+    assert_eq!(before, 6);
+    // Missed while herald was away: found by the relist's first page (a, b).
+    sim.merge_patch(&w, "a", &json!({"spec": {"v": 2}}))
+        .unwrap();
+
+    slow_lists(&sim, Duration::from_millis(500));
+    let run = relist_into(&j, &resolved);
+    let meddle = async {
+        // Once the first page's update is journaled: changes behind and ahead of the list's
+        // position, then the history compacted, so the next page's continue token is refused.
+        while journaled(&j) < 7 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        sim.delete(&w, "b").unwrap();
+        sim.merge_patch(&w, "c", &json!({"spec": {"v": 2}}))
+            .unwrap();
+        sim.create(&w, widget("g", 1)).unwrap();
+        sim.compact();
+        sim.clear_faults();
+    };
+    let (list_rv, ()) = tokio::join!(run, meddle);
+    assert!(
+        list_rv.parse::<u64>().unwrap() >= sim.resource_version(),
+        "the resume point is the newer snapshot's: {list_rv}"
+    );
+    let all = events(&j).await;
+    let mut got: Vec<String> = all[before..]
+        .iter()
+        .map(|e| {
+            let o = &e["data"]["object"]["metadata"];
+            format!(
+                "{}:{}",
+                o["name"].as_str().unwrap(),
+                e["type"].as_str().unwrap().rsplit('.').next().unwrap()
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        ["a:updated", "b:deleted", "c:updated", "g:created"],
+        "{all:#?}"
+    );
+    let ids: std::collections::HashSet<&str> = all.iter().map(id).collect();
+    assert_eq!(ids.len(), all.len(), "an id twice");
+    // Nothing is left for another relist to find.
+    relist_into(&j, &resolved).await;
+    assert_eq!(events(&j).await.len(), all.len());
+    j.close().await.unwrap();
+}
+
+/// A relist's `data.object` keeps the key order the API server sent (no typed object in
+/// between that re-orders `metadata`).
+#[tokio::test]
+async fn a_relisted_object_keeps_the_servers_key_order() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    sim.create(&w, widget("a", 1)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    relist_into(&j, &resolved).await;
+    let all = events(&j).await;
+    let client = sim.client().unwrap();
+    let raw: Value = client
+        .request(
+            kube::core::Request::new("/apis/example.com/v1/namespaces/default/widgets")
+                .get("a", &kube::api::GetParams::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let keys = |o: &Value| -> Vec<String> {
+        o["metadata"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| *k != "managedFields")
+            .cloned()
+            .collect()
+    };
+    let sent = &all[0]["data"]["object"];
+    assert_eq!(keys(sent), keys(&raw));
+    let top = |o: &Value| -> Vec<String> { o.as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(top(sent), top(&raw));
+    j.close().await.unwrap();
+}
