@@ -140,7 +140,10 @@ async fn wait_role(herald: &Herald, role: &str) -> Value {
         let synced = s["resources"]
             .as_array()
             .is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["synced"] == true));
-        if synced && s["leaderElection"]["role"] == role {
+        // Until its first look at the Lease an instance stands by without knowing the holder:
+        // wait for that look, so the holder is asserted as observed, not as not yet read.
+        let observed = !s["leaderElection"]["holder"].is_null();
+        if synced && observed && s["leaderElection"]["role"] == role {
             return s;
         }
         assert!(
