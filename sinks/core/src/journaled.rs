@@ -82,13 +82,13 @@ impl Journaled {
     pub fn from_structured_json(bytes: impl Into<Arc<[u8]>>) -> Result<Self, DecodeError> {
         let bytes: Arc<[u8]> = bytes.into();
         match split(&bytes) {
-            Some(Ok((head, data))) => Ok(Self {
+            Some((head, data)) => Ok(Self {
                 head,
                 stored: Some(Stored { bytes, data }),
                 full: OnceLock::new(),
             }),
             // The full decoder says exactly what is wrong, in the words it always used.
-            Some(Err(())) | None => match CloudEvent::from_structured_json(&bytes) {
+            None => match CloudEvent::from_structured_json(&bytes) {
                 Ok(event) => Ok(Self {
                     head: event,
                     stored: Some(Stored { bytes, data: None }),
@@ -304,10 +304,10 @@ impl<'de> Deserialize<'de> for Split<'de> {
     }
 }
 
-/// The attributes of the JSON-format `bytes` and where their JSON `data` lies; `None` or
-/// `Err` when the cheap path cannot decide (the full decoder then gives the answer or the error).
-#[allow(clippy::result_unit_err)]
-fn split(bytes: &[u8]) -> Option<Result<(CloudEvent, Option<Range<usize>>), ()>> {
+/// The attributes of the JSON-format `bytes` and where their JSON `data` lies; `None` when the
+/// cheap path cannot decide or finds an error (the full decoder then gives the answer or the
+/// error, in its words).
+fn split(bytes: &[u8]) -> Option<(CloudEvent, Option<Range<usize>>)> {
     let Split { mut members, data } = serde_json::from_slice::<Split<'_>>(bytes).ok()?;
     let json_data = members
         .get("datacontenttype")
@@ -329,11 +329,11 @@ fn split(bytes: &[u8]) -> Option<Result<(CloudEvent, Option<Range<usize>>), ()>>
             None
         }
     };
-    let mut head = CloudEvent::from_json_value(Value::Object(members)).map_err(|_| ());
-    if let (Ok(event), Some(_)) = (&mut head, &range) {
-        event.data = None;
+    let mut head = CloudEvent::from_json_value(Value::Object(members)).ok()?;
+    if range.is_some() {
+        head.data = None;
     }
-    Some(head.map(|event| (event, range)))
+    Some((head, range))
 }
 
 #[cfg(test)]
@@ -387,7 +387,7 @@ mod tests {
             br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","data":1,"data_base64":"AA=="}"#.to_vec(),
             br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","subject":""}"#.to_vec(),
             br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","data":{"a":"#.to_vec(),
-            br#"[1]"#.to_vec(),
+            br"[1]".to_vec(),
             br#"{"specversion":"0.3","id":"1","source":"/s","type":"t"}"#.to_vec(),
             br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","ext":[1],"data":{}}"#.to_vec(),
         ];
