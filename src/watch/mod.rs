@@ -614,3 +614,54 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {
         () = stop.cancelled() => {}
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Result<Line, Box<kube::core::Status>> {
+        Line::of(serde_json::from_str::<WatchEvent<Value>>(text).map_err(kube::Error::SerdeError))
+    }
+
+    #[test]
+    fn a_watch_line_is_decoded_into_the_object_in_the_servers_key_order() {
+        let Ok(Line::Change(Seen::Modified, object)) = line(
+            r#"{"type":"MODIFIED","object":{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"uid":"u","name":"a","resourceVersion":"7","namespace":"ns","zz":1},"spec":{"b":1,"a":2}}}"#,
+        ) else {
+            panic!("a change");
+        };
+        assert_eq!(
+            serde_json::to_string(&object).unwrap(),
+            r#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"uid":"u","name":"a","resourceVersion":"7","namespace":"ns","zz":1},"spec":{"b":1,"a":2}}"#
+        );
+    }
+
+    #[test]
+    fn objects_that_are_not_kubernetes_objects_are_broken_lines_bookmarks_and_410_as_before() {
+        for text in [
+            r#"{"type":"ADDED","object":"text"}"#,
+            r#"{"type":"ADDED","object":{"spec":{}}}"#,
+            r#"{"type":"DELETED","object":{"metadata":{"name":1}}}"#,
+            r#"{"type":"ADDED","object":{"#,
+        ] {
+            assert!(matches!(line(text), Ok(Line::Broken(_))), "{text}");
+        }
+        assert!(matches!(
+            line(r#"{"type":"BOOKMARK","object":{"kind":"Widget","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#),
+            Ok(Line::Change(Seen::Bookmark, Value::String(rv))) if rv == "9"
+        ));
+        assert!(matches!(
+            line(
+                r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","code":410,"reason":"Expired","message":"too old"}}"#
+            ),
+            Ok(Line::Expired)
+        ));
+        assert_eq!(
+            line(r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","code":500,"reason":"InternalError","message":"x"}}"#)
+                .err()
+                .map(|s| s.code),
+            Some(500)
+        );
+    }
+}
