@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use herald_sink_core::Journaled;
 use herald_sink_core::config::{DeliveryOptions, RateLimit};
 use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink};
@@ -747,7 +748,7 @@ fn replays(name: &str, journal: &Journal, max: usize) -> Vec<Envelope> {
             Ok(event) => {
                 let key = event.partition_key().unwrap_or(&event.id).to_string();
                 if keys.insert(key) && out.len() < max {
-                    out.push(journaled(seq, event, &bytes));
+                    out.push(journaled(seq, Journaled::new(event), bytes.len()));
                 }
             }
             Err(error) => {
@@ -839,11 +840,21 @@ async fn read_ahead(
         }
         for (seq, bytes) in rows {
             after = seq;
-            let read = match CloudEvent::from_structured_json(&bytes) {
+            let len = bytes.len();
+            let read = match Journaled::from_structured_json(bytes.as_slice()) {
+                // Only a route `when` reads `data`: without one, routing parses none of it.
                 Ok(event)
-                    if router.wants_counting(&name, &event, Some(&stats.route_filter_errors)) =>
+                    if router.wants_counting(
+                        &name,
+                        if router.reads_data() {
+                            event.event()
+                        } else {
+                            event.attributes()
+                        },
+                        Some(&stats.route_filter_errors),
+                    ) =>
                 {
-                    Read::Event(journaled(seq, event, &bytes))
+                    Read::Event(journaled(seq, event, len))
                 }
                 Ok(_) => Read::Skipped(seq),
                 Err(error) => {
@@ -865,11 +876,11 @@ async fn read_ahead(
 }
 
 /// The envelope of a journaled event: its length is that of the stored bytes, not re-encoded.
-fn journaled(seq: u64, event: CloudEvent, bytes: &[u8]) -> Envelope {
+fn journaled(seq: u64, event: Journaled, encoded_len: usize) -> Envelope {
     Envelope {
         seq,
         event: Arc::new(event),
-        encoded_len: bytes.len(),
+        encoded_len,
     }
 }
 
@@ -964,6 +975,7 @@ fn settle(
                 stats.delivered.fetch_add(1, Ordering::Relaxed);
                 if let Some(observed) = envelope
                     .event
+                    .attributes()
                     .time
                     .as_deref()
                     .and_then(|t| t.parse::<jiff::Timestamp>().ok())
@@ -1058,9 +1070,10 @@ fn settle(
     }
     breaker.failing_calls = breaker.failing_calls.saturating_add(1);
     for e in &batch {
+        let e = e.event.attributes();
         breaker
             .failing_keys
-            .insert(e.event.partition_key().unwrap_or(&e.event.id).to_string());
+            .insert(e.partition_key().unwrap_or(&e.id).to_string());
     }
     if breaker.failing_calls >= settings.pause_after && breaker.failing_keys.len() >= 2 {
         breaker.paused = true;

@@ -140,11 +140,8 @@ impl Window {
     /// Adds an event read from the journal.
     pub fn push(&mut self, envelope: Envelope, now: Instant) {
         let seq = envelope.seq;
-        let key = envelope
-            .event
-            .partition_key()
-            .unwrap_or(&envelope.event.id)
-            .to_string();
+        let event = envelope.event.attributes();
+        let key = event.partition_key().unwrap_or(&event.id).to_string();
         self.read_upto = self.read_upto.max(seq);
         self.pending.insert(
             seq,
@@ -177,11 +174,8 @@ impl Window {
         debounce: Duration,
     ) -> Option<u64> {
         let seq = envelope.seq;
-        let key = envelope
-            .event
-            .partition_key()
-            .unwrap_or(&envelope.event.id)
-            .to_string();
+        let event = envelope.event.attributes();
+        let key = event.partition_key().unwrap_or(&event.id).to_string();
         let object = identity(&envelope, &key);
         let mut due = later(now, debounce);
         let replaced = self
@@ -334,14 +328,14 @@ impl Window {
 /// The object an event is about, for `debounce`: its partition key, resource (`source`) and
 /// `k8suid`. Events without them (not herald's) fall back to what they have, the key at least.
 fn identity(envelope: &Envelope, key: &str) -> String {
-    let uid = envelope
-        .event
+    let event = envelope.event.attributes();
+    let uid = event
         .extensions
         .get("k8suid")
         .and_then(ExtensionValue::as_str)
         .unwrap_or_default();
     // NUL separates: it is in none of a key, a source URI or a uid.
-    format!("{key}\0{}\0{uid}", envelope.event.source)
+    format!("{key}\0{}\0{uid}", event.source)
 }
 
 /// Longest wait a pending event is given: a receiver's hint is capped well below this before it

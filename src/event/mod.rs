@@ -206,6 +206,64 @@ pub fn status_only_change(old: &Value, new: &Value) -> bool {
 
 /// The CloudEvent of one observed change (EVENT-FORMAT.md Part 1).
 pub fn normalize(resource: &Resource, ob: Observed<'_>) -> CloudEvent {
+    let (mut event, data) = normalize_parts(resource, ob);
+    event.data = Some(data.to_value());
+    event
+}
+
+/// [`normalize`] and [`CloudEvent::to_structured_json`] in one step, the bytes the journal stores:
+/// the same bytes, written from the observed object where it lies instead of from a copy of it
+/// in the event (a deep copy of every object was a good part of the normalizer's allocations).
+/// The event comes back without `data`, for its attributes (validation, logging).
+pub fn normalize_structured(resource: &Resource, ob: Observed<'_>) -> (CloudEvent, Vec<u8>) {
+    let (event, data) = normalize_parts(resource, ob);
+    let mut out = event.to_structured_json();
+    // `{…attributes…}` → `{…attributes…,"data":{…}}`, as the serializer writes `data` last.
+    if out.last() == Some(&b'}') {
+        out.pop();
+        out.extend_from_slice(b",\"data\":");
+        if let Err(error) = serde_json::to_writer(&mut out, &data) {
+            // Values and string keys only: serde_json cannot fail on them.
+            unreachable!("serializing an event's data failed: {error}");
+        }
+        out.push(b'}');
+    }
+    (event, out)
+}
+
+/// An event's `data`, borrowing the object: serialized in the order [`normalize`] builds it.
+#[derive(serde::Serialize)]
+struct Data<'a> {
+    op: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    object: Option<&'a Value>,
+    #[serde(rename = "oldObject", skip_serializing_if = "Option::is_none")]
+    old_object: Option<Option<&'a Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<Vec<Value>>,
+    resync: bool,
+}
+
+impl Data<'_> {
+    fn to_value(&self) -> Value {
+        let mut data = Map::new();
+        data.insert("op".into(), json!(self.op));
+        if let Some(object) = self.object {
+            data.insert("object".into(), object.clone());
+        }
+        if let Some(old) = self.old_object {
+            data.insert("oldObject".into(), old.cloned().unwrap_or(Value::Null));
+        }
+        if let Some(patch) = &self.patch {
+            data.insert("patch".into(), Value::Array(patch.clone()));
+        }
+        data.insert("resync".into(), json!(self.resync));
+        Value::Object(data)
+    }
+}
+
+/// The event of one observed change without `data`, and its `data`.
+fn normalize_parts<'a>(resource: &Resource, ob: Observed<'a>) -> (CloudEvent, Data<'a>) {
     let obj = ob.object;
     let uid = meta_str(obj, "uid");
     let rv = ob
@@ -240,22 +298,17 @@ pub fn normalize(resource: &Resource, ob: Observed<'_>) -> CloudEvent {
     put("partitionkey", key.clone());
     ext.insert("resync".into(), ExtensionValue::Bool(ob.resync));
 
-    let mut data = Map::new();
-    data.insert("op".into(), json!(ob.op.as_str()));
     let p = resource.payload;
-    if p.object {
-        data.insert("object".into(), obj.clone());
-    }
-    if p.old_object {
-        data.insert("oldObject".into(), ob.old.cloned().unwrap_or(Value::Null));
-    }
-    if p.patch && ob.op == Op::Updated {
-        let patch = ob.old.map(|old| diff(old, obj)).unwrap_or_default();
-        data.insert("patch".into(), Value::Array(patch));
-    }
-    data.insert("resync".into(), json!(ob.resync));
+    let data = Data {
+        op: ob.op.as_str(),
+        object: p.object.then_some(obj),
+        old_object: p.old_object.then_some(ob.old),
+        patch: (p.patch && ob.op == Op::Updated)
+            .then(|| ob.old.map(|old| diff(old, obj)).unwrap_or_default()),
+        resync: ob.resync,
+    };
 
-    CloudEvent {
+    let event = CloudEvent {
         id: format!("{uid}:{rv}:{}", ob.op.as_str()),
         source: resource.source(),
         ty: format!("{}.{}", resource.type_prefix, ob.op.as_str()),
@@ -268,8 +321,9 @@ pub fn normalize(resource: &Resource, ob: Observed<'_>) -> CloudEvent {
         datacontenttype: Some("application/json".into()),
         dataschema: Some(DATASCHEMA.into()),
         extensions: ext,
-        data: Some(Value::Object(data)),
-    }
+        data: None,
+    };
+    (event, data)
 }
 
 /// The reference-only form of an event whose payload is too large for a sink: `data` is `{"op",

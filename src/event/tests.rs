@@ -336,3 +336,53 @@ fn status_only_changes_are_recognised() {
         "no change is not a status-only change"
     );
 }
+
+#[test]
+fn the_journaled_bytes_are_the_normalized_events_json_for_every_payload_and_op() {
+    let (old, new) = (db("41", 2), db("42", 3));
+    for payload in [
+        Payload::DEFAULT,
+        Payload::REFERENCE,
+        Payload {
+            object: true,
+            old_object: true,
+            patch: true,
+        },
+        Payload {
+            object: false,
+            old_object: true,
+            patch: false,
+        },
+    ] {
+        let r = Resource {
+            payload,
+            ..resource()
+        };
+        for (op, prior) in [
+            (Op::Created, None),
+            (Op::Updated, Some(&old)),
+            (Op::Updated, None),
+            (Op::Deleted, Some(&old)),
+        ] {
+            let ob = Observed {
+                resync: op == Op::Deleted,
+                ..observed(op, &new, prior)
+            };
+            let whole = normalize(&r, ob);
+            let (attributes, bytes) = normalize_structured(&r, ob);
+            assert_eq!(
+                String::from_utf8(bytes).unwrap(),
+                String::from_utf8(whole.to_structured_json()).unwrap(),
+                "{payload:?} {op:?}"
+            );
+            assert_eq!(attributes.data, None);
+            assert_eq!(
+                CloudEvent {
+                    data: whole.data.clone(),
+                    ..attributes
+                },
+                whole
+            );
+        }
+    }
+}

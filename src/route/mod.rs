@@ -204,6 +204,12 @@ impl Router {
         self.wants_counting(sink, event, None)
     }
 
+    /// Whether routing reads an event's `data` (a route has a `when`): without, the attributes
+    /// are all [`Router::wants`] needs, and delivery leaves `data` unparsed.
+    pub fn reads_data(&self) -> bool {
+        self.routes().iter().any(|r| r.when.is_some())
+    }
+
     /// [`Router::wants`], counting the route `when` evaluations that fail in `errors`.
     pub fn wants_counting(
         &self,

@@ -394,7 +394,7 @@ async fn watch(
         wp = wp.fields(f);
     }
     let mut rv = from.to_string();
-    let stream = match api.watch(&wp, &rv).await {
+    let stream = match watch_values(r, &api, &wp, &rv).await {
         Ok(s) => s,
         Err(error) => {
             if is_not_found(&error) {
@@ -491,6 +491,62 @@ async fn watch(
     }
 }
 
+/// Opens a watch whose objects are decoded straight into [`Value`]s, in the API server's key
+/// order: the request `Api::watch` would send, decoded by kube's line reader, without the
+/// `DynamicObject` detour (a typed `ObjectMeta` decoded and serialised again per line was a fifth
+/// of herald's CPU in a catch-up; ADR 0014).
+async fn watch_values(
+    r: &Resolved,
+    api: &Api<DynamicObject>,
+    wp: &WatchParams,
+    rv: &str,
+) -> kube::Result<impl futures::Stream<Item = kube::Result<WatchEvent<Value>>> + use<>> {
+    let mut request = kube::core::Request::new(api.resource_url())
+        .watch(wp, rv)
+        .map_err(kube::Error::BuildRequest)?;
+    request.extensions_mut().insert("watch");
+    r.client.request_events::<Value>(request).await
+}
+
+/// A watched object as a watch line's decoder yields it, turned into the [`Value`] the recorder
+/// works on.
+pub trait WatchedObject {
+    /// The object as a JSON value.
+    ///
+    /// # Errors
+    ///
+    /// A decoding error when the object is not shaped like a Kubernetes object (a JSON object
+    /// with a `metadata` object), as the typed decoding would have refused it.
+    fn into_value(self) -> Result<Value, kube::Error>;
+}
+
+impl WatchedObject for DynamicObject {
+    fn into_value(self) -> Result<Value, kube::Error> {
+        Ok(to_value(self))
+    }
+}
+
+impl WatchedObject for Value {
+    fn into_value(self) -> Result<Value, kube::Error> {
+        let shaped = self
+            .as_object()
+            .and_then(|o| o.get("metadata"))
+            .and_then(Value::as_object)
+            .is_some_and(|m| {
+                ["name", "namespace", "uid", "resourceVersion"]
+                    .iter()
+                    .all(|k| m.get(*k).is_none_or(|v| v.is_string() || v.is_null()))
+            });
+        if shaped {
+            Ok(self)
+        } else {
+            Err(kube::Error::SerdeError(serde::de::Error::custom(
+                "a watch event's object is not a Kubernetes object (no metadata object)",
+            )))
+        }
+    }
+}
+
 /// One decoded watch line, as the reader task hands it to the recorder.
 #[derive(Debug)]
 pub enum Line {
@@ -510,13 +566,17 @@ impl Line {
     /// # Errors
     ///
     /// The error event's status (code, reason, message).
-    pub fn of(
-        line: kube::Result<WatchEvent<DynamicObject>>,
+    pub fn of<K: WatchedObject>(
+        line: kube::Result<WatchEvent<K>>,
     ) -> Result<Self, Box<kube::core::Status>> {
+        let change = |seen, o: K| match o.into_value() {
+            Ok(v) => Self::Change(seen, v),
+            Err(error) => Self::Broken(error),
+        };
         Ok(match line {
-            Ok(WatchEvent::Added(o)) => Self::Change(sync::Seen::Added, to_value(o)),
-            Ok(WatchEvent::Modified(o)) => Self::Change(sync::Seen::Modified, to_value(o)),
-            Ok(WatchEvent::Deleted(o)) => Self::Change(sync::Seen::Deleted, to_value(o)),
+            Ok(WatchEvent::Added(o)) => change(sync::Seen::Added, o),
+            Ok(WatchEvent::Modified(o)) => change(sync::Seen::Modified, o),
+            Ok(WatchEvent::Deleted(o)) => change(sync::Seen::Deleted, o),
             Ok(WatchEvent::Bookmark(b)) => Self::Change(
                 sync::Seen::Bookmark,
                 Value::String(b.metadata.resource_version),
@@ -530,7 +590,7 @@ impl Line {
 
 /// Decodes watch lines until the stream ends, the recorder goes away, or a line ends the watch.
 async fn read_lines(
-    mut stream: futures::stream::BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>,
+    mut stream: futures::stream::BoxStream<'static, kube::Result<WatchEvent<Value>>>,
     tx: tokio::sync::mpsc::Sender<Line>,
     resource: String,
 ) {
@@ -570,5 +630,56 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {
     tokio::select! {
         () = tokio::time::sleep(d) => {}
         () = stop.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Result<Line, Box<kube::core::Status>> {
+        Line::of(serde_json::from_str::<WatchEvent<Value>>(text).map_err(kube::Error::SerdeError))
+    }
+
+    #[test]
+    fn a_watch_line_is_decoded_into_the_object_in_the_servers_key_order() {
+        let Ok(Line::Change(Seen::Modified, object)) = line(
+            r#"{"type":"MODIFIED","object":{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"uid":"u","name":"a","resourceVersion":"7","namespace":"ns","zz":1},"spec":{"b":1,"a":2}}}"#,
+        ) else {
+            panic!("a change");
+        };
+        assert_eq!(
+            serde_json::to_string(&object).unwrap(),
+            r#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"uid":"u","name":"a","resourceVersion":"7","namespace":"ns","zz":1},"spec":{"b":1,"a":2}}"#
+        );
+    }
+
+    #[test]
+    fn objects_that_are_not_kubernetes_objects_are_broken_lines_bookmarks_and_410_as_before() {
+        for text in [
+            r#"{"type":"ADDED","object":"text"}"#,
+            r#"{"type":"ADDED","object":{"spec":{}}}"#,
+            r#"{"type":"DELETED","object":{"metadata":{"name":1}}}"#,
+            r#"{"type":"ADDED","object":{"#,
+        ] {
+            assert!(matches!(line(text), Ok(Line::Broken(_))), "{text}");
+        }
+        assert!(matches!(
+            line(r#"{"type":"BOOKMARK","object":{"kind":"Widget","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#),
+            Ok(Line::Change(Seen::Bookmark, Value::String(rv))) if rv == "9"
+        ));
+        assert!(matches!(
+            line(
+                r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","code":410,"reason":"Expired","message":"too old"}}"#
+            ),
+            Ok(Line::Expired)
+        ));
+        assert_eq!(
+            line(r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","code":500,"reason":"InternalError","message":"x"}}"#)
+                .err()
+                .map(|s| s.code),
+            Some(500)
+        );
     }
 }

@@ -341,7 +341,7 @@ impl<'a> Recorder<'a> {
         self.health
             .emitted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ev = event::normalize(
+        let (ev, bytes) = event::normalize_structured(
             &self.resolved.resource,
             Observed {
                 op,
@@ -368,7 +368,7 @@ impl<'a> Recorder<'a> {
                 %error,
             );
         }
-        p.events.push(ev.to_structured_json());
+        p.events.push(bytes);
     }
 
     /// An object that exists now, against what was recorded. `rv` is the list's revision during a

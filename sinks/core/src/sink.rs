@@ -7,6 +7,7 @@ use std::time::Duration;
 
 pub use crate::dead_letter::ErrorContext;
 use crate::event::CloudEvent;
+use crate::journaled::Journaled;
 
 /// A destination herald delivers events to (Kafka, NATS, webhook, file).
 ///
@@ -157,9 +158,11 @@ pub struct Envelope {
     /// The event's journal sequence number: increasing, unique per herald instance; the driver
     /// acknowledges by it.
     pub seq: u64,
-    /// The event, exactly as journaled (redactions applied, `time` frozen at observation).
-    /// Shared, because the delivery window keeps it for retries while a send call holds it.
-    pub event: Arc<CloudEvent>,
+    /// The event, exactly as journaled (redactions applied, `time` frozen at observation): the
+    /// stored bytes with the attributes read, `data` parsed only on first use (see
+    /// [`Journaled`]). Shared, because the delivery window keeps it for retries while a send
+    /// call holds it.
+    pub event: Arc<Journaled>,
     /// Length in bytes of the event's structured JSON encoding, the form the journal stores. The
     /// driver sums it for `batch.maxBytes`; a sink whose binding is smaller may still rely on it as
     /// an upper-bound estimate of the wire size.
@@ -174,7 +177,7 @@ impl Envelope {
         let encoded_len = event.to_structured_json().len();
         Self {
             seq,
-            event: Arc::new(event),
+            event: Arc::new(Journaled::new(event)),
             encoded_len,
         }
     }

@@ -179,7 +179,8 @@ impl Sink for FileSink {
     async fn send(&self, batch: &[Envelope]) -> Vec<Outcome> {
         let mut bytes = Vec::with_capacity(batch.len() * 512);
         for envelope in batch {
-            bytes.extend_from_slice(&envelope.event.to_structured_json());
+            // The journaled bytes as they are: the file holds what the journal stored.
+            bytes.extend_from_slice(&envelope.event.structured_json());
             bytes.push(b'\n');
         }
         self.write_outcomes(&bytes, batch.len())

@@ -1,5 +1,6 @@
 //! Events → Kafka records (topic, key, value, headers); start at [`record`].
 
+use herald_sink_core::Sendable;
 use herald_sink_core::encode::{CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE};
 use herald_sink_core::event::CloudEvent;
 use herald_sink_core::jinja::MessageTemplate;
@@ -80,29 +81,33 @@ fn zigzag_varint_len(n: usize) -> usize {
 /// # Errors
 ///
 /// The template's render error (`template.<part>: line N: …`).
-pub(crate) fn record(
+pub(crate) fn record<E: Sendable>(
     topic: &Template,
     mode: KafkaMode,
     template: Option<&MessageTemplate>,
-    event: &CloudEvent,
+    event: &E,
     extra_headers: Vec<(String, Vec<u8>)>,
 ) -> Result<Record, String> {
-    let rendered = template.map(|t| t.render(event)).transpose()?;
+    // A template may read `data`: only then is a journaled event's `data` parsed.
+    let rendered = template.map(|t| t.render(event.event())).transpose()?;
     let (value, mut headers) = match mode {
         KafkaMode::Binary => {
             // The binding maps "no data" to "no value" (1.0.3-wip). herald's events always carry
             // data (DECISIONS.md), so this never turns a real event into a tombstone.
-            let value = event.data.is_some().then(|| event.data_bytes());
-            (value, event.kafka_binary_headers())
+            let value = event
+                .carries_data()
+                .then(|| event.body_bytes().into_owned());
+            (value, event.binding_attributes().kafka_binary_headers())
         }
         KafkaMode::Structured => (
-            Some(event.to_structured_json()),
+            Some(event.json_bytes().into_owned()),
             vec![(
                 CONTENT_TYPE_HEADER.to_owned(),
                 STRUCTURED_CONTENT_TYPE.as_bytes().to_vec(),
             )],
         ),
     };
+    let event = event.attributes();
     let mut key = event.partition_key().map(str::to_owned);
     if let Some(rendered) = rendered {
         if rendered.key.is_some() {

@@ -180,7 +180,7 @@ impl KafkaSink {
                 &self.config.topic,
                 self.config.mode,
                 self.config.template.as_ref(),
-                &envelope.event,
+                &*envelope.event,
                 extra,
             ) {
                 Ok(record) => record,
@@ -215,7 +215,7 @@ impl KafkaSink {
             let tombstone = (errors.is_none()
                 && self.config.tombstones
                 && record.key.is_some()
-                && encode::is_deleted(&envelope.event))
+                && encode::is_deleted(envelope.event.attributes()))
             .then(|| encode::tombstone(&record));
             let tombstone = match tombstone {
                 Some(tombstone) => Some(enqueue(&producer, &tombstone, deadline).await),

@@ -1,6 +1,7 @@
 //! Events → NATS messages (subject, headers, payload); start at [`render_subject`].
 
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
+use herald_sink_core::Sendable;
 use herald_sink_core::encode::{CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE, encode_header_value};
 use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{ErrorContext, Reason};
@@ -56,23 +57,28 @@ impl Message {
     /// percent-encoded like `ce-id` (unchanged for herald's usual `<uid>:<rv>:<op>` ids).
     /// A dead letter's context is added as `herald-error-*` headers, percent-encoded like `ce-`
     /// values (a server message may hold a line break, which a NATS header cannot carry).
-    pub(crate) fn build(
+    pub(crate) fn build<E: Sendable>(
         subject: String,
         mode: NatsMode,
-        event: &CloudEvent,
+        event: &E,
         jetstream: bool,
         error: Option<&ErrorContext>,
     ) -> Self {
+        // A journaled event's stored bytes go out as they are: neither mode parses `data`.
         let (mut headers, payload) = match mode {
             NatsMode::Structured => (
                 vec![(
                     CONTENT_TYPE_HEADER.to_owned(),
                     STRUCTURED_CONTENT_TYPE.to_owned(),
                 )],
-                event.to_structured_json(),
+                event.json_bytes().into_owned(),
             ),
-            NatsMode::Binary => (event.nats_binary_headers(), event.data_bytes()),
+            NatsMode::Binary => (
+                event.binding_attributes().nats_binary_headers(),
+                event.body_bytes().into_owned(),
+            ),
         };
+        let event = event.attributes();
         if jetstream {
             // Percent-encoded like `ce-id`: an id holding a line break (from an object's uid) must
             // not make the message unsendable; equal ids still give equal values for de-duplication.

@@ -16,7 +16,7 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use async_nats::{ConnectErrorKind, ConnectOptions, HeaderMap, ServerAddr};
 use futures::stream::{FuturesUnordered, StreamExt};
-use herald_sink_core::event::CloudEvent;
+use herald_sink_core::Journaled;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError, codes};
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout};
@@ -141,14 +141,15 @@ impl NatsSink {
     /// (over `max_payload`, or a header NATS cannot carry).
     fn prepare(
         &self,
-        event: &CloudEvent,
+        event: &Journaled,
         error: Option<&ErrorContext>,
         jetstream: bool,
     ) -> Result<(Message, HeaderMap), Outcome> {
-        let subject = render_subject(&self.config.subject, event);
+        let subject = render_subject(&self.config.subject, event.attributes());
         let mut message = Message::build(subject, self.config.mode, event, jetstream, error);
         if let Some(template) = &self.config.template {
-            let rendered = template.render(event).map_err(|e| {
+            // A template may read `data`: parsed here, once for this event.
+            let rendered = template.render(event.event()).map_err(|e| {
                 Outcome::reject(Reason::new(herald_sink_core::jinja::RENDER_FAILED, e))
             })?;
             message.headers.extend(rendered.headers);

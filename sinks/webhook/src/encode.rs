@@ -1,8 +1,8 @@
 //! Events → request headers and body, without any I/O; start at [`build`].
 
+use herald_sink_core::Sendable;
 use herald_sink_core::encode::{
     BATCH_CONTENT_TYPE, CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE, encode_header_value,
-    to_structured_json_batch,
 };
 use herald_sink_core::event::CloudEvent;
 use sha2::{Digest, Sha256};
@@ -42,9 +42,9 @@ pub(crate) struct Built {
 /// # Errors
 ///
 /// The template's render error (`template.<part>: line N: …`).
-pub(crate) fn build(
+pub(crate) fn build<E: Sendable>(
     config: &Settings,
-    events: &[&CloudEvent],
+    events: &[&E],
     error_headers: &[(String, String)],
     timestamp: u64,
 ) -> Result<Built, String> {
@@ -52,7 +52,9 @@ pub(crate) fn build(
     let rendered = match &config.template {
         Some(template) => {
             let batched = matches!(config.mode, Mode::Batched { .. });
-            Some((template, template.render(events, batched)?))
+            // A template may read `data`: only then is a journaled event's parsed.
+            let whole: Vec<&CloudEvent> = events.iter().map(|e| e.event()).collect();
+            Some((template, template.render(&whole, batched)?))
         }
         None => None,
     };
@@ -65,18 +67,19 @@ pub(crate) fn build(
             .map(|(name, value)| (name.clone(), encode_header_value(value).into_owned())),
     );
     let (id, mut binding_headers, mut body) = match (config.mode, events) {
+        // A journaled event's stored bytes go out as they are: no mode parses `data`.
         (Mode::Binary, [event]) => (
-            event.id.clone(),
-            event.http_binary_headers(),
-            event.data_bytes(),
+            event.attributes().id.clone(),
+            event.binding_attributes().http_binary_headers(),
+            event.body_bytes().into_owned(),
         ),
         (Mode::Structured, [event]) => (
-            event.id.clone(),
+            event.attributes().id.clone(),
             vec![(
                 CONTENT_TYPE_HEADER.to_owned(),
                 STRUCTURED_CONTENT_TYPE.to_owned(),
             )],
-            event.to_structured_json(),
+            event.json_bytes().into_owned(),
         ),
         // Batched mode, or (never from `send`) several events in a per-event mode: an array.
         _ => (
@@ -85,7 +88,7 @@ pub(crate) fn build(
                 CONTENT_TYPE_HEADER.to_owned(),
                 BATCH_CONTENT_TYPE.to_owned(),
             )],
-            to_structured_json_batch(events.iter().copied()),
+            json_batch(events),
         ),
     };
     let (mut method, mut path) = (None, None);
@@ -96,6 +99,7 @@ pub(crate) fn build(
             .map(|(_, value)| value.clone());
         binding_headers = match events {
             [event] if template.ce_headers => event
+                .binding_attributes()
                 .http_binary_headers()
                 .into_iter()
                 .filter(|(name, _)| name != CONTENT_TYPE_HEADER)
@@ -141,13 +145,28 @@ pub(crate) fn build(
     })
 }
 
+/// `events` as a JSON array of JSON-format events, as
+/// [`to_structured_json_batch`](herald_sink_core::encode::to_structured_json_batch) writes it,
+/// from each event's stored bytes.
+fn json_batch<E: Sendable>(events: &[&E]) -> Vec<u8> {
+    let mut out = vec![b'['];
+    for (index, event) in events.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&event.json_bytes());
+    }
+    out.push(b']');
+    out
+}
+
 /// `batch_<32 hex digits>`: the start of SHA-256 over the events' ids, one per line, so a retried
 /// batch of the same events repeats its `webhook-id` (receivers de-duplicate on it). It has no `.`,
 /// which the Standard Webhooks signed content uses as its delimiter.
-fn batch_id(events: &[&CloudEvent]) -> String {
+fn batch_id<E: Sendable>(events: &[&E]) -> String {
     let mut hasher = Sha256::new();
     for event in events {
-        hasher.update(event.id.as_bytes());
+        hasher.update(event.attributes().id.as_bytes());
         hasher.update(b"\n");
     }
     let digest = hasher.finalize();

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::stream::{self, StreamExt};
 use herald_sink_core::event::CloudEvent;
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
+use herald_sink_core::{Journaled, Sendable};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 
@@ -121,9 +122,9 @@ impl WebhookSink {
 
     /// One request for `events` (one event, or one batch), classified: one outcome per event
     /// (they differ only when a body check reads per-item results from a 2xx answer).
-    async fn post(
+    async fn post<E: Sendable + Sync>(
         &self,
-        events: &[&CloudEvent],
+        events: &[&E],
         error_headers: &[(String, String)],
     ) -> Vec<Outcome> {
         let all = |outcome| Outcome::all(events.len(), outcome);
@@ -204,9 +205,9 @@ impl WebhookSink {
     /// A [`Reason`] to reject the events with: `render_failed` when a template fails on them
     /// (the detail names the template and line), `invalid_request` when a header cannot be
     /// carried.
-    pub(crate) fn prepare(
+    pub(crate) fn prepare<E: Sendable>(
         &self,
-        events: &[&CloudEvent],
+        events: &[&E],
         error_headers: &[(String, String)],
         timestamp: u64,
     ) -> Result<Prepared, Reason> {
@@ -326,7 +327,7 @@ impl WebhookSink {
             }
             let extra = error_headers.get(index).map_or(&[][..], Vec::as_slice);
             let outcome = self
-                .post(&[&batch[index].event], extra)
+                .post(&[&*batch[index].event], extra)
                 .await
                 .pop()
                 .unwrap_or_else(lost_track);
@@ -349,6 +350,7 @@ impl WebhookSink {
             let blocked = held.as_ref().filter(|_| {
                 chunk.iter().any(|e| {
                     e.event
+                        .attributes()
                         .partition_key()
                         .is_some_and(|k| retried_keys.contains(k))
                 })
@@ -357,14 +359,14 @@ impl WebhookSink {
                 outcomes.extend(Outcome::all(chunk.len(), held.clone()));
                 continue;
             }
-            let events: Vec<&CloudEvent> = chunk.iter().map(|e| &*e.event).collect();
+            let events: Vec<&Journaled> = chunk.iter().map(|e| &*e.event).collect();
             let mut answered = self.post(&events, &[]).await;
             answered.resize_with(chunk.len(), lost_track);
             // Only the events that are retried hold their keys back: with a body check, the
             // items a 200 took are done.
             for (envelope, outcome) in chunk.iter().zip(&answered) {
                 if let Outcome::Retry { after, reason } = outcome {
-                    retried_keys.extend(envelope.event.partition_key());
+                    retried_keys.extend(envelope.event.attributes().partition_key());
                     held = Some(held_for_order(*after, reason));
                 }
             }
@@ -472,7 +474,7 @@ fn group_by_key(batch: &[Envelope]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::with_capacity(batch.len());
     let mut by_key: HashMap<&str, usize> = HashMap::new();
     for (index, envelope) in batch.iter().enumerate() {
-        let Some(key) = envelope.event.partition_key() else {
+        let Some(key) = envelope.event.attributes().partition_key() else {
             groups.push(vec![index]);
             continue;
         };
