@@ -348,12 +348,22 @@ async fn sled_fails_for_good_after_enospc_and_a_reopen_keeps_every_flushed_write
     let dir = tempfile::tempdir().unwrap();
     let volume = Tmpfs::mount(&dir.path().join("volume"), "8m");
     let path = volume.dir.join("db");
+    // sled lets go of its file lock when the last of its threads drops the store, which may be a
+    // moment after `drop(db)` (seen after the ENOSPC below on a loaded machine): retry the lock.
     let open = || {
-        sled::Config::new()
-            .path(&path)
-            .flush_every_ms(None)
-            .open()
-            .unwrap()
+        let started = std::time::Instant::now();
+        loop {
+            match sled::Config::new().path(&path).flush_every_ms(None).open() {
+                Ok(db) => return db,
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && started.elapsed() < std::time::Duration::from_secs(10) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => panic!("opening {}: {e:?}", path.display()),
+            }
+        }
     };
     let value = vec![7u8; 1000];
     let db = open();
