@@ -1,7 +1,8 @@
-//! The recipes of docs/recipes/ end to end: each recipe's own config fragment, `herald run` against
-//! the simulator, and a receiver in the test that checks every request against that API's
-//! documented shape (method, path, headers, content type, body fields and types) and answers as the
-//! API does, errors and rate limits included.
+//! The GitHub `repository_dispatch`, Loki push and PagerDuty Events recipes of docs/recipes/ end
+//! to end (the others: run_recipes_ci.rs, run_recipes_audit.rs): each recipe's own config
+//! fragment, `herald run` against the simulator, and a receiver in the test that checks every
+//! request against that API's documented shape (method, path, headers, content type, body fields
+//! and types) and answers as the API does, errors and rate limits included.
 
 use std::path::Path;
 

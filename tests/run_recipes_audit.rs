@@ -1,5 +1,6 @@
-//! The alerting and audit recipes of docs/recipes/ end to end, each from its own config fragment
-//! with `herald run` against the simulator: Alertmanager against a real Alertmanager (alerts read
+//! Two recipes of docs/recipes/ end to end, Alertmanager and Elasticsearch `_bulk` (the Slack
+//! and Splunk HEC recipes, alerting and audit too, are in run_recipes_ci.rs), each from its own
+//! config fragment with `herald run` against the simulator: Alertmanager against a real Alertmanager (alerts read
 //! back from its API, firing and then resolved), and Elasticsearch `_bulk` against a receiver that
 //! parses the NDJSON exactly and answers item by item as Elasticsearch does. Helpers shared with
 //! tests/run_recipes.rs come from there.

@@ -1,8 +1,9 @@
-//! The CI, alerting and audit recipes of docs/recipes/ (GitLab pipeline trigger, Tekton
-//! EventListener, Slack incoming webhook, Splunk HEC) end to end: each recipe's own config
-//! fragment, `herald run` against the simulator, and a receiver that checks every request against
-//! the tool's documented shape and answers as the tool does, errors and rate limits included.
-//! The configuration and dead-letter helpers are run_recipes.rs's.
+//! Four recipes of docs/recipes/ end to end: GitLab pipeline trigger, Tekton EventListener, Slack
+//! incoming webhook and Splunk HEC (the Alertmanager and Elasticsearch `_bulk` recipes are in
+//! run_recipes_audit.rs; GitHub, Loki and PagerDuty in run_recipes.rs). Each runs the recipe's
+//! own config fragment with `herald run` against the simulator, and a receiver that checks every
+//! request against the tool's documented shape and answers as the tool does, errors and rate
+//! limits included. The configuration and dead-letter helpers are run_recipes.rs's.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -350,6 +351,7 @@ fn tekton_problems(r: &ApiRequest) -> Vec<String> {
         );
     }
     rule(&mut p, body["spec"].is_object(), "spec: an object");
+    rule(&mut p, body["resync"].is_boolean(), "resync: a boolean");
     p
 }
 
@@ -406,7 +408,7 @@ async fn tekton_eventlistener_recipe() {
     assert_eq!(
         got[0].json(),
         json!({"id": id_of(&created, "created"), "type": "dev.herald.resource.created",
-               "op": "created", "source": "k8s://test/example.com/widgets",
+               "op": "created", "resync": false, "source": "k8s://test/example.com/widgets",
                "time": got[0].json()["time"], "kind": "Widget", "namespace": "default",
                "name": "w1", "uid": uid, "generation": 1, "spec": {"version": "1.0.0"}})
     );
@@ -470,6 +472,12 @@ fn slack_problems(r: &ApiRequest) -> Vec<String> {
         &mut p,
         body["text"].as_str().is_some_and(|t| !t.is_empty()),
         "text: a non-empty string",
+    );
+    // The fallback text is mrkdwn too: a `<!channel>` there pings as well.
+    rule(
+        &mut p,
+        body["text"].as_str().is_some_and(|t| !t.contains('<')),
+        "text: mrkdwn escaped",
     );
     let Some(blocks) = body["blocks"]
         .as_array()
@@ -604,7 +612,7 @@ async fn slack_incoming_webhook_recipe() {
     assert_eq!(
         texts,
         [
-            "Widget default/w1 failed: <!channel> disk full & <https://x.example|click>",
+            "Widget default/w1 failed: &lt;!channel&gt; disk full &amp; &lt;https://x.example|click&gt;",
             "Widget default/w2 failed: OOMKilled",
             "Widget default/w3 failed: crash loop",
         ]
@@ -642,6 +650,28 @@ async fn slack_incoming_webhook_recipe() {
         "{:?}",
         got[4].json()
     );
+    // A message that escaping makes five times longer: the section keeps to Slack's 3000
+    // characters, cut between two `&amp;`, not inside one.
+    set_status(&raw, "w1", json!({"phase": "Running", "message": ""})).await;
+    set_status(
+        &raw,
+        "w1",
+        json!({"phase": "Failed", "message": "&".repeat(2000)}),
+    )
+    .await;
+    let got = slack.wait_for(6, "w1 failed with a long message").await;
+    let section = got[5].json()["blocks"][0]["text"]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(section.chars().count() <= 3000, "{}", section.len());
+    let (head, message) = section.split_once('>').unwrap();
+    assert_eq!(head, ":red_circle: *Widget* `default/w1` is *Failed*\n");
+    let cut = message.strip_suffix('…').unwrap();
+    assert!(
+        cut.len() > 2000 && cut.len() % 5 == 0 && cut == "&amp;".repeat(cut.len() / 5),
+        "{message}"
+    );
     // The webhook removed: 404 no_service dead-letters the message with Slack's answer.
     revoked.store(true, Ordering::SeqCst);
     set_status(&raw, "w3", json!({"phase": "Running", "message": ""})).await;
@@ -655,7 +685,7 @@ async fn slack_incoming_webhook_recipe() {
         "{error}"
     );
     let got = slack.received();
-    assert_eq!(got.len(), 6, "{got:#?}");
+    assert_eq!(got.len(), 7, "{got:#?}");
     for request in &got {
         assert_eq!(slack_problems(request), Vec::<String>::new(), "{request:?}");
     }

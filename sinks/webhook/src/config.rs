@@ -499,14 +499,14 @@ const RESERVED_HEADERS: [&str; 9] = [
 ];
 const RESERVED_PREFIXES: [&str; 3] = ["ce-", "webhook-", "herald-error-"];
 
-/// Why an extra header cannot be sent, or `None` when it can: an HTTP token as the name, not a
-/// header herald sets itself (names match case-insensitively), no control characters in the
-/// value. The one rule, for the configuration's checks and the sink's own.
 /// A character of an HTTP token (RFC 9110 `tchar`): header names, authentication schemes.
 fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// Why an extra header cannot be sent, or `None` when it can: an HTTP token as the name, not a
+/// header herald sets itself (names match case-insensitively), no control characters in the
+/// value. The one rule, for the configuration's checks and the sink's own.
 pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
     if name.is_empty() || !name.bytes().all(is_token_char) {
         return Some(format!("{name:?} is not an HTTP header name"));
