@@ -126,6 +126,20 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Syncs every file under `dir`, then every directory (the deepest first, `dir` last), so a
+/// crash after it returns finds the tree's contents and names on disk.
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            File::open(entry.path())?.sync_all()?;
+        }
+    }
+    sync_dir(dir)
+}
+
 /// Moves every store entry of `from` into `to` (created when missing); repeatable.
 fn move_entries(from: &Path, to: &Path, crash_after_first: &str) -> io::Result<()> {
     fs::create_dir_all(to)?;
@@ -413,11 +427,9 @@ fn build(
         Err(e) => return Err(io_failed(dir, "reading the head record")(e)),
     }
     files::restrict_tree(staging)?;
-    for d in [staging.to_owned(), staging.join("blobs")] {
-        if d.is_dir() {
-            sync_dir(&d).map_err(io_failed(dir, "syncing the compacted store"))?;
-        }
-    }
+    // sled's flush syncs only `db`: large values sit in `blobs/` and its `conf` unsynced. The
+    // marker makes this copy the journal, so every byte of it must be on disk before.
+    sync_tree(staging).map_err(io_failed(dir, "syncing the compacted store"))?;
 
     // And it opens as an intact journal with the same contents.
     let (db, check, _) = super::scan(staging, cache, timeout)?;

@@ -35,7 +35,8 @@ fn entries(dir: &Path) -> Entries {
 
 /// A journal after a burst that retention dropped: 4,000 events of 2 KiB and their index entries
 /// (created, then deleted), of which the last 50 stay (the `slow` sink has not passed them), with
-/// acknowledged ranges above `slow`'s cursor, a dead letter, a replay and a checkpoint.
+/// acknowledged ranges above `slow`'s cursor, two dead letters (one of 300 KiB, which sled keeps
+/// in `blobs/`), a replay and a checkpoint.
 async fn fill(dir: &Path) {
     let j = Journal::open(JournalConfig::new(dir)).unwrap();
     j.register_sink("out", true).unwrap();
@@ -79,6 +80,10 @@ async fn fill(dir: &Path) {
     j.dead_letter_put("slow", 7, br#"{"event":"dead"}"#)
         .unwrap();
     j.replay_put("slow", 9, br#"{"event":"again"}"#).unwrap();
+    // Above sled's blob threshold (~128 KiB): stored in `blobs/`, which compaction must sync.
+    let big =
+        serde_json::to_vec(&json!({"event": "large", "pad": "b".repeat(300 * 1024)})).unwrap();
+    j.dead_letter_put("slow", 8, &big).unwrap();
     assert_eq!(j.apply_retention().unwrap(), head - 50);
     assert_eq!(j.retained_events(), 50);
     j.close().await.unwrap();
@@ -121,6 +126,10 @@ async fn compaction_keeps_every_entry_and_gives_back_the_space() {
     .unwrap();
 
     assert_eq!(entries(&dir), before, "every entry survives byte for byte");
+    assert!(
+        std::fs::read_dir(dir.join("blobs")).unwrap().count() > 0,
+        "the large dead letter is kept in blobs/"
+    );
     assert_eq!(std::fs::read(dir.join(head::FILE)).unwrap(), record);
     assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
     assert_eq!(out.bytes_before, disk_before);
