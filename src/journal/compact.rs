@@ -171,9 +171,32 @@ fn remove_dir_if_there(dir: &Path) -> io::Result<bool> {
     }
 }
 
-/// Steps 3 to 6 from `compact.swap`, or 5 and 6 from `compact.install`.
-fn finish_swap(dir: &Path) -> io::Result<()> {
+/// Whether `compact.new/` holds a store to install: its `db`, and the head record when the live
+/// store has one (the copy is written before the marker, so a marker without them is stray).
+fn staged_complete(dir: &Path) -> bool {
     let (new, old) = (dir.join(NEW_DIR), dir.join(OLD_DIR));
+    let had_head = head::path(dir).exists() || head::path(&old).exists();
+    new.join("db").is_file() && (!had_head || head::path(&new).is_file())
+}
+
+/// Steps 3 to 6 from `compact.swap`, or 5 and 6 from `compact.install`. A `compact.swap` without
+/// a complete copy to install is dropped and the live store kept; `compact.old/` goes only once a
+/// store is in place. Returns whether a swap was finished (`false`: a stray marker was dropped).
+fn finish_swap(dir: &Path) -> io::Result<bool> {
+    let (new, old) = (dir.join(NEW_DIR), dir.join(OLD_DIR));
+    if dir.join(SWAP_MARKER).exists() && !staged_complete(dir) {
+        // Whatever of the live store already moved out goes back before the marker goes.
+        if old.is_dir() {
+            move_entries(&old, dir, "")?;
+        }
+        fs::remove_file(dir.join(SWAP_MARKER))?;
+        sync_dir(dir)?;
+        remove_dir_if_there(&new)?;
+        if dir.join("db").is_file() {
+            remove_dir_if_there(&old)?;
+        }
+        return Ok(false);
+    }
     if dir.join(SWAP_MARKER).exists() {
         move_entries(dir, &old, "moving-old")?;
         crash_point("moved-old");
@@ -190,8 +213,10 @@ fn finish_swap(dir: &Path) -> io::Result<()> {
         fs::remove_file(dir.join(INSTALL_MARKER))?;
         sync_dir(dir)?;
     }
-    remove_dir_if_there(&old)?;
-    Ok(())
+    if dir.join("db").is_file() {
+        remove_dir_if_there(&old)?;
+    }
+    Ok(true)
 }
 
 /// Finishes or discards a compaction that a crash interrupted in the journal at `dir` (see the
@@ -199,7 +224,15 @@ fn finish_swap(dir: &Path) -> io::Result<()> {
 pub(super) fn recover(dir: &Path) -> Result<Recovered> {
     let marked = dir.join(SWAP_MARKER).exists() || dir.join(INSTALL_MARKER).exists();
     if marked {
-        finish_swap(dir).map_err(io_failed(dir, "finishing an interrupted compaction"))?;
+        let finished =
+            finish_swap(dir).map_err(io_failed(dir, "finishing an interrupted compaction"))?;
+        if !finished {
+            tracing::warn!(
+                message = "Found a journal compaction's swap marker without a complete compacted store; dropped it and kept the journal as it is.",
+                path = %dir.display()
+            );
+            return Ok(Recovered::Discarded);
+        }
         tracing::info!(
             message = "Finished a journal compaction that was interrupted during its swap; the journal is the compacted one.",
             path = %dir.display()
@@ -208,8 +241,10 @@ pub(super) fn recover(dir: &Path) -> Result<Recovered> {
     }
     let discarded = remove_dir_if_there(&dir.join(NEW_DIR))
         .map_err(io_failed(dir, "deleting an unfinished compaction"))?;
-    remove_dir_if_there(&dir.join(OLD_DIR))
-        .map_err(io_failed(dir, "deleting a compacted journal's old files"))?;
+    if dir.join("db").is_file() {
+        remove_dir_if_there(&dir.join(OLD_DIR))
+            .map_err(io_failed(dir, "deleting a compacted journal's old files"))?;
+    }
     if discarded {
         tracing::info!(
             message = "Deleted the copy of a journal compaction that was interrupted before its swap; the journal is unchanged.",
@@ -278,13 +313,20 @@ pub(super) fn compact_locked(
         sync_dir(dir)
     };
     if let Err(e) = mark() {
-        let _ = fs::remove_file(&marker);
-        let _ = fs::remove_dir_all(&staging);
+        // The marker may have reached disk: only once it is gone for sure may the copy go, else
+        // a surviving marker would find no store to install (the next open finishes the swap).
+        let unmarked = match fs::remove_file(&marker) {
+            Ok(()) => true,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        } && sync_dir(dir).is_ok();
+        if unmarked {
+            let _ = fs::remove_dir_all(&staging);
+        }
         return Err(failed(dir, format!("writing {SWAP_MARKER}: {e}")));
     }
     crash_point("marked");
     // Past the marker the new store is the journal: a failure here is finished by the next open.
-    finish_swap(dir).map_err(|e| {
+    let finished = finish_swap(dir).map_err(|e| {
         failed(
             dir,
             format!(
@@ -292,6 +334,12 @@ pub(super) fn compact_locked(
             ),
         )
     })?;
+    if !finished {
+        return Err(failed(
+            dir,
+            "the compacted store was gone before its swap; the journal is unchanged",
+        ));
+    }
     let bytes_after =
         files::allocated_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
     let out = Compacted {

@@ -213,6 +213,33 @@ async fn an_open_compacts_only_when_asked_and_worth_it() {
     assert_eq!(entries(&dir), before);
 }
 
+#[tokio::test]
+async fn a_swap_marker_without_a_complete_copy_keeps_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let template = tmp.path().join("template");
+    fill(&template).await;
+    let before = entries(&template);
+    // A marker that reached disk although writing it failed, its copy deleted or half there.
+    for (case, staged) in [
+        ("none", None),
+        ("partial", Some("conf")),
+        ("no-head", Some("db")),
+    ] {
+        let dir = tmp.path().join(case);
+        copy_dir(&template, &dir);
+        std::fs::write(dir.join(SWAP_MARKER), b"marker\n").unwrap();
+        if let Some(file) = staged {
+            std::fs::create_dir_all(dir.join(NEW_DIR)).unwrap();
+            std::fs::copy(template.join(file), dir.join(NEW_DIR).join(file)).unwrap();
+        }
+        let j = Journal::open(JournalConfig::new(&dir)).unwrap();
+        assert_eq!(j.retained_events(), 50, "{case}");
+        j.close().await.unwrap();
+        assert!(leftovers(&dir).is_empty(), "{case}: {:?}", leftovers(&dir));
+        assert_eq!(entries(&dir), before, "{case}: the journal is kept intact");
+    }
+}
+
 const STEPS: [&str; 7] = [
     "copied",
     "marked",
