@@ -67,7 +67,8 @@ const CRASH_ENV: &str = "HERALD_TEST_COMPACT_CRASH_AT";
 pub struct Compacted {
     /// The journal directory.
     pub path: PathBuf,
-    /// Bytes the journal directory took on disk before.
+    /// Bytes the journal's store (sled's files and the head record) took on disk before; other
+    /// files in the directory do not count.
     pub bytes_before: u64,
     /// Bytes it takes now.
     pub bytes_after: u64,
@@ -120,6 +121,26 @@ fn crash_point(step: &str) {
 /// the lock file, the embedded cluster's state and compaction's own names stay.
 fn is_store_entry(name: &str) -> bool {
     matches!(name, "db" | "conf" | "blobs" | head::FILE) || name.starts_with("snap.")
+}
+
+/// Bytes the journal's own store takes on disk in `dir`: what [`is_store_entry`] matches, so
+/// neighbours such as the embedded cluster's `changes.jsonl` neither trigger nor count.
+pub(super) fn store_bytes(dir: &Path) -> io::Result<u64> {
+    let mut total = 0u64;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if !is_store_entry(&entry.file_name().to_string_lossy()) {
+            continue;
+        }
+        let meta = entry.metadata()?;
+        let bytes = if meta.is_dir() {
+            files::allocated_bytes(&entry.path())?
+        } else {
+            files::file_bytes(&meta)
+        };
+        total = total.saturating_add(bytes);
+    }
+    Ok(total)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -284,8 +305,7 @@ pub(super) fn compact_locked(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Compacted> {
     let started = Instant::now();
-    let bytes_before =
-        files::allocated_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
+    let bytes_before = store_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
     let staging = dir.join(NEW_DIR);
     let built = build(dir, &staging, timeout, progress);
     let (report, entries) = match built {
@@ -340,8 +360,7 @@ pub(super) fn compact_locked(
             "the compacted store was gone before its swap; the journal is unchanged",
         ));
     }
-    let bytes_after =
-        files::allocated_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
+    let bytes_after = store_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
     let out = Compacted {
         path: dir.to_owned(),
         bytes_before,
