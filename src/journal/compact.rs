@@ -20,7 +20,9 @@
 //! 6. `compact.new/` and the marker are removed, then `compact.old/`.
 //!
 //! [`recover`] repeats what a marker says is unfinished: with `compact.swap`, steps 3 to 6, with
-//! `compact.install`, steps 5 and 6; every step is a set of renames that can be repeated. Without
+//! `compact.install`, steps 5 and 6; every step is a set of renames that can be repeated. A
+//! `compact.swap` without a complete `compact.new/` (a marker that reached disk although writing
+//! it failed) is dropped and the live store kept; `compact.old/` goes only once `db` is back. Without
 //! a marker it deletes `compact.new/` (an unfinished build) and `compact.old/` (a finished swap).
 
 use std::fs::{self, File, OpenOptions};
