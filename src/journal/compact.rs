@@ -20,7 +20,9 @@
 //! 6. `compact.new/` and the marker are removed, then `compact.old/`.
 //!
 //! [`recover`] repeats what a marker says is unfinished: with `compact.swap`, steps 3 to 6, with
-//! `compact.install`, steps 5 and 6; every step is a set of renames that can be repeated. Without
+//! `compact.install`, steps 5 and 6; every step is a set of renames that can be repeated. A
+//! `compact.swap` without a complete `compact.new/` (a marker that reached disk although writing
+//! it failed) is dropped and the live store kept; `compact.old/` goes only once `db` is back. Without
 //! a marker it deletes `compact.new/` (an unfinished build) and `compact.old/` (a finished swap).
 
 use std::fs::{self, File, OpenOptions};
@@ -67,7 +69,8 @@ const CRASH_ENV: &str = "HERALD_TEST_COMPACT_CRASH_AT";
 pub struct Compacted {
     /// The journal directory.
     pub path: PathBuf,
-    /// Bytes the journal directory took on disk before.
+    /// Bytes the journal's store (sled's files and the head record) took on disk before; other
+    /// files in the directory do not count.
     pub bytes_before: u64,
     /// Bytes it takes now.
     pub bytes_after: u64,
@@ -122,8 +125,42 @@ fn is_store_entry(name: &str) -> bool {
     matches!(name, "db" | "conf" | "blobs" | head::FILE) || name.starts_with("snap.")
 }
 
+/// Bytes the journal's own store takes on disk in `dir`: what [`is_store_entry`] matches, so
+/// neighbours such as the embedded cluster's `changes.jsonl` neither trigger nor count.
+pub(super) fn store_bytes(dir: &Path) -> io::Result<u64> {
+    let mut total = 0u64;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if !is_store_entry(&entry.file_name().to_string_lossy()) {
+            continue;
+        }
+        let meta = entry.metadata()?;
+        let bytes = if meta.is_dir() {
+            files::allocated_bytes(&entry.path())?
+        } else {
+            files::file_bytes(&meta)
+        };
+        total = total.saturating_add(bytes);
+    }
+    Ok(total)
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Syncs every file under `dir`, then every directory (the deepest first, `dir` last), so a
+/// crash after it returns finds the tree's contents and names on disk.
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            File::open(entry.path())?.sync_all()?;
+        }
+    }
+    sync_dir(dir)
 }
 
 /// Moves every store entry of `from` into `to` (created when missing); repeatable.
@@ -157,9 +194,32 @@ fn remove_dir_if_there(dir: &Path) -> io::Result<bool> {
     }
 }
 
-/// Steps 3 to 6 from `compact.swap`, or 5 and 6 from `compact.install`.
-fn finish_swap(dir: &Path) -> io::Result<()> {
+/// Whether `compact.new/` holds a store to install: its `db`, and the head record when the live
+/// store has one (the copy is written before the marker, so a marker without them is stray).
+fn staged_complete(dir: &Path) -> bool {
     let (new, old) = (dir.join(NEW_DIR), dir.join(OLD_DIR));
+    let had_head = head::path(dir).exists() || head::path(&old).exists();
+    new.join("db").is_file() && (!had_head || head::path(&new).is_file())
+}
+
+/// Steps 3 to 6 from `compact.swap`, or 5 and 6 from `compact.install`. A `compact.swap` without
+/// a complete copy to install is dropped and the live store kept; `compact.old/` goes only once a
+/// store is in place. Returns whether a swap was finished (`false`: a stray marker was dropped).
+fn finish_swap(dir: &Path) -> io::Result<bool> {
+    let (new, old) = (dir.join(NEW_DIR), dir.join(OLD_DIR));
+    if dir.join(SWAP_MARKER).exists() && !staged_complete(dir) {
+        // Whatever of the live store already moved out goes back before the marker goes.
+        if old.is_dir() {
+            move_entries(&old, dir, "")?;
+        }
+        fs::remove_file(dir.join(SWAP_MARKER))?;
+        sync_dir(dir)?;
+        remove_dir_if_there(&new)?;
+        if dir.join("db").is_file() {
+            remove_dir_if_there(&old)?;
+        }
+        return Ok(false);
+    }
     if dir.join(SWAP_MARKER).exists() {
         move_entries(dir, &old, "moving-old")?;
         crash_point("moved-old");
@@ -176,8 +236,10 @@ fn finish_swap(dir: &Path) -> io::Result<()> {
         fs::remove_file(dir.join(INSTALL_MARKER))?;
         sync_dir(dir)?;
     }
-    remove_dir_if_there(&old)?;
-    Ok(())
+    if dir.join("db").is_file() {
+        remove_dir_if_there(&old)?;
+    }
+    Ok(true)
 }
 
 /// Finishes or discards a compaction that a crash interrupted in the journal at `dir` (see the
@@ -185,7 +247,15 @@ fn finish_swap(dir: &Path) -> io::Result<()> {
 pub(super) fn recover(dir: &Path) -> Result<Recovered> {
     let marked = dir.join(SWAP_MARKER).exists() || dir.join(INSTALL_MARKER).exists();
     if marked {
-        finish_swap(dir).map_err(io_failed(dir, "finishing an interrupted compaction"))?;
+        let finished =
+            finish_swap(dir).map_err(io_failed(dir, "finishing an interrupted compaction"))?;
+        if !finished {
+            tracing::warn!(
+                message = "Found a journal compaction's swap marker without a complete compacted store; dropped it and kept the journal as it is.",
+                path = %dir.display()
+            );
+            return Ok(Recovered::Discarded);
+        }
         tracing::info!(
             message = "Finished a journal compaction that was interrupted during its swap; the journal is the compacted one.",
             path = %dir.display()
@@ -194,8 +264,10 @@ pub(super) fn recover(dir: &Path) -> Result<Recovered> {
     }
     let discarded = remove_dir_if_there(&dir.join(NEW_DIR))
         .map_err(io_failed(dir, "deleting an unfinished compaction"))?;
-    remove_dir_if_there(&dir.join(OLD_DIR))
-        .map_err(io_failed(dir, "deleting a compacted journal's old files"))?;
+    if dir.join("db").is_file() {
+        remove_dir_if_there(&dir.join(OLD_DIR))
+            .map_err(io_failed(dir, "deleting a compacted journal's old files"))?;
+    }
     if discarded {
         tracing::info!(
             message = "Deleted the copy of a journal compaction that was interrupted before its swap; the journal is unchanged.",
@@ -235,8 +307,7 @@ pub(super) fn compact_locked(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Compacted> {
     let started = Instant::now();
-    let bytes_before =
-        files::allocated_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
+    let bytes_before = store_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
     let staging = dir.join(NEW_DIR);
     let built = build(dir, &staging, timeout, progress);
     let (report, entries) = match built {
@@ -264,13 +335,20 @@ pub(super) fn compact_locked(
         sync_dir(dir)
     };
     if let Err(e) = mark() {
-        let _ = fs::remove_file(&marker);
-        let _ = fs::remove_dir_all(&staging);
+        // The marker may have reached disk: only once it is gone for sure may the copy go, else
+        // a surviving marker would find no store to install (the next open finishes the swap).
+        let unmarked = match fs::remove_file(&marker) {
+            Ok(()) => true,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        } && sync_dir(dir).is_ok();
+        if unmarked {
+            let _ = fs::remove_dir_all(&staging);
+        }
         return Err(failed(dir, format!("writing {SWAP_MARKER}: {e}")));
     }
     crash_point("marked");
     // Past the marker the new store is the journal: a failure here is finished by the next open.
-    finish_swap(dir).map_err(|e| {
+    let finished = finish_swap(dir).map_err(|e| {
         failed(
             dir,
             format!(
@@ -278,8 +356,13 @@ pub(super) fn compact_locked(
             ),
         )
     })?;
-    let bytes_after =
-        files::allocated_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
+    if !finished {
+        return Err(failed(
+            dir,
+            "the compacted store was gone before its swap; the journal is unchanged",
+        ));
+    }
+    let bytes_after = store_bytes(dir).map_err(io_failed(dir, "measuring the journal"))?;
     let out = Compacted {
         path: dir.to_owned(),
         bytes_before,
@@ -413,11 +496,9 @@ fn build(
         Err(e) => return Err(io_failed(dir, "reading the head record")(e)),
     }
     files::restrict_tree(staging)?;
-    for d in [staging.to_owned(), staging.join("blobs")] {
-        if d.is_dir() {
-            sync_dir(&d).map_err(io_failed(dir, "syncing the compacted store"))?;
-        }
-    }
+    // sled's flush syncs only `db`: large values sit in `blobs/` and its `conf` unsynced. The
+    // marker makes this copy the journal, so every byte of it must be on disk before.
+    sync_tree(staging).map_err(io_failed(dir, "syncing the compacted store"))?;
 
     // And it opens as an intact journal with the same contents.
     let (db, check, _) = super::scan(staging, cache, timeout)?;

@@ -133,6 +133,17 @@ pub(super) fn restrict_tree(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Bytes allocated on disk for one file.
+pub(super) fn file_bytes(meta: &fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        meta.blocks().saturating_mul(512)
+    }
+    #[cfg(not(unix))]
+    meta.len()
+}
+
 /// Bytes allocated on disk under `dir` (sled's own `size_on_disk` leaves out snapshots).
 pub(super) fn allocated_bytes(dir: &Path) -> io::Result<u64> {
     let mut total = 0u64;
@@ -146,14 +157,7 @@ pub(super) fn allocated_bytes(dir: &Path) -> io::Result<u64> {
             if meta.is_dir() {
                 stack.push(entry.path());
             } else {
-                #[cfg(unix)]
-                let bytes = {
-                    use std::os::unix::fs::MetadataExt;
-                    meta.blocks().saturating_mul(512)
-                };
-                #[cfg(not(unix))]
-                let bytes = meta.len();
-                total = total.saturating_add(bytes);
+                total = total.saturating_add(file_bytes(&meta));
             }
         }
     }

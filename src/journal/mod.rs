@@ -300,13 +300,13 @@ impl Journal {
         let (mut db, mut report) = open_checked(&path, cfg.cache_capacity, cfg.open_timeout)?;
         // Only `herald run` asks; the others open the journal as it is without measuring it.
         let oversized = cfg.compact_at_open.and_then(|floor| {
-            files::allocated_bytes(&path)
+            compact::store_bytes(&path)
                 .ok()
                 .filter(|&disk| worth_compacting(disk, report.live_bytes, floor))
         });
         if let Some(disk) = oversized {
             drop(db);
-            compact_at_open(&path, disk, report.live_bytes);
+            compact_at_open(&path, disk, report.live_bytes, cfg.open_timeout);
             compact::recover(&path)?;
             (db, report) = open_checked(&path, cfg.cache_capacity, cfg.open_timeout)?;
         }
@@ -1141,7 +1141,7 @@ pub fn verify(dir: &Path, timeout: Duration) -> Result<Report> {
 
 /// The start-time compaction, of a closed store whose lock the caller holds. A failure is logged
 /// and leaves the journal as it was, or as the next [`compact::recover`] finishes it.
-fn compact_at_open(path: &Path, disk: u64, live: u64) {
+fn compact_at_open(path: &Path, disk: u64, live: u64, timeout: Duration) {
     tracing::info!(
         message = "Compacting the journal before start: its files take far more than what it holds.",
         path = %path.display(),
@@ -1150,7 +1150,7 @@ fn compact_at_open(path: &Path, disk: u64, live: u64) {
     );
     let mut progress =
         |line: &str| tracing::debug!(message = "Compacting the journal.", progress = line);
-    if let Err(error) = compact::compact_locked(path, OPEN_TIMEOUT, &mut progress) {
+    if let Err(error) = compact::compact_locked(path, timeout, &mut progress) {
         tracing::warn!(message = "Could not compact the journal; starting with it as it is.", error = %herald_sink_core::error_chain(&error));
     }
 }

@@ -21,7 +21,19 @@ type Entries = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// Every entry of the store in `dir`, read with sled directly.
 fn entries(dir: &Path) -> Entries {
-    let db = sled::Config::new().path(dir).open().unwrap();
+    // sled lets go of its file lock when its last thread ends, a moment after a close returns.
+    let mut tries = 0;
+    let db = loop {
+        match sled::Config::new().path(dir).open() {
+            Ok(db) => break db,
+            Err(e) if tries < 100 => {
+                tries += 1;
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
     let all = db
         .iter()
         .map(|e| {
@@ -35,7 +47,8 @@ fn entries(dir: &Path) -> Entries {
 
 /// A journal after a burst that retention dropped: 4,000 events of 2 KiB and their index entries
 /// (created, then deleted), of which the last 50 stay (the `slow` sink has not passed them), with
-/// acknowledged ranges above `slow`'s cursor, a dead letter, a replay and a checkpoint.
+/// acknowledged ranges above `slow`'s cursor, two dead letters (one of 300 KiB, which sled keeps
+/// in `blobs/`), a replay and a checkpoint.
 async fn fill(dir: &Path) {
     let j = Journal::open(JournalConfig::new(dir)).unwrap();
     j.register_sink("out", true).unwrap();
@@ -79,6 +92,10 @@ async fn fill(dir: &Path) {
     j.dead_letter_put("slow", 7, br#"{"event":"dead"}"#)
         .unwrap();
     j.replay_put("slow", 9, br#"{"event":"again"}"#).unwrap();
+    // Above sled's blob threshold (~128 KiB): stored in `blobs/`, which compaction must sync.
+    let big =
+        serde_json::to_vec(&json!({"event": "large", "pad": "b".repeat(300 * 1024)})).unwrap();
+    j.dead_letter_put("slow", 8, &big).unwrap();
     assert_eq!(j.apply_retention().unwrap(), head - 50);
     assert_eq!(j.retained_events(), 50);
     j.close().await.unwrap();
@@ -121,6 +138,10 @@ async fn compaction_keeps_every_entry_and_gives_back_the_space() {
     .unwrap();
 
     assert_eq!(entries(&dir), before, "every entry survives byte for byte");
+    assert!(
+        std::fs::read_dir(dir.join("blobs")).unwrap().count() > 0,
+        "the large dead letter is kept in blobs/"
+    );
     assert_eq!(std::fs::read(dir.join(head::FILE)).unwrap(), record);
     assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
     assert_eq!(out.bytes_before, disk_before);
@@ -202,6 +223,61 @@ async fn an_open_compacts_only_when_asked_and_worth_it() {
     assert!(j.size_on_disk().unwrap() * 2 < disk);
     j.close().await.unwrap();
     assert_eq!(entries(&dir), before);
+}
+
+#[tokio::test]
+async fn a_swap_marker_without_a_complete_copy_keeps_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let template = tmp.path().join("template");
+    fill(&template).await;
+    let before = entries(&template);
+    // A marker that reached disk although writing it failed, its copy deleted or half there.
+    for (case, staged) in [
+        ("none", None),
+        ("partial", Some("conf")),
+        ("no-head", Some("db")),
+    ] {
+        let dir = tmp.path().join(case);
+        copy_dir(&template, &dir);
+        std::fs::write(dir.join(SWAP_MARKER), b"marker\n").unwrap();
+        if let Some(file) = staged {
+            std::fs::create_dir_all(dir.join(NEW_DIR)).unwrap();
+            std::fs::copy(template.join(file), dir.join(NEW_DIR).join(file)).unwrap();
+        }
+        let j = Journal::open(JournalConfig::new(&dir)).unwrap();
+        assert_eq!(j.retained_events(), 50, "{case}");
+        j.close().await.unwrap();
+        assert!(leftovers(&dir).is_empty(), "{case}: {:?}", leftovers(&dir));
+        assert_eq!(entries(&dir), before, "{case}: the journal is kept intact");
+    }
+}
+
+#[tokio::test]
+async fn the_start_time_trigger_measures_only_the_store() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    fill(&dir).await;
+    compact(&dir, Duration::from_secs(30), &mut |_| {}).unwrap();
+    let disk = files::allocated_bytes(&dir).unwrap();
+    // The embedded cluster's state, far larger than the compacted journal.
+    std::fs::create_dir_all(dir.join("embedded-cluster")).unwrap();
+    std::fs::write(
+        dir.join("embedded-cluster").join("changes.jsonl"),
+        "c".repeat(usize::try_from(disk * 16).unwrap()),
+    )
+    .unwrap();
+    let inode = std::fs::metadata(dir.join("db")).unwrap().ino();
+    let cfg = JournalConfig {
+        compact_at_open: Some(1024 * 1024),
+        ..JournalConfig::new(&dir)
+    };
+    Journal::open(cfg).unwrap().close().await.unwrap();
+    assert_eq!(
+        std::fs::metadata(dir.join("db")).unwrap().ino(),
+        inode,
+        "a compacted journal is not compacted again for its neighbours' files"
+    );
 }
 
 const STEPS: [&str; 7] = [
