@@ -1151,7 +1151,7 @@ fn compact_at_open(path: &Path, disk: u64, live: u64, timeout: Duration) {
     let mut progress =
         |line: &str| tracing::debug!(message = "Compacting the journal.", progress = line);
     if let Err(error) = compact::compact_locked(path, timeout, &mut progress) {
-        tracing::warn!(message = "Could not compact the journal; starting with it as it is.", error = %herald_sink_core::error_chain(&error));
+        tracing::warn!(message = "Could not compact the journal; starting with the journal as it was, or as recovery finishes an interrupted swap.", error = %herald_sink_core::error_chain(&error));
     }
 }
 
