@@ -538,12 +538,18 @@ impl<'a> Recorder<'a> {
         } else {
             Api::all_with(self.resolved.client.clone(), &self.resolved.api_resource)
         };
-        match api.get_opt(meta(recorded, "name")).await {
-            Ok(Some(o)) => {
-                let v = self.prepare(serde_json::to_value(o).unwrap_or(Value::Null))?;
+        // Read as a `Value`, as the watch reads: a typed object would re-order `metadata` and
+        // drop unknown fields, and the event built from it would differ from a watched one.
+        let request = kube::core::Request::new(api.resource_url())
+            .get(meta(recorded, "name"), &kube::api::GetParams::default())
+            .map_err(|e| SyncError::GetFailed(kube::Error::BuildRequest(e)))?;
+        match self.resolved.client.request::<Value>(request).await {
+            Ok(o) => {
+                let o = super::WatchedObject::into_value(o).map_err(SyncError::GetFailed)?;
+                let v = self.prepare(o)?;
                 Ok((meta(&v, "uid") == meta(recorded, "uid")).then_some(v))
             }
-            Ok(None) => Ok(None),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(SyncError::GetFailed(e)),
         }
     }
