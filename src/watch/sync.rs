@@ -743,6 +743,25 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             }
             let mut p = Pending::default();
             for item in page.items.unwrap_or_default() {
+                // The watch's shape check: a listed object without it would be journaled
+                // unreadable to the index; it is skipped, named as well as it can be.
+                let named = format!(
+                    "{}/{}",
+                    item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
+                    item.pointer("/metadata/name").unwrap_or(&Value::Null)
+                );
+                let item = match super::WatchedObject::into_value(item) {
+                    Ok(item) => item,
+                    Err(error) => {
+                        tracing::warn!(
+                            message = "A listed object is not shaped like a Kubernetes object; skipping it.",
+                            stream = %r.stream,
+                            object = %named,
+                            %error,
+                        );
+                        continue;
+                    }
+                };
                 let new = rec.prepare(item)?;
                 if !rec.namespace_allowed(meta(&new, "namespace")).await? {
                     continue;
