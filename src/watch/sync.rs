@@ -367,6 +367,21 @@ impl<'a> Recorder<'a> {
                 id = %ev.id,
                 %error,
             );
+        } else if [Some(obj), old]
+            .into_iter()
+            .flatten()
+            .any(|o| depth(o) > DEEP)
+            && let Err(error) = herald_sink_core::CloudEvent::from_structured_json(&bytes)
+        {
+            // Nested near serde_json's limit: the event wraps the object two levels deeper, past
+            // what a reader parses. Journaled all the same, for the same reason as above.
+            tracing::warn!(
+                message = "Event cannot be read back (its object is nested too deep); each sink will dead-letter it.",
+                resource = %self.resolved.display(),
+                id = %ev.id,
+                object = %ev.subject.as_deref().unwrap_or_default(),
+                %error,
+            );
         }
         p.events.push(bytes);
     }
@@ -621,6 +636,20 @@ struct Page {
     metadata: PageMeta,
     #[serde(default)]
     items: Option<Vec<Value>>,
+}
+
+/// Objects nested deeper than this are read back once journaled, to warn of one the readers
+/// refuse (`serde_json` parses 127 levels; the event and its `data` take two, a patch two more).
+const DEEP: usize = 100;
+
+/// How deep a JSON value nests (a scalar is 0). The value was parsed under `serde_json`'s depth
+/// limit, so the recursion is bounded.
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// What a page's `metadata` says: the snapshot's revision and where the next page starts.
