@@ -842,15 +842,12 @@ async fn read_ahead(
             after = seq;
             let len = bytes.len();
             let read = match Journaled::from_structured_json(bytes.as_slice()) {
-                // Only a route `when` reads `data`: without one, routing parses none of it.
+                // Only a route `when` for this sink reads `data`: routing parses it for that alone.
                 Ok(event)
-                    if router.wants_counting(
+                    if router.wants_lazily(
                         &name,
-                        if router.reads_data() {
-                            event.event()
-                        } else {
-                            event.attributes()
-                        },
+                        event.attributes(),
+                        || event.event(),
                         Some(&stats.route_filter_errors),
                     ) =>
                 {

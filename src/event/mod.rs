@@ -215,6 +215,11 @@ pub fn normalize(resource: &Resource, ob: Observed<'_>) -> CloudEvent {
 /// the same bytes, written from the observed object where it lies instead of from a copy of it
 /// in the event (a deep copy of every object was a good part of the normalizer's allocations).
 /// The event comes back without `data`, for its attributes (validation, logging).
+///
+/// # Panics
+///
+/// Never in practice: `data` is made of JSON values with string keys, which `serde_json` always
+/// serializes; a failure there is a broken invariant (`unreachable!`).
 pub fn normalize_structured(resource: &Resource, ob: Observed<'_>) -> (CloudEvent, Vec<u8>) {
     let (event, data) = normalize_parts(resource, ob);
     let mut out = event.to_structured_json();

@@ -204,12 +204,6 @@ impl Router {
         self.wants_counting(sink, event, None)
     }
 
-    /// Whether routing reads an event's `data` (a route has a `when`): without, the attributes
-    /// are all [`Router::wants`] needs, and delivery leaves `data` unparsed.
-    pub fn reads_data(&self) -> bool {
-        self.routes().iter().any(|r| r.when.is_some())
-    }
-
     /// [`Router::wants`], counting the route `when` evaluations that fail in `errors`.
     pub fn wants_counting(
         &self,
@@ -217,18 +211,32 @@ impl Router {
         event: &CloudEvent,
         errors: Option<&AtomicU64>,
     ) -> bool {
+        self.wants_lazily(sink, event, || event, errors)
+    }
+
+    /// [`Router::wants_counting`] for an event whose `data` may still be unparsed: `attributes`
+    /// decide resource and op, and `whole` (the event with `data`) is asked for only when a `when`
+    /// of a route for this sink, op and resource is evaluated. One snapshot of the routes decides,
+    /// so a replacement cannot land between reading the attributes and reading `data`.
+    pub fn wants_lazily<'a>(
+        &self,
+        sink: &str,
+        attributes: &'a CloudEvent,
+        whole: impl Fn() -> &'a CloudEvent,
+        errors: Option<&AtomicU64>,
+    ) -> bool {
         let routes = self.routes();
         if routes.is_empty() {
             return true;
         }
-        let op = op_of(event);
+        let op = op_of(attributes);
         routes.iter().enumerate().any(|(i, r)| {
             r.sinks.iter().any(|s| s == sink)
                 && (r.ops.is_empty() || op.is_some_and(|o| r.ops.contains(&o)))
-                && r.resources.iter().any(|p| p.matches(event))
+                && r.resources.iter().any(|p| p.matches(attributes))
                 && r.when
                     .as_ref()
-                    .is_none_or(|w| self.passes(i, w, op, event, errors))
+                    .is_none_or(|w| self.passes(i, w, op, whole(), errors))
         })
     }
 
@@ -395,5 +403,54 @@ mod tests {
         assert!(!r.wants("archive", &db));
         r.replace(Vec::new());
         assert!(r.wants("archive", &db));
+    }
+    #[test]
+    fn data_is_read_only_for_a_when_of_this_sink_op_and_resource() {
+        let r = Router::new(vec![
+            Route {
+                resources: vec![ResourcePattern::Any],
+                ops: vec![],
+                sinks: vec!["plain".into()],
+                when: None,
+            },
+            Route {
+                resources: vec!["things.x.io".parse().unwrap()],
+                ops: vec![Op::Created],
+                sinks: vec!["picky".into()],
+                when: Some(When::new("object.spec.on == true", OnError::Skip)),
+            },
+        ]);
+        let attributes = event("x.io", "Thing", "things", "created");
+        let whole = attributes
+            .clone()
+            .data(serde_json::json!({"object": {"spec": {"on": true}}}));
+        let reads = std::cell::Cell::new(0);
+        let lazily = |sink: &str, attributes: &CloudEvent| {
+            r.wants_lazily(
+                sink,
+                attributes,
+                || {
+                    reads.set(reads.get() + 1);
+                    &whole
+                },
+                None,
+            )
+        };
+        assert!(lazily("plain", &attributes));
+        assert!(!lazily(
+            "picky",
+            &event("x.io", "Thing", "things", "deleted")
+        ));
+        assert!(!lazily(
+            "picky",
+            &event("y.io", "Thing", "things", "created")
+        ));
+        assert_eq!(
+            reads.get(),
+            0,
+            "no `when` of these sinks, ops or resources ran"
+        );
+        assert!(lazily("picky", &attributes), "`when` sees the data");
+        assert_eq!(reads.get(), 1);
     }
 }

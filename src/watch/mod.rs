@@ -520,12 +520,6 @@ pub trait WatchedObject {
     fn into_value(self) -> Result<Value, kube::Error>;
 }
 
-impl WatchedObject for DynamicObject {
-    fn into_value(self) -> Result<Value, kube::Error> {
-        Ok(to_value(self))
-    }
-}
-
 impl WatchedObject for Value {
     fn into_value(self) -> Result<Value, kube::Error> {
         let shaped = self
@@ -607,10 +601,6 @@ async fn read_lines(
             return;
         }
     }
-}
-
-fn to_value(o: DynamicObject) -> Value {
-    serde_json::to_value(o).unwrap_or(Value::Null)
 }
 
 fn is_not_found(error: &kube::Error) -> bool {

@@ -367,6 +367,21 @@ impl<'a> Recorder<'a> {
                 id = %ev.id,
                 %error,
             );
+        } else if [Some(obj), old]
+            .into_iter()
+            .flatten()
+            .any(|o| depth(o) > DEEP)
+            && let Err(error) = herald_sink_core::CloudEvent::from_structured_json(&bytes)
+        {
+            // Nested near serde_json's limit: the event wraps the object two levels deeper, past
+            // what a reader parses. Journaled all the same, for the same reason as above.
+            tracing::warn!(
+                message = "Event cannot be read back (its object is nested too deep); each sink will dead-letter it.",
+                resource = %self.resolved.display(),
+                id = %ev.id,
+                object = %ev.subject.as_deref().unwrap_or_default(),
+                %error,
+            );
         }
         p.events.push(bytes);
     }
@@ -538,12 +553,18 @@ impl<'a> Recorder<'a> {
         } else {
             Api::all_with(self.resolved.client.clone(), &self.resolved.api_resource)
         };
-        match api.get_opt(meta(recorded, "name")).await {
-            Ok(Some(o)) => {
-                let v = self.prepare(serde_json::to_value(o).unwrap_or(Value::Null))?;
+        // Read as a `Value`, as the watch reads: a typed object would re-order `metadata` and
+        // drop unknown fields, and the event built from it would differ from a watched one.
+        let request = kube::core::Request::new(api.resource_url())
+            .get(meta(recorded, "name"), &kube::api::GetParams::default())
+            .map_err(|e| SyncError::GetFailed(kube::Error::BuildRequest(e)))?;
+        match self.resolved.client.request::<Value>(request).await {
+            Ok(o) => {
+                let o = super::WatchedObject::into_value(o).map_err(SyncError::GetFailed)?;
+                let v = self.prepare(o)?;
                 Ok((meta(&v, "uid") == meta(recorded, "uid")).then_some(v))
             }
-            Ok(None) => Ok(None),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(SyncError::GetFailed(e)),
         }
     }
@@ -615,6 +636,20 @@ struct Page {
     metadata: PageMeta,
     #[serde(default)]
     items: Option<Vec<Value>>,
+}
+
+/// Objects nested deeper than this are read back once journaled, to warn of one the readers
+/// refuse (`serde_json` parses 127 levels; the event and its `data` take two, a patch two more).
+const DEEP: usize = 100;
+
+/// How deep a JSON value nests (a scalar is 0). The value was parsed under `serde_json`'s depth
+/// limit, so the recursion is bounded.
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// What a page's `metadata` says: the snapshot's revision and where the next page starts.
@@ -737,6 +772,25 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             }
             let mut p = Pending::default();
             for item in page.items.unwrap_or_default() {
+                // The watch's shape check: a listed object without it would be journaled
+                // unreadable to the index; it is skipped, named as well as it can be.
+                let named = format!(
+                    "{}/{}",
+                    item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
+                    item.pointer("/metadata/name").unwrap_or(&Value::Null)
+                );
+                let item = match super::WatchedObject::into_value(item) {
+                    Ok(item) => item,
+                    Err(error) => {
+                        tracing::warn!(
+                            message = "A listed object is not shaped like a Kubernetes object; skipping it.",
+                            stream = %r.stream,
+                            object = %named,
+                            %error,
+                        );
+                        continue;
+                    }
+                };
                 let new = rec.prepare(item)?;
                 if !rec.namespace_allowed(meta(&new, "namespace")).await? {
                     continue;

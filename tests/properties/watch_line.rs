@@ -1,14 +1,14 @@
-//! The path from a watch line to a journaled change: kube's line decoding, [`Line::of`], the
-//! normalizer, and the journal reader's decoding. Arbitrary bytes and arbitrary JSON objects give a
-//! change or a typed error, never a panic, and the normalizer and the reader always agree on
-//! whether an event is valid (one definition: `CloudEvent::validate`), so nothing journaled is
-//! silently unreadable.
+//! The path from a watch line to a journaled change: kube's line decoding into a `Value`,
+//! [`Line::of`], the normalizer writing the journal's bytes, and both journal decoders. Arbitrary
+//! bytes and arbitrary JSON objects give a change or a typed error, never a panic, and the
+//! normalizer and the readers always agree on whether an event is valid (one definition:
+//! `CloudEvent::validate`), so nothing journaled is silently unreadable.
 
 use herald::event::{self, Observed, Op, Payload, Resource};
 use herald::watch::{Line, Seen};
-use herald_sink_core::CloudEvent;
 use herald_sink_core::encode::DecodeError;
-use kube::api::{DynamicObject, WatchEvent};
+use herald_sink_core::{CloudEvent, Journaled};
+use kube::api::WatchEvent;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -33,8 +33,9 @@ fn resource(namespaced: bool) -> Resource {
     }
 }
 
-/// kube's decoding of one watch line (what its watch stream does with each line).
-fn decode(bytes: &[u8]) -> kube::Result<WatchEvent<DynamicObject>> {
+/// kube's decoding of one watch line into a `Value` (what herald's watch stream does with each
+/// line).
+fn decode(bytes: &[u8]) -> kube::Result<WatchEvent<Value>> {
     serde_json::from_slice(bytes).map_err(kube::Error::SerdeError)
 }
 
@@ -55,24 +56,36 @@ fn journal_and_read_back(
     let old = old.map(|o| event::prepare(resource, o));
     let _ = event::object_key(resource, &object);
     let _ = event::status_only_change(old.as_ref().unwrap_or(&object), &object);
-    let ev = event::normalize(
-        resource,
-        Observed {
-            op,
-            object: &object,
-            old: old.as_ref(),
-            resync: false,
-            resource_version: None,
-            observed_at: jiff::Timestamp::now(),
-        },
-    );
-    let verdict = ev.validate();
-    let bytes = ev.to_structured_json();
-    match (verdict, CloudEvent::from_structured_json(&bytes)) {
-        (Ok(()), Ok(read)) => assert_eq!(read, ev, "the reader reads back what was journaled"),
-        (Err(made), Err(DecodeError::Invalid(read))) => assert_eq!(made, read),
-        (verdict, read) => panic!(
-            "normalizer and reader disagree: {verdict:?} vs {read:?} for {}",
+    let observed = Observed {
+        op,
+        object: &object,
+        old: old.as_ref(),
+        resync: false,
+        resource_version: None,
+        observed_at: jiff::Timestamp::now(),
+    };
+    let ev = event::normalize(resource, observed);
+    let (head, bytes) = event::normalize_structured(resource, observed);
+    let verdict = head.validate();
+    assert_eq!(verdict, ev.validate(), "both normalizers judge alike");
+    let full = CloudEvent::from_structured_json(&bytes);
+    let cheap = Journaled::from_structured_json(bytes.clone());
+    match (verdict, full, cheap) {
+        (Ok(()), Ok(read), Ok(cheap)) => {
+            assert_eq!(read.id, ev.id, "the reader reads back what was journaled");
+            assert_eq!(
+                read.data, ev.data,
+                "the reader reads back what was journaled"
+            );
+            assert_eq!(cheap, read, "both decoders agree");
+        }
+        (Err(made), Err(DecodeError::Invalid(read)), Err(cheap)) => {
+            assert_eq!(made, read);
+            assert_eq!(cheap.to_string(), DecodeError::Invalid(read).to_string());
+        }
+        (verdict, read, cheap) => panic!(
+            "normalizer and readers disagree: {verdict:?} vs {read:?} vs {:?} for {}",
+            cheap.err(),
             String::from_utf8_lossy(&bytes)
         ),
     }

@@ -657,3 +657,65 @@ async fn a_relisted_object_keeps_the_servers_key_order() {
     assert_eq!(top(sent), top(&raw));
     j.close().await.unwrap();
 }
+
+/// An object that left a selector but lives on is read back as the API server sends it: its
+/// update carries the server's key order and the metadata fields a typed object would drop.
+#[tokio::test]
+async fn a_selector_exit_reads_the_object_as_the_server_sends_it() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    let mut object = widget("a", 1);
+    object["metadata"]["labels"] = json!({"keep": "yes"});
+    object["metadata"]["zNotInObjectMeta"] = json!("kept");
+    let created = sim.create(&w, object).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    let spec = WatchSpec {
+        label_selector: Some("keep=yes".into()),
+        ..spec()
+    };
+    let (health, ns) = (Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    let mut at = String::new();
+    rec.record_watch(vec![(Seen::Added, created.clone())], &mut at)
+        .await
+        .unwrap();
+    let changed = sim
+        .merge_patch(
+            &w,
+            "a",
+            &json!({"metadata": {"labels": {"keep": "no"}}, "spec": {"v": 2}}),
+        )
+        .unwrap();
+    rec.record_watch(vec![(Seen::Deleted, created)], &mut at)
+        .await
+        .unwrap();
+    let all = events(&j).await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(
+        id(&all[1]),
+        format!("{}:{}:updated", uid(&changed), rv(&changed))
+    );
+    let raw: Value = sim
+        .client()
+        .unwrap()
+        .request(
+            kube::core::Request::new("/apis/example.com/v1/namespaces/default/widgets")
+                .get("a", &kube::api::GetParams::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let sent = &all[1]["data"]["object"];
+    assert_eq!(sent["metadata"]["zNotInObjectMeta"], "kept");
+    let keys = |o: &Value| -> Vec<String> {
+        o["metadata"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| *k != "managedFields")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(keys(sent), keys(&raw));
+}
