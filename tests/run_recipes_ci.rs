@@ -776,13 +776,20 @@ async fn splunk_hec_recipe() {
     let sim = sim().await;
     let raw = Raw::new(&sim);
     raw.install_crd(&widgets_crd()).await;
-    // Answers as HEC does: the first request finds the indexers busy (503, code 9), then
-    // Success; a malformed request gets 400 "Invalid data format" and fails the test.
-    let busy = AtomicUsize::new(0);
-    let splunk = ApiReceiver::start(move |r, _| {
+    // Answers as HEC does: the first request carrying the update finds the indexers busy (503,
+    // code 9), then Success; a malformed request gets 400 "Invalid data format" and fails the
+    // test. Not the first request: a refused batch's events come back each on its own retry
+    // schedule, so refusing the creations' batch would leave nothing to show batching with.
+    let refused_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let refused = refused_at.clone();
+    let splunk = ApiReceiver::start(move |r, n| {
         if !splunk_problems(r).is_empty() {
             ApiAnswer::json(400, json!({"text": "Invalid data format", "code": 6}))
-        } else if busy.fetch_add(1, Ordering::SeqCst) == 0 {
+        } else if String::from_utf8_lossy(&r.body).contains("\"op\":\"updated\"")
+            && refused
+                .compare_exchange(usize::MAX, n, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
             ApiAnswer::json(503, json!({"text": "Server is busy", "code": 9}))
         } else {
             ApiAnswer::json(200, json!({"text": "Success", "code": 0}))
@@ -829,7 +836,13 @@ async fn splunk_hec_recipe() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let (taken, events) = loop {
         let got = splunk.received();
-        let taken: Vec<&ApiRequest> = got.iter().skip(1).collect();
+        let refused = refused_at.load(Ordering::SeqCst);
+        let taken: Vec<&ApiRequest> = got
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != refused)
+            .map(|(_, r)| r)
+            .collect();
         let events: Vec<Value> = taken
             .iter()
             .flat_map(|r| hec_events(&r.body).unwrap_or_else(|e| panic!("{e}: {r:?}")))
@@ -878,7 +891,9 @@ async fn splunk_hec_recipe() {
     assert!(position(&expected[0]) < position(&expected[8]), "{ids:?}");
     assert!(position(&expected[1]) < position(deleted[0]), "{ids:?}");
     // The refused batch came again, the same events to the byte.
-    let refused = hec_events(&splunk.received()[0].body).unwrap();
+    let refused = refused_at.load(Ordering::SeqCst);
+    assert_ne!(refused, usize::MAX, "the update's batch was refused once");
+    let refused = hec_events(&splunk.received()[refused].body).unwrap();
     for event in &refused {
         assert!(events.contains(event), "{event} retried as it was");
     }
