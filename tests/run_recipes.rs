@@ -50,6 +50,47 @@ pub(crate) fn recipe_config(
     )
 }
 
+/// Asserts that every request has the shape `problems` checks.
+pub(crate) fn assert_shapes(requests: &[ApiRequest], problems: fn(&ApiRequest) -> Vec<String>) {
+    for request in requests {
+        assert_eq!(problems(request), Vec::<String>::new(), "{request:?}");
+    }
+}
+
+/// A Prometheus label name (`[a-zA-Z_][a-zA-Z0-9_]*`), as Loki and Alertmanager take them.
+pub(crate) fn label_name(k: &str) -> bool {
+    let mut chars = k.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `herald render -c CONFIG --sink SINK --object` of a Widget `w9` with `spec` (YAML flow), the
+/// object file written in `dir`: the exit code and stdout.
+pub(crate) fn render_widget(
+    config: &Path,
+    dir: &Path,
+    sink: &str,
+    spec: &str,
+) -> (Option<i32>, String) {
+    let object = dir.join("w.yaml");
+    std::fs::write(
+        &object,
+        format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w9, namespace: default, uid: u9, resourceVersion: '9', generation: 1}}\nspec: {spec}\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["render", "-c", config.to_str().unwrap()])
+        .args(["--sink", sink, "--object", object.to_str().unwrap()])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 /// `herald dlq list --json` of `sink` through the running herald.
 pub(crate) fn dead_letters(config: &Path, sink: &str) -> Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
@@ -252,13 +293,7 @@ async fn github_repository_dispatch_recipe() {
     assert_eq!(last["event_type"], "frontend.updated");
     assert_eq!(last["client_payload"]["id"], id_of(&updated, "updated"));
     assert_eq!(last["client_payload"]["generation"], 2);
-    for request in &got {
-        assert_eq!(
-            github_problems(request),
-            Vec::<String>::new(),
-            "{request:?}"
-        );
-    }
+    assert_shapes(&got, github_problems);
     // The 422 alone is a dead letter; the rate-limited request was retried.
     assert_eq!(
         dead_letters(&herald.config, "github-ci")
@@ -294,13 +329,6 @@ fn loki_problems(r: &ApiRequest) -> Vec<String> {
     };
     let Some(streams) = body["streams"].as_array().filter(|s| !s.is_empty()) else {
         return vec!["streams: a non-empty array".into()];
-    };
-    let label_name = |k: &str| {
-        let mut chars = k.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
     for stream in streams {
         match stream["stream"].as_object() {
@@ -418,9 +446,7 @@ async fn loki_push_recipe() {
     ids.sort();
     expected.sort();
     assert_eq!(ids, expected, "each change once, after the retry");
-    for request in loki.received() {
-        assert_eq!(loki_problems(&request), Vec::<String>::new(), "{request:?}");
-    }
+    assert_shapes(&loki.received(), loki_problems);
     // The refused push's entries came again, the same to the byte (time frozen in the journal).
     let received = loki.received();
     let later: Vec<Value> = received[1..]
@@ -651,13 +677,7 @@ async fn pagerduty_events_recipe() {
     assert_eq!(got[4]["event_action"], "resolve", "{got:#?}");
     assert_eq!(got[4]["dedup_key"], trigger["dedup_key"]);
     assert_eq!(got.len(), 5, "{got:#?}");
-    for request in pagerduty.received() {
-        assert_eq!(
-            pagerduty_problems(&request),
-            Vec::<String>::new(),
-            "{request:?}"
-        );
-    }
+    assert_shapes(&pagerduty.received(), pagerduty_problems);
     assert_eq!(dead_letters(&herald.config, "pagerduty"), json!([]));
     assert_eq!(herald.terminate().await, Some(0));
 }

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::run_recipes::{WIDGETS, dead_letters, recipe_config, rule, wait_dead_letters};
+use crate::run_recipes::{
+    WIDGETS, dead_letters, label_name, recipe_config, rule, wait_dead_letters,
+};
 use crate::support::alertmanager::{Alertmanager, Proxy};
 use crate::support::api_receiver::{ApiAnswer, ApiReceiver, ApiRequest};
 use crate::support::{Herald, Raw, id_of, sim, widget, widgets_crd};
@@ -49,13 +51,6 @@ fn alertmanager_problems(r: &ApiRequest) -> Vec<String> {
     };
     let Some(alerts) = body.as_array().filter(|a| !a.is_empty()) else {
         return vec!["a non-empty JSON array of alerts".into()];
-    };
-    let label_name = |k: &str| {
-        let mut chars = k.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
     for alert in alerts {
         match alert["labels"].as_object() {

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::run_recipes::{WIDGETS, dead_letters, recipe_config, rule, wait_dead_letters};
+use crate::run_recipes::{
+    WIDGETS, assert_shapes, dead_letters, recipe_config, render_widget, rule, wait_dead_letters,
+};
 use crate::support::api_receiver::{ApiAnswer, ApiReceiver, ApiRequest};
 use crate::support::{Herald, Raw, admin_addr, admin_get, id_of, sim, widget, widgets_crd};
 
@@ -272,13 +274,7 @@ async fn gitlab_pipeline_trigger_recipe() {
     generations.sort_by_key(|g| g.0.to_string() + &g.1.to_string());
     generations.dedup();
     assert_eq!(generations.len(), all, "{generations:?}");
-    for request in &got {
-        assert_eq!(
-            gitlab_problems(request),
-            Vec::<String>::new(),
-            "{request:?}"
-        );
-    }
+    assert_shapes(&got, gitlab_problems);
     assert_eq!(
         dead_letters(&herald.config, "gitlab")
             .as_array()
@@ -287,19 +283,8 @@ async fn gitlab_pipeline_trigger_recipe() {
     );
     assert_eq!(herald.terminate().await, Some(0));
     // `herald render` shows the form with the token masked, however the form spells it.
-    let object = dir.path().join("w.yaml");
-    std::fs::write(
-        &object,
-        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w9, namespace: default, uid: u9, resourceVersion: '9', generation: 1}\nspec: {ref: main}\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
-        .args(["render", "-c", herald.config.to_str().unwrap()])
-        .args(["--sink", "gitlab", "--object", object.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let (code, stdout) = render_widget(&herald.config, dir.path(), "gitlab", "{ref: main}");
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.contains("token=***&"), "{stdout}");
     assert!(!stdout.contains("a1b2"), "{stdout}");
 }
@@ -431,13 +416,7 @@ async fn tekton_eventlistener_recipe() {
     );
     assert_eq!(got[2].json()["op"], "deleted");
     assert_eq!(got.len(), 3, "{got:#?}");
-    for request in &got {
-        assert_eq!(
-            tekton_problems(request),
-            Vec::<String>::new(),
-            "{request:?}"
-        );
-    }
+    assert_shapes(&got, tekton_problems);
     // The header alone picked the one update for the interceptor's trigger.
     let runs = fired.lock().unwrap().clone();
     assert_eq!(runs.len(), 1, "{runs:?}");
@@ -686,9 +665,7 @@ async fn slack_incoming_webhook_recipe() {
     );
     let got = slack.received();
     assert_eq!(got.len(), 7, "{got:#?}");
-    for request in &got {
-        assert_eq!(slack_problems(request), Vec::<String>::new(), "{request:?}");
-    }
+    assert_shapes(&got, slack_problems);
     assert_eq!(herald.terminate().await, Some(0));
 }
 
@@ -858,13 +835,7 @@ async fn splunk_hec_recipe() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    for request in splunk.received() {
-        assert_eq!(
-            splunk_problems(&request),
-            Vec::<String>::new(),
-            "{request:?}"
-        );
-    }
+    assert_shapes(&splunk.received(), splunk_problems);
     let ids: Vec<String> = events
         .iter()
         .map(|e| e["event"]["id"].as_str().unwrap().to_owned())
@@ -915,19 +886,8 @@ async fn splunk_hec_recipe() {
     assert_eq!(dead_letters(&herald.config, "splunk"), json!([]));
     assert_eq!(herald.terminate().await, Some(0));
     // `herald render` keeps the scheme and masks the token.
-    let object = dir.path().join("w.yaml");
-    std::fs::write(
-        &object,
-        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w9, namespace: default, uid: u9, resourceVersion: '9', generation: 1}\nspec: {size: 9}\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
-        .args(["render", "-c", herald.config.to_str().unwrap()])
-        .args(["--sink", "splunk", "--object", object.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let (code, stdout) = render_widget(&herald.config, dir.path(), "splunk", "{size: 9}");
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.contains("authorization: Splunk ***"), "{stdout}");
     assert!(!stdout.contains(HEC_TOKEN), "{stdout}");
 }
