@@ -7,6 +7,9 @@
 //! (ADR 0015), so holding the 4th list request keeps herald waiting with pages 1 and 2 (600
 //! objects) in its journal. An event of another resource, delivered after that, proves they are
 //! durable (one group commit flushes every earlier append).
+//!
+//! And the case that must keep reporting: an index without a checkpoint that is no first start
+//! (a salvage dropped the checkpoint of a resource whose skipping first start had completed).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -205,6 +208,11 @@ async fn a_first_list_killed_half_way_with_initial_state_skip_reports_only_later
         !checkpoints.keys().any(|s| s.contains("widgets")),
         "{report}"
     );
+    assert_eq!(
+        report["report"]["skippingFirstSyncs"],
+        json!(["example.com/widgets/*"]),
+        "{report}"
+    );
     let indexed = report["report"]["indexEntries"].as_u64().unwrap();
     assert!(
         (2 + 600..2 + WIDGETS as u64).contains(&indexed),
@@ -258,4 +266,95 @@ async fn a_first_list_killed_half_way_with_initial_state_skip_reports_only_later
     );
     assert_eq!(got[3], id_of(&created, "created"), "{got:#?}");
     assert_eq!(got.len(), 4, "{got:#?}");
+}
+
+/// A resource with `initialState: skip` whose first start completed, and whose checkpoint a salvage
+/// then dropped (the store lost committed events): its index has no checkpoint and no first-sync
+/// marker, which is no first start. The next start reports the differences as `resync` events,
+/// as before schema 4: every object the index held unconfirmed, sent whole as `created`.
+#[tokio::test]
+async fn a_skipping_resource_whose_checkpoint_a_salvage_dropped_reports_the_differences() {
+    let sim = sim().await;
+    Raw::new(&sim).install_crd(&widgets_crd()).await;
+    let w = widgets();
+    for n in ["a", "b", "c"] {
+        sim.create(&w, object("Widget", n)).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = herald_config(
+        &sim,
+        dir.path(),
+        "  - group: example.com\n    kind: Widget\n    initialState: skip",
+    );
+    let addr = admin_addr(&config);
+    let mut herald = Herald::start(dir.path(), &config);
+    herald
+        .until(30, "herald ready", async || {
+            admin_get(&addr, "/readyz").await.0 == 200
+        })
+        .await;
+    let d = sim.create(&w, object("Widget", "d")).unwrap();
+    let before = herald.wait_for(1).await;
+    assert_eq!(ids(&before), [id_of(&d, "created")]);
+    assert_eq!(herald.terminate().await, Some(0));
+
+    // The store loses its one event (as sled's recovery rolls back after a truncation).
+    let journal = dir.path().join("journal");
+    {
+        let db = sled::Config::new().path(&journal).open().unwrap();
+        let events: Vec<_> = db.scan_prefix(b"e/").keys().map(Result::unwrap).collect();
+        assert_eq!(events.len(), 1);
+        for k in events {
+            db.remove(k).unwrap();
+        }
+        db.insert(b"meta/head", &0u64.to_be_bytes()[..]).unwrap();
+        db.flush().unwrap();
+    }
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["journal", "salvage", "--json", "--journal"])
+        .arg(&journal)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let salvaged: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        salvaged["checkpointsDropped"],
+        json!(["example.com/widgets/*"]),
+        "{salvaged}"
+    );
+    let report = verify(dir.path()).await;
+    assert_eq!(report["report"]["indexEntries"], 4, "{report}");
+    assert_eq!(report["report"]["checkpoints"], json!({}), "{report}");
+    let b = sim
+        .merge_patch(&w, "b", &json!({"spec": {"v": 2}}))
+        .unwrap();
+
+    herald.restart();
+    let all = herald.wait_for(before.len() + 4).await;
+    let all = herald.settle(all.len()).await;
+    let mut got = ids(&all[before.len()..]);
+    got.sort_unstable();
+    let raw = Raw::new(&sim);
+    let path = |name: &str| format!("/apis/example.com/v1/namespaces/default/widgets/{name}");
+    let (a, c) = (
+        raw.get(&path("a")).await.body,
+        raw.get(&path("c")).await.body,
+    );
+    let mut want = vec![
+        id_of(&a, "created"),
+        id_of(&b, "created"),
+        id_of(&c, "created"),
+        id_of(&d, "created"),
+    ];
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert!(
+        all[before.len()..].iter().all(|e| e["resync"] == true),
+        "{all:#?}"
+    );
 }
