@@ -29,6 +29,7 @@ mod run_dlq;
 mod run_events;
 mod run_filters;
 mod run_groups;
+mod run_initial_skip;
 mod run_leader;
 mod run_rbac;
 mod run_recipes;

@@ -114,6 +114,9 @@ fn print_report(report: &Report) {
     for (stream, rv) in &report.checkpoints {
         outln!("  checkpoint {stream}: {rv}");
     }
+    for stream in &report.skipping_first_syncs {
+        outln!("  first sync under way, skipping the initial state: {stream}");
+    }
     outln!(
         "  index entries: {}   dead letters: {}   replays: {}",
         report.index_entries,
@@ -208,6 +211,12 @@ async fn salvage(args: SalvageArgs) -> Result<(), CliError> {
     );
     for (sink, cursor) in &out.cursors {
         outln!("  cursor {sink}: {cursor}");
+    }
+    if out.first_syncs_kept > 0 {
+        outln!(
+            "  kept: {} first-sync marker(s) (those first syncs continue without reporting what they find)",
+            out.first_syncs_kept
+        );
     }
     outln!(
         "  dropped: {} event(s) (unreadable or already delivered everywhere), {} other unreadable entries",

@@ -509,6 +509,7 @@ fn build(
         && check.first_event == report.first_event
         && check.cursors == report.cursors
         && check.checkpoints == report.checkpoints
+        && check.skipping_first_syncs == report.skipping_first_syncs
         && check.acked_above_cursor == report.acked_above_cursor
         && check.index_entries == report.index_entries
         && check.dead_letters == report.dead_letters

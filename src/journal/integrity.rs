@@ -50,6 +50,9 @@ pub struct Report {
     pub acked_above_cursor: BTreeMap<String, u64>,
     /// Watch checkpoints (resourceVersions) per stream.
     pub checkpoints: BTreeMap<String, String>,
+    /// Streams whose first sync is under way and skips the initial state (schema 4: their
+    /// first-sync marker, `f/`): the next start continues it silently.
+    pub skipping_first_syncs: Vec<String>,
     /// Entries of the object index (all streams).
     pub index_entries: u64,
     /// Dead letters (all sinks).
@@ -329,6 +332,17 @@ impl Checker {
                 }
                 _ => self.problem(format!("checkpoint {} is unreadable", keys::printable(k))),
             }
+        } else if let Some(stream) = k.strip_prefix(keys::FIRST_SYNC_PREFIX) {
+            if keys::first_sync_readable(stream, v) {
+                self.report
+                    .skipping_first_syncs
+                    .push(String::from_utf8_lossy(stream).into_owned());
+            } else {
+                self.problem(format!(
+                    "first-sync marker {} is unreadable",
+                    keys::printable(k)
+                ));
+            }
         } else if let Some(sink) = k.strip_prefix(keys::CURSOR_PREFIX) {
             match (std::str::from_utf8(sink), keys::decode_u64(k, v)) {
                 (Ok(sink), Ok(cursor)) => {
@@ -453,8 +467,8 @@ impl Checker {
         let version = self.report.schema_version.clone();
         let current = SCHEMA_VERSION.to_string();
         match version.as_deref() {
-            // Version 2 differs only by having no `a/` keys; opening upgrades it.
-            Some(v) if v == current || v == "2" => match record {
+            // Versions 2 and 3 differ only by having no `a/` or no `f/` keys; opening upgrades them.
+            Some(v) if v == current || v == "2" || v == "3" => match record {
                 Stored::Head(h) if *h > head => {
                     self.report.events_lost = true;
                     self.problem(format!(

@@ -1,14 +1,15 @@
-//! The key layout of the journal's single sled tree (schema version 3; version 2 had no `a/` keys,
-//! version 1 neither those nor the head record file).
+//! The key layout of the journal's single sled tree (schema version 4; version 3 had no `f/` keys,
+//! version 2 no `a/` keys either, version 1 neither those nor the head record file).
 //!
 //! | prefix | key | value |
 //! |---|---|---|
-//! | `meta/schema_version` | | ASCII decimal, `3` |
+//! | `meta/schema_version` | | ASCII decimal, `4` |
 //! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
 //! | `meta/redaction_key` | | 32 random bytes: the key of the index's digests of redacted values |
 //! | `e/` | u64 BE sequence number | u64 BE append time (ms since the epoch) + rendered CloudEvent |
 //! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen |
 //! | `c/` | stream | resourceVersion (UTF-8) |
+//! | `f/` | stream | `skip`: the stream's first sync is under way and records the existing objects silently (`initialState: skip`); written with its first index entries, removed by the append that writes its first checkpoint (schema 4) |
 //! | `s/` | sink | u64 BE cursor: the last acknowledged sequence number |
 //! | `a/` | sink | acknowledged ranges above the cursor: pairs of u64 BE (first, last), ascending, disjoint |
 //! | `d/` | sink, NUL, u64 BE sequence number | a dead letter (`dlq.rs`) |
@@ -27,6 +28,9 @@ pub(super) const REDACTION_KEY: &[u8] = b"meta/redaction_key";
 pub(super) const EVENT_PREFIX: &[u8] = b"e/";
 pub(super) const INDEX_PREFIX: &[u8] = b"i/";
 pub(super) const CHECKPOINT_PREFIX: &[u8] = b"c/";
+pub(super) const FIRST_SYNC_PREFIX: &[u8] = b"f/";
+/// The one value of an `f/` key.
+pub(super) const FIRST_SYNC_SKIPPING: &[u8] = b"skip";
 pub(super) const CURSOR_PREFIX: &[u8] = b"s/";
 pub(super) const ACKED_PREFIX: &[u8] = b"a/";
 pub(super) const DEAD_PREFIX: &[u8] = b"d/";
@@ -70,6 +74,17 @@ pub(super) fn index(stream: &str, key: &str) -> Vec<u8> {
 
 pub(super) fn checkpoint(stream: &str) -> Vec<u8> {
     prefixed(CHECKPOINT_PREFIX, stream.as_bytes())
+}
+
+pub(super) fn first_sync(stream: &str) -> Vec<u8> {
+    prefixed(FIRST_SYNC_PREFIX, stream.as_bytes())
+}
+
+/// Whether an `f/` entry (`rest`: its key after `f/`) is a readable first-sync marker: a stream
+/// name (UTF-8, not empty, no NUL) and the one value [`FIRST_SYNC_SKIPPING`].
+pub(super) fn first_sync_readable(rest: &[u8], value: &[u8]) -> bool {
+    value == FIRST_SYNC_SKIPPING
+        && std::str::from_utf8(rest).is_ok_and(|s| check_name("stream", s).is_ok())
 }
 
 pub(super) fn cursor(sink: &str) -> Vec<u8> {
@@ -182,6 +197,22 @@ mod tests {
         let a = index_prefix("a");
         assert!(index("a", "ns/x").starts_with(&a));
         assert!(!index("ab", "ns/x").starts_with(&a));
+    }
+
+    #[test]
+    fn first_sync_markers_are_readable_only_with_a_stream_and_their_value() {
+        assert_eq!(
+            first_sync("example.com/widgets/*"),
+            b"f/example.com/widgets/*"
+        );
+        assert!(first_sync_readable(
+            b"example.com/widgets/*",
+            FIRST_SYNC_SKIPPING
+        ));
+        assert!(!first_sync_readable(b"example.com/widgets/*", b"skiq"));
+        assert!(!first_sync_readable(b"", FIRST_SYNC_SKIPPING));
+        assert!(!first_sync_readable(b"a\0b", FIRST_SYNC_SKIPPING));
+        assert!(!first_sync_readable(&[0xff, 0xfe], FIRST_SYNC_SKIPPING));
     }
 
     #[test]

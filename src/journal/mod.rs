@@ -9,7 +9,7 @@
 //!
 //! # Layout (ADR 0002, `docs/adr/0002-journal-layout.md`)
 //! One sled tree, keys by prefix (`meta/`, `e/` events, `i/` object index, `c/` checkpoints,
-//! `s/` sink cursors, `a/` acknowledged ranges above them; see `keys.rs`), one `apply_batch` per append. DECISIONS.md asked to measure
+//! `f/` first-sync markers, `s/` sink cursors, `a/` acknowledged ranges above them; see `keys.rs`), one `apply_batch` per append. DECISIONS.md asked to measure
 //! it against one tree per concern written by a multi-tree `transaction`
 //! (`benches/journal_layout.rs` of the scratch crate; 1 KB event + 2 KB index object per event,
 //! 2-core VM on ext4/virtio, median of 3 alternating 4 s runs):
@@ -109,9 +109,10 @@ pub use integrity::Report;
 pub use salvage::{Salvaged, salvage, take_unconfirmed_mark};
 
 /// The journal layout this build writes (`meta/schema_version`). Version 2 added the head record
-/// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys); a
-/// version-1 or version-2 journal is upgraded when opened. See ADR 0002.
-pub const SCHEMA_VERSION: u32 = 3;
+/// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys),
+/// version 4 the first-sync markers (`f/` keys, [`FirstSync`]); a journal of an earlier version is
+/// upgraded when opened. See ADR 0002.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Acknowledged ranges kept above a sink's cursor at most (16 bytes each, rewritten with every
 /// acknowledgement). Past the bound the ranges furthest from the cursor are forgotten: a crash then
@@ -197,6 +198,21 @@ pub struct Batch {
     pub index: Vec<IndexUpdate>,
     /// The stream's new resourceVersion checkpoint; `None` leaves it unchanged.
     pub checkpoint: Option<String>,
+}
+
+/// What an append does with its stream's first-sync marker (`f/` + stream, schema 4): the mark of
+/// a first sync that records the existing objects silently (`initialState: skip`) and has not
+/// written its checkpoint yet. A start that finds it continues that first sync silently instead of
+/// taking the half-filled index for a salvaged one (which it would report the differences of).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FirstSync {
+    /// Leaves the marker as it is.
+    #[default]
+    Keep,
+    /// Sets it: the batch belongs to a first sync that skips the initial state.
+    Skipping,
+    /// Removes it: the batch ends the first sync (it carries the stream's checkpoint).
+    Done,
 }
 
 /// A change to a stream's object index (the last state of each object, for the relist diff).
@@ -422,9 +438,19 @@ impl Journal {
     /// see [`durable`](Journal::durable). Concurrent appenders are serialised, so each batch's
     /// numbers are contiguous.
     pub fn append(&self, batch: Batch) -> Result<Vec<u64>> {
+        self.append_with(batch, FirstSync::Keep)
+    }
+
+    /// [`append`](Journal::append), setting or removing the stream's first-sync marker in the
+    /// same sled batch (see [`FirstSync`]).
+    pub fn append_with(&self, batch: Batch, first_sync: FirstSync) -> Result<Vec<u64>> {
         self.check_open()?;
         keys::check_name("stream", &batch.stream)?;
-        if batch.events.is_empty() && batch.index.is_empty() && batch.checkpoint.is_none() {
+        if batch.events.is_empty()
+            && batch.index.is_empty()
+            && batch.checkpoint.is_none()
+            && first_sync == FirstSync::Keep
+        {
             return Ok(Vec::new());
         }
         let Batch {
@@ -451,6 +477,11 @@ impl Journal {
         }
         if let Some(rv) = checkpoint {
             b.insert(keys::checkpoint(&stream), rv.into_bytes());
+        }
+        match first_sync {
+            FirstSync::Keep => {}
+            FirstSync::Skipping => b.insert(keys::first_sync(&stream), keys::FIRST_SYNC_SKIPPING),
+            FirstSync::Done => b.remove(keys::first_sync(&stream)),
         }
         let new_head = head + count;
         if count > 0 {
@@ -522,6 +553,22 @@ impl Journal {
                 })
             })
             .transpose()
+    }
+
+    /// Whether the stream's first sync is under way and skips the initial state (its marker, set
+    /// and removed by [`append_with`](Journal::append_with)). A marker that does not read as one
+    /// counts as none: the start then reports the differences, at worst again, never none.
+    pub fn first_sync_skipping(&self, stream: &str) -> Result<bool> {
+        keys::check_name("stream", stream)?;
+        let value = self
+            .inner
+            .db
+            .get(keys::first_sync(stream))
+            .map_err(|source| JournalError::CheckpointReadFailed {
+                stream: stream.to_owned(),
+                source,
+            })?;
+        Ok(value.is_some_and(|v| v == keys::FIRST_SYNC_SKIPPING))
     }
 
     /// Every stream's checkpoint, in stream order (for the leader's published floors, ADR 0013).
@@ -1222,8 +1269,9 @@ fn scan(
 }
 
 /// Makes the store's layout the current one: a new store gets the schema version and its head
-/// record; a version-1 store (no head record) is upgraded by writing one; a version-2 store needs
-/// nothing but the new version (its sinks have no acknowledged ranges yet).
+/// record; a version-1 store (no head record) is upgraded by writing one; a version-2 or version-3
+/// store needs nothing but the new version (its sinks have no acknowledged ranges yet, its streams
+/// no first-sync markers).
 fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) -> Result<()> {
     let meta_failed = |source| JournalError::MetaFailed {
         path: path.to_owned(),
@@ -1233,11 +1281,13 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     if found == Some(current.as_str()) {
         return Ok(());
     }
-    // Version 2 → 3 only adds keys (`a/`) a version-2 store does not have: setting the version is
-    // the whole upgrade. Before version 2 there was no head record: the record first, so a crash
+    // Versions 2 → 3 → 4 only add keys (`a/`, then `f/`) an older store does not have: setting the
+    // version is the whole upgrade. A version-3 store has no marker for a first sync a version-3
+    // herald left half-way: that sync is finished as a relist, which reports what it had not
+    // reached (as version 3 did), never less. Before version 2 there was no head record: the record first, so a crash
     // before the version is written leaves a store that opens as before (a version-1 store with a
     // valid record, or an empty one), never a current store without a record.
-    if found != Some("2") {
+    if !matches!(found, Some("2" | "3")) {
         // What recovery found may sit in the OS cache only: it must be durable before a record
         // claims it, or a power cut would leave a record that leads the store.
         db.flush().map_err(meta_failed)?;
@@ -1251,7 +1301,7 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     db.flush().map_err(meta_failed)?;
     if let Some(old) = found {
         tracing::info!(
-            message = "Journal upgraded: it now keeps a head record and acknowledgements above the cursors.",
+            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors and first-sync markers.",
             path = %path.display(),
             from = old,
             to = SCHEMA_VERSION,

@@ -21,6 +21,9 @@
 //!   creation and nothing changed since), and one that is gone as `deleted`, as usual. Entries
 //!   whose event was delivered and then trimmed by retention are marked too: a damaged journal
 //!   cannot tell them apart, so they are sent again (at least once, never lost).
+//! - **First-sync markers** (`f/`) that can be read: such a stream is in a first sync that skips
+//!   the initial state and has reported nothing yet, so it continues silently. A damaged one is
+//!   dropped: that stream's next start reports the differences (duplicates at worst, no loss).
 //! - **Dead letters and replays** that can be read.
 
 use std::collections::BTreeMap;
@@ -97,6 +100,8 @@ pub struct Salvaged {
     /// Of those, entries marked unconfirmed (no readable event carries their state): the next
     /// relist sends them again.
     pub index_entries_unconfirmed: u64,
+    /// First-sync markers kept (streams whose skipping first sync continues at the next start).
+    pub first_syncs_kept: u64,
     /// Dead letters kept.
     pub dead_letters_kept: u64,
     /// Replays kept.
@@ -239,6 +244,7 @@ fn rebuild(
         checkpoints_dropped: Vec::new(),
         index_entries_kept: 0,
         index_entries_unconfirmed: 0,
+        first_syncs_kept: 0,
         dead_letters_kept: 0,
         replays_kept: 0,
         other_dropped: 0,
@@ -282,6 +288,17 @@ fn rebuild(
                 out.other_dropped += 1;
             }
             Ok(true)
+        } else if let Some(stream) = k.strip_prefix(keys::FIRST_SYNC_PREFIX) {
+            // Kept as it is: the stream never reported anything (a skipping first sync appends
+            // no event before its checkpoint), so no lost event is its. One that cannot be read
+            // is dropped: that stream's next start reports what it finds (again, at worst).
+            if keys::first_sync_readable(stream, v) {
+                out.first_syncs_kept += 1;
+                new.insert(k, v).map(|_| true)
+            } else {
+                out.other_dropped += 1;
+                Ok(false)
+            }
         } else if let Some(sink) = k.strip_prefix(keys::CURSOR_PREFIX) {
             match (std::str::from_utf8(sink), keys::decode_u64(k, v)) {
                 (Ok(sink), Ok(c)) if !sink.is_empty() => {

@@ -197,17 +197,17 @@ async fn writes_and_checks_the_schema_version() {
         .unwrap();
     {
         let raw = sled::Config::new().path(&dir).open().unwrap();
-        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"3");
-        raw.insert(b"meta/schema_version", b"4").unwrap();
+        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"4");
+        raw.insert(b"meta/schema_version", b"5").unwrap();
         raw.flush().unwrap();
     }
     // A newer herald's journal is refused, naming its version.
     let err = Journal::open(cfg(tmp.path())).unwrap_err();
     assert!(
-        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 3, .. } if v == "4"),
+        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 4, .. } if v == "5"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("\"4\""), "{err}");
+    assert!(err.to_string().contains("\"5\""), "{err}");
 
     // A store with data but no version was not written by herald.
     let other = tmp.path().join("other");
@@ -242,7 +242,104 @@ async fn a_version_1_store_is_upgraded_with_a_head_record() {
     assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
     j.close().await.unwrap();
     let raw = sled::Config::new().path(&dir).open().unwrap();
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"3");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"4");
+}
+
+/// Schema 4: a first sync's marker is written and removed with the appends that carry it, read
+/// by `first_sync_skipping`, reported by verify, kept by compaction and by a salvage; a damaged
+/// one is a problem at open, and a salvage drops it (that stream then reports what it finds).
+#[tokio::test]
+async fn first_sync_markers_move_with_their_appends_and_survive_compaction_and_salvage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let index = |key: &str| IndexUpdate::Put {
+        key: key.to_owned(),
+        object: b"{}".to_vec(),
+    };
+    let page = |keys: &[&str], checkpoint: Option<&str>| Batch {
+        stream: "w".to_owned(),
+        index: keys.iter().map(|k| index(k)).collect(),
+        checkpoint: checkpoint.map(str::to_owned),
+        ..Batch::default()
+    };
+    j.append_with(page(&["ns/a"], None), FirstSync::Skipping)
+        .unwrap();
+    j.append(page(&["ns/x"], Some("1"))).unwrap();
+    assert!(j.first_sync_skipping("w").unwrap());
+    assert!(!j.first_sync_skipping("other").unwrap());
+    j.close().await.unwrap();
+
+    let report = verify(&dir, Duration::from_secs(30)).unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.skipping_first_syncs, ["w"]);
+    let compacted = compact(&dir, Duration::from_secs(30), &mut |_| {}).unwrap();
+    assert_eq!(compacted.head, 0);
+    let out = salvage(&dir, Duration::from_secs(30), true).unwrap();
+    assert_eq!(out.first_syncs_kept, 1, "{out:?}");
+    // The next salvage may come within the same second, under the same name.
+    std::fs::remove_dir_all(out.moved_to.unwrap()).unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert!(
+        j.first_sync_skipping("w").unwrap(),
+        "lost by compaction or salvage"
+    );
+    // The append with the checkpoint ends the first sync.
+    j.append_with(page(&["ns/b"], Some("2")), FirstSync::Done)
+        .unwrap();
+    assert!(!j.first_sync_skipping("w").unwrap());
+    j.append_with(page(&["ns/c"], None), FirstSync::Skipping)
+        .unwrap();
+    j.close().await.unwrap();
+
+    // A damaged marker: the journal does not open; the salvage drops it.
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        raw.insert(b"f/w", b"skiq").unwrap();
+        raw.flush().unwrap();
+    }
+    let report = verify(&dir, Duration::from_secs(30)).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("first-sync marker f/w")),
+        "{report:?}"
+    );
+    assert!(matches!(
+        Journal::open(cfg(tmp.path())),
+        Err(JournalError::Damaged { .. })
+    ));
+    let out = salvage(&dir, Duration::from_secs(30), false).unwrap();
+    assert_eq!(out.first_syncs_kept, 0, "{out:?}");
+    assert_eq!(out.other_dropped, 1, "{out:?}");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert!(!j.first_sync_skipping("w").unwrap());
+    j.close().await.unwrap();
+}
+
+/// A version-3 store (no `f/` keys) opens and is upgraded by setting the version alone.
+#[tokio::test]
+async fn a_version_3_store_is_upgraded_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.append(batch("pods", 10, &["ns/a", "ns/b"])).unwrap();
+    j.close().await.unwrap();
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        raw.insert(b"meta/schema_version", b"3").unwrap();
+        raw.flush().unwrap();
+    }
+    let report = verify(&dir, Duration::from_secs(30)).unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.schema_version.as_deref(), Some("3"));
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 2);
+    assert!(!j.first_sync_skipping("pods").unwrap());
+    j.close().await.unwrap();
+    let raw = sled::Config::new().path(&dir).open().unwrap();
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"4");
 }
 
 #[tokio::test]

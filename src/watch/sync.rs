@@ -14,7 +14,7 @@ use super::{Health, Resolved, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
 use crate::event::{self, Observed, Op};
-use crate::journal::{Batch, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
+use crate::journal::{Batch, FirstSync, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
 /// Events synthesized by a relist (or index updates, when filters leave few events) are appended in
 /// chunks of this many; only the last carries the
@@ -441,6 +441,17 @@ impl<'a> Recorder<'a> {
     }
 
     fn append(&self, p: Pending, checkpoint: Option<String>) -> Result<(), SyncError> {
+        self.append_marked(p, checkpoint, FirstSync::Keep)
+    }
+
+    /// [`append`](Self::append), with what the append does to the stream's first-sync marker.
+    fn append_marked(
+        &self,
+        p: Pending,
+        checkpoint: Option<String>,
+        first_sync: FirstSync,
+    ) -> Result<(), SyncError> {
+        // A marker alone protects nothing: it goes with index entries or the checkpoint.
         if p.events.is_empty() && p.index.is_empty() && checkpoint.is_none() {
             return Ok(());
         }
@@ -451,7 +462,7 @@ impl<'a> Recorder<'a> {
             checkpoint,
         };
         self.journal
-            .append(batch)
+            .append_with(batch, first_sync)
             .map(|_| ())
             .map_err(SyncError::JournalFailed)
     }
@@ -719,10 +730,18 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         .checkpoint(&r.stream)
         .map_err(SyncError::JournalFailed)?
         .is_some();
-    // No checkpoint but an index: a salvaged journal (`herald journal salvage` drops checkpoints
-    // it cannot trust) or a first relist stopped half-way, not a first start, so the differences
-    // are emitted whatever `initialState` says. Decided once: a restarted list (410) appended
-    // by the same rule as the expired one.
+    // A first sync that skips the initial state marks its stream until it writes its checkpoint
+    // (schema 4): one stopped half-way (a crash, a stop, a failed page) is continued as the first
+    // sync it is, silently (what it finds is the initial state, as after a 410 below).
+    let marked = rec
+        .journal
+        .first_sync_skipping(&r.stream)
+        .map_err(SyncError::JournalFailed)?;
+    // No checkpoint and no marker but an index: a salvaged journal (`herald journal salvage`
+    // drops checkpoints it cannot trust), a first sync that emits stopped half-way, or one that a
+    // version-3 journal left, not a first start, so the differences are emitted whatever
+    // `initialState` says. Decided once: a restarted list (410) appended by the same rule as the
+    // expired one.
     let index_empty = match rec
         .journal
         .index_keys(&r.stream)
@@ -735,8 +754,15 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             false
         }
     };
-    let first_start = !has_checkpoint && index_empty;
+    let first_start = !has_checkpoint && (marked || index_empty);
     let emit = !first_start || rec.spec.initial_emit;
+    // Every append before the checkpoint carries the marker when skipping; the one with the
+    // checkpoint removes it (and a stray one: a marker beside a checkpoint is never trusted).
+    let (during, done) = match (emit, marked) {
+        (false, _) => (FirstSync::Skipping, FirstSync::Done),
+        (true, true) => (FirstSync::Keep, FirstSync::Done),
+        (true, false) => (FirstSync::Keep, FirstSync::Keep),
+    };
     let fetch = |lp: ListParams| {
         AbortOnDropHandle::new(tokio::spawn(list_page(r.client.clone(), url.clone(), lp)))
     };
@@ -806,12 +832,12 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
                 p.overlay.clear();
                 seen.insert(key.into_boxed_str());
                 if p.chunk_full() {
-                    rec.append(std::mem::take(&mut p), None)?;
+                    rec.append_marked(std::mem::take(&mut p), None, during)?;
                 }
             }
             // Each page's changes go out now: the store is what the next page (or a restarted
             // list) compares with.
-            rec.append(p, None)?;
+            rec.append_marked(p, None, during)?;
         }
         break (seen, list_rv.unwrap_or_default());
     };
@@ -858,10 +884,10 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         }
         p.overlay.clear();
         if p.chunk_full() {
-            rec.append(std::mem::take(&mut p), None)?;
+            rec.append_marked(std::mem::take(&mut p), None, during)?;
         }
     }
-    rec.append(p, Some(list_rv.clone()))?;
+    rec.append_marked(p, Some(list_rv.clone()), done)?;
     tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects = seen.len(), rv = %list_rv);
     Ok(list_rv)
 }

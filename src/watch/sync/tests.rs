@@ -719,3 +719,143 @@ async fn a_selector_exit_reads_the_object_as_the_server_sends_it() {
     };
     assert_eq!(keys(sent), keys(&raw));
 }
+
+/// The relist of a watcher whose resource says `initialState: skip`.
+async fn relist_skipping(j: &Journal, resolved: &Resolved) -> String {
+    let mut spec = spec();
+    spec.initial_emit = false;
+    let (health, ns) = (Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(j, &spec, resolved, &health, &ns);
+    relist(&rec, 2).await.unwrap()
+}
+
+/// A first sync with `initialState: skip` stopped after its first page (as a crash or a failed
+/// page would stop it) leaves its marker beside the half-filled index; the next relist continues
+/// it silently instead of reporting every object the first one had not reached as `created`.
+/// Only what changes after it completes becomes an event.
+#[tokio::test]
+async fn a_skipping_first_sync_stopped_half_way_continues_without_events() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d", "e", "f"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    slow_lists(&sim, Duration::from_millis(300));
+    let stream = resolved.stream.clone();
+    let indexed = |j: &Journal| j.index_keys(&stream).unwrap().count();
+    tokio::select! {
+        _ = relist_skipping(&j, &resolved) => panic!("the first sync finished before it was stopped"),
+        () = async {
+            while indexed(&j) == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        } => {}
+    }
+    sim.clear_faults();
+    let half = indexed(&j);
+    assert!((1..6).contains(&half), "{half} of 6 indexed");
+    assert!(j.first_sync_skipping(&stream).unwrap(), "no marker");
+    assert_eq!(j.checkpoint(&stream).unwrap(), None);
+
+    relist_skipping(&j, &resolved).await;
+    assert_eq!(
+        events(&j).await,
+        Vec::<Value>::new(),
+        "the initial state was reported"
+    );
+    assert_eq!(indexed(&j), 6);
+    assert!(
+        !j.first_sync_skipping(&stream).unwrap(),
+        "the marker outlived the checkpoint"
+    );
+    assert!(j.checkpoint(&stream).unwrap().is_some());
+
+    // Done: from now on a relist reports changes.
+    let b = sim
+        .merge_patch(&w, "b", &json!({"spec": {"v": 2}}))
+        .unwrap();
+    relist_skipping(&j, &resolved).await;
+    let all = events(&j).await;
+    assert_eq!(
+        all.iter().map(id).collect::<Vec<_>>(),
+        [format!("{}:{}:updated", uid(&b), rv(&b))]
+    );
+    j.close().await.unwrap();
+}
+
+/// A stream that skipped its initial state and finished its first sync, whose checkpoint a
+/// salvage then dropped: an index without a checkpoint (and without a marker) is no first start,
+/// so the relist reports the differences, `initialState: skip` or not.
+#[tokio::test]
+async fn a_skipping_stream_whose_checkpoint_a_salvage_dropped_reports_the_differences() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    relist_skipping(&j, &resolved).await;
+    assert_eq!(events(&j).await.len(), 0);
+    let c = sim.create(&w, widget("c", 1)).unwrap();
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    let mut at = String::new();
+    rec.record_watch(vec![(Seen::Added, c.clone())], &mut at)
+        .await
+        .unwrap();
+    assert_eq!(events(&j).await.len(), 1);
+    j.close().await.unwrap();
+    // The store loses its one event (sled rolled back): the salvage drops every checkpoint.
+    let dir = tmp.path().join("journal");
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        raw.remove([b"e/".as_slice(), &1u64.to_be_bytes()].concat())
+            .unwrap();
+        raw.insert(b"meta/head", &0u64.to_be_bytes()[..]).unwrap();
+        raw.flush().unwrap();
+    }
+    let out = crate::journal::salvage(&dir, Duration::from_secs(30), false).unwrap();
+    assert_eq!(
+        out.checkpoints_dropped,
+        std::slice::from_ref(&resolved.stream),
+        "{out:?}"
+    );
+    assert_eq!(out.first_syncs_kept, 0, "{out:?}");
+    let b = sim
+        .merge_patch(&w, "b", &json!({"spec": {"v": 2}}))
+        .unwrap();
+
+    let j = journal(tmp.path());
+    let kept = events(&j).await.len();
+    relist_skipping(&j, &resolved).await;
+    let all = events(&j).await;
+    let mut relisted: Vec<&str> = all[kept..].iter().map(id).collect();
+    relisted.sort_unstable();
+    // Every entry is unconfirmed (no event of the lost journal carries its state): each is sent
+    // whole, `c` with the id its lost event had.
+    let a = &sim_object(&sim, "a").await;
+    let mut want = vec![
+        format!("{}:{}:created", uid(a), rv(a)),
+        format!("{}:{}:created", uid(&b), rv(&b)),
+        format!("{}:{}:created", uid(&c), rv(&c)),
+    ];
+    want.sort_unstable();
+    assert_eq!(relisted, want);
+    j.close().await.unwrap();
+}
+
+/// The object `name` as the simulator serves it now.
+async fn sim_object(sim: &Simulator, name: &str) -> Value {
+    sim.client()
+        .unwrap()
+        .request(
+            kube::core::Request::new("/apis/example.com/v1/namespaces/default/widgets")
+                .get(name, &kube::api::GetParams::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap()
+}
