@@ -7,5 +7,11 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // mimalloc asks for transparent huge pages on its arenas, so every 2 MiB region it touches
+    // becomes resident whole: 60–70 MiB of herald's RSS at 100,000 objects went to pages it barely
+    // used (docs/operations.md, "Memory at 100,000 objects"). Turned off for the process before
+    // anything sizeable is allocated, as `MIMALLOC_ALLOW_THP=0` would; the catch-up's CPU did not
+    // notice. A kernel without the call leaves the default: nothing to report.
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     herald::cli::main()
 }

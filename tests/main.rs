@@ -31,6 +31,7 @@ mod run_filters;
 mod run_groups;
 mod run_initial_skip;
 mod run_leader;
+mod run_memory;
 mod run_rbac;
 mod run_recipes;
 mod run_recipes_audit;
