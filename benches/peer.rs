@@ -14,7 +14,9 @@
 //! `cargo bench --bench peer` (full) or `cargo bench --bench peer -- --quick` (small sizes); every
 //! size has a flag (`--changes`, `--objects`, `--rounds`, `--rate`, `--latency-events`,
 //! `--scale-objects`, `--skip-one-core`, `--skip-scale`, `--only PHASE`). Needs python3-kubernetes
-//! (Debian) and `taskset`.
+//! (Debian) and `taskset`. `HERALD_BENCH_LATENCY_DUMP=DIR` writes the latency phase's per-event
+//! figures to `DIR/<round><contender>.csv` (the send time since the first create, the raw reader's
+//! delay, the contender's delay above it; the first line holds the first create's Unix time).
 
 // A benchmark binary: a failed setup step should stop it loudly, so expect() is the right tool.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -634,6 +636,25 @@ fn latency(sim: &mut Sim, who: Who, rate: u64, events: u64, tag: &str) -> (Vec<f
         let i = i as u64;
         raw_after_send.push(ms_between(*t, raws[&i]));
         above_raw.push(ms_between(raws[&i], theirs[&i]));
+    }
+    // Per event, for finding where a tail comes from (docs/operations.md, "Latency tail at 500
+    // changes/s"): when each create was sent, and the two delays, one CSV per contender and round.
+    if let Ok(dir) = std::env::var("HERALD_BENCH_LATENCY_DUMP") {
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+            - Instant::now().duration_since(sent[0]).as_secs_f64();
+        let mut csv = format!("# first send unix {epoch:.6}\ni,sent_ms,raw_after_send,above_raw\n");
+        for (i, t) in sent.iter().enumerate() {
+            csv.push_str(&format!(
+                "{i},{:.3},{:.3},{:.3}\n",
+                ms_between(sent[0], *t),
+                raw_after_send[i],
+                above_raw[i]
+            ));
+        }
+        std::fs::write(Path::new(&dir).join(format!("{tag}.csv")), csv).unwrap();
     }
     (raw_after_send, above_raw)
 }

@@ -53,7 +53,8 @@ use crate::journal::Journal;
 use crate::route::{ResourcePattern, Router};
 pub use window::{Pending, Window};
 
-/// How often an idle driver looks for new durable events.
+/// How often an idle driver looks again on its own; the journal reader is also woken by each
+/// group commit ([`Journal::durable_after`]).
 const IDLE_POLL: Duration = Duration::from_millis(5);
 /// How often the replay queue is looked at when it was empty.
 const REPLAY_POLL: Duration = Duration::from_millis(200);
@@ -835,7 +836,18 @@ async fn read_ahead(
             }
         };
         if rows.is_empty() {
-            tokio::time::sleep(IDLE_POLL).await;
+            // Woken by the group commit that makes the next event durable (a poll only would add
+            // up to IDLE_POLL to every event's latency). The poll stays for what the commit does
+            // not announce: events after `after` that were durable yet not read (retention removed
+            // them first, or the read failed), and a journal that can take no more writes.
+            if journal.durable_seq() > after
+                || !matches!(
+                    tokio::time::timeout(IDLE_POLL, journal.durable_after(after)).await,
+                    Ok(true) | Err(_)
+                )
+            {
+                tokio::time::sleep(IDLE_POLL).await;
+            }
             continue;
         }
         for (seq, bytes) in rows {

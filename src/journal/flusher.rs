@@ -218,14 +218,18 @@ impl Shared {
 }
 
 /// Flushes one group; `Ok(seq)` = everything up to `seq` is durable.
+///
+/// Waiters are told before the head record is advanced: the record only has to lag the store,
+/// and its once-a-second `fdatasync` (milliseconds, tens of them while other writers keep the
+/// disk busy) held up every event of the group when it ran first.
 pub(super) fn flush_once(db: &sled::Db, shared: &Shared) -> Result<u64, sled::Error> {
     // Read the head before flushing: every batch counted in it is already in sled's log buffers,
     // and sled's flush makes every write that happened before the call durable.
     let target = shared.head.load(Ordering::Acquire);
     db.flush()?;
-    lock(&shared.record).advance(target, false);
     shared.durable.fetch_max(target, Ordering::AcqRel);
     shared.flushed.send_modify(|f| f.seq = f.seq.max(target));
+    lock(&shared.record).advance(target, false);
     Ok(target)
 }
 

@@ -530,6 +530,18 @@ impl Journal {
         }
     }
 
+    /// Resolves once an event after `seq` is durable, at once if one already is, or once nothing
+    /// more can become durable (a write failed, the flusher stopped): what a reader that found
+    /// nothing after `seq` waits on, so it reads what the next group commit made durable as soon
+    /// as that commit returns instead of on its next poll. Returns whether an event after `seq`
+    /// is durable.
+    pub async fn durable_after(&self, seq: u64) -> bool {
+        let mut rx = self.inner.flush.flushed.subscribe();
+        rx.wait_for(|f| f.seq > seq || f.failed.is_some() || f.stopped)
+            .await
+            .is_ok_and(|f| f.seq > seq)
+    }
+
     /// The highest sequence number known to be on disk.
     pub fn durable_seq(&self) -> u64 {
         self.inner.flush.durable.load(Ordering::Acquire)

@@ -691,6 +691,52 @@ async fn reading_never_returns_events_that_are_not_durable() {
 }
 
 #[tokio::test]
+async fn durable_after_resolves_with_the_commit_that_makes_a_later_event_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        // Only the entry bound can trigger a flush in this test.
+        flush_interval: Duration::from_secs(3_600),
+        flush_entries: 5,
+        adaptive_commit: false,
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    let waiter = {
+        let j = j.clone();
+        tokio::spawn(async move { j.durable_after(0).await })
+    };
+    j.append(Batch {
+        stream: "pods".to_owned(),
+        events: (1..=3).map(|rv| event("pods", rv, "ns/a")).collect(),
+        ..Batch::default()
+    })
+    .unwrap();
+    // Appended is not durable: the waiter (what the delivery reader sleeps on) must not wake.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished());
+    j.append(Batch {
+        stream: "pods".to_owned(),
+        events: (4..=5).map(|rv| event("pods", rv, "ns/a")).collect(),
+        ..Batch::default()
+    })
+    .unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(woke);
+    assert_eq!(j.durable_seq(), 5);
+    // At once when a later event already is durable; not while none is.
+    assert!(j.durable_after(4).await);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), j.durable_after(5))
+            .await
+            .is_err()
+    );
+    j.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn the_interval_flushes_a_small_group_and_waiters_share_it() {
     let tmp = tempfile::tempdir().unwrap();
     let j = Journal::open(JournalConfig {

@@ -3,12 +3,20 @@
 //! `build` opens a [`FileSink`].
 //!
 //! `Ok` means written and flushed to the OS, and with `fsync: always` also synced to disk.
+//!
+//! `fsync: interval` syncs on a short-lived thread of its own, so a slow `fdatasync` (tens of
+//! milliseconds on a disk busy with other writers) holds up neither the next batch nor the runtime
+//! worker that wrote this one: inline, it was a once-a-second stall of every event behind it
+//! (docs/operations.md, "Latency tail at 500 changes/s"). A sync that fails is reported by the
+//! next batch, which is refused unwritten (retried), and the sync at close runs whatever the
+//! background one did.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use herald_sink_core::sink::{Envelope, ErrorContext, Outcome, Reason, Sink, SinkError};
@@ -32,6 +40,52 @@ enum Output {
 pub struct FileSink {
     config: FileConfig,
     out: Mutex<Output>,
+    /// The background sync of `fsync: interval` (see the module doc).
+    background: Arc<Background>,
+}
+
+/// The state of `fsync: interval`'s background sync.
+#[derive(Debug, Default)]
+struct Background {
+    /// A sync is running: at most one at a time.
+    running: AtomicBool,
+    /// The last background sync failed: the next batch reports it.
+    failed: Mutex<Option<io::Error>>,
+}
+
+impl Background {
+    /// Syncs `file` (a handle on the sink's open file) on a thread of its own, unless a sync is
+    /// running already (it is then the next due batch's turn).
+    fn start(self: &Arc<Self>, file: &File) -> io::Result<bool> {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let started = file.try_clone().and_then(|file| {
+            let me = Arc::clone(self);
+            std::thread::Builder::new()
+                .name("file-sink-sync".to_owned())
+                .spawn(move || {
+                    if let Err(e) = file.sync_data() {
+                        *me.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                    }
+                    me.running.store(false, Ordering::Release);
+                })
+        });
+        match started {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                self.running.store(false, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    fn take_failure(&self) -> Option<io::Error> {
+        self.failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
 }
 
 impl std::fmt::Debug for FileSink {
@@ -78,6 +132,7 @@ impl FileSink {
         Ok(Self {
             config,
             out: Mutex::new(out),
+            background: Arc::default(),
         })
     }
 
@@ -99,6 +154,9 @@ impl FileSink {
                 synced_at,
                 dirty,
             } => {
+                if let Some(e) = self.background.take_failure() {
+                    return Err(e);
+                }
                 if let Some(r) = &self.config.rotate
                     && *size > 0
                     && *size + bytes.len() as u64 > r.max_size
@@ -112,15 +170,18 @@ impl FileSink {
                 file.write_all(bytes)?;
                 *size += bytes.len() as u64;
                 *dirty = true;
-                let sync_now = match self.config.fsync {
-                    Fsync::Always => true,
-                    Fsync::Interval => synced_at.elapsed() >= self.config.fsync_interval,
-                    Fsync::Never => false,
-                };
-                if sync_now {
-                    file.sync_data()?;
-                    *synced_at = Instant::now();
-                    *dirty = false;
+                match self.config.fsync {
+                    Fsync::Always => {
+                        file.sync_data()?;
+                        *synced_at = Instant::now();
+                        *dirty = false;
+                    }
+                    Fsync::Interval if synced_at.elapsed() >= self.config.fsync_interval => {
+                        if self.background.start(file)? {
+                            *synced_at = Instant::now();
+                        }
+                    }
+                    Fsync::Interval | Fsync::Never => {}
                 }
                 Ok(())
             }
@@ -139,8 +200,11 @@ impl FileSink {
             dirty,
             ..
         } = &mut *out
+            // `dirty` stays set for `fsync: interval`: a background sync may still be running or
+            // may have failed, and this one must cover everything written.
             && *dirty
         {
+            self.background.take_failure();
             file.sync_data()?;
             *synced_at = Instant::now();
             *dirty = false;
