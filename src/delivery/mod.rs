@@ -445,16 +445,20 @@ pub async fn run<S: Sink>(
     let mut window = Window::resume(cursor, done);
     let mut written_changes = window.changes();
     // Reading and decoding the journal runs in its own task, ahead of the window, so it overlaps
-    // with encoding and settling (it was over a third of this loop's CPU).
-    let (reads_tx, mut reads) = tokio::sync::mpsc::channel(settings.window.clamp(1, READ_PAGE));
+    // with encoding and settling (it was over a third of this loop's CPU). It hands over a page
+    // at a time: one wake-up of this loop per page, not per event.
+    let (reads_tx, mut reads) = tokio::sync::mpsc::channel(1);
     let _reader = AbortOnDropHandle::new(tokio::spawn(read_ahead(
         name.clone(),
         journal.clone(),
         router.clone(),
         stats.clone(),
         cursor,
+        settings.window.clamp(1, READ_PAGE),
         reads_tx,
     )));
+    // The page in hand: taken into the window as it has room.
+    let mut page: std::collections::VecDeque<Read> = std::collections::VecDeque::new();
     let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, SendResult>> =
         FuturesUnordered::new();
     let mut replaying = false;
@@ -478,8 +482,12 @@ pub async fn run<S: Sink>(
     let mut pace = Pace::new(&settings, Instant::now());
     loop {
         while window.len() < settings.window {
+            if let Some(read) = page.pop_front() {
+                take_read(&name, &settings, &mut window, &stats, dead.as_deref(), read);
+                continue;
+            }
             match reads.try_recv() {
-                Ok(read) => take_read(&name, &settings, &mut window, &stats, dead.as_deref(), read),
+                Ok(next) => page.extend(next),
                 Err(_) => break,
             }
         }
@@ -592,13 +600,13 @@ pub async fn run<S: Sink>(
                     settle(&name, &settings, &mut window, &mut breaker, &stats, dead.as_deref(), batch, outcomes, call == Call::Probe);
                 }
             }
-            read = reads.recv(), if window.len() < settings.window => {
-                let Some(read) = read else {
+            next = reads.recv(), if window.len() < settings.window && page.is_empty() => {
+                let Some(next) = next else {
                     // Only a panic ends the reader; without it nothing more would ever be delivered.
                     tracing::error!(message = "The journal reader stopped; the sink's driver stops with it.", sink = %name);
                     return;
                 };
-                take_read(&name, &settings, &mut window, &stats, dead.as_deref(), read);
+                page.extend(next);
             }
             () = tokio::time::sleep(idle) => {}
         }
@@ -816,19 +824,20 @@ enum Read {
     Unreadable(Envelope, Reason),
 }
 
-/// Reads durable events after `after` in order, decodes them and hands them over, for as long as
-/// the driver listens. The channel's bound and the page in hand keep it at most about two pages
-/// ahead of the window.
+/// Reads durable events after `after` in order, `page` at a time, decodes them and hands each
+/// page over, for as long as the driver listens. The channel's bound (one page), the page being
+/// decoded and the driver's page in hand keep it at most about three pages ahead of the window.
 async fn read_ahead(
     name: String,
     journal: Journal,
     router: Arc<Router>,
     stats: Arc<Stats>,
     mut after: u64,
-    out: tokio::sync::mpsc::Sender<Read>,
+    page: usize,
+    out: tokio::sync::mpsc::Sender<Vec<Read>>,
 ) {
     loop {
-        let rows = match journal.read(&name, after, READ_PAGE) {
+        let rows = match journal.read(&name, after, page) {
             Ok(rows) => rows,
             Err(error) => {
                 tracing::error!(message = "Reading the journal failed.", sink = %name, %error);
@@ -850,6 +859,7 @@ async fn read_ahead(
             }
             continue;
         }
+        let mut decoded = Vec::with_capacity(rows.len());
         for (seq, bytes) in rows {
             after = seq;
             let len = bytes.len();
@@ -877,9 +887,10 @@ async fn read_ahead(
                     Read::Unreadable(stand_in, reason)
                 }
             };
-            if out.send(read).await.is_err() {
-                return;
-            }
+            decoded.push(read);
+        }
+        if out.send(decoded).await.is_err() {
+            return;
         }
     }
 }
@@ -965,6 +976,8 @@ fn settle(
         breaker.last_ok = Some(now);
     }
     let mut any_ok = false;
+    // One clock read for the whole call: its events were acknowledged together.
+    let wall_now = jiff::Timestamp::now();
     let missing = Outcome::Retry {
         after: None,
         reason: Reason::new(
@@ -989,7 +1002,7 @@ fn settle(
                     .as_deref()
                     .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                 {
-                    let age = jiff::Timestamp::now().duration_since(observed);
+                    let age = wall_now.duration_since(observed);
                     stats
                         .latency
                         .observe(Duration::try_from(age).unwrap_or_default());

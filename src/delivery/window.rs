@@ -3,6 +3,11 @@
 //! which events above it are done too. Pure bookkeeping, no I/O, so ordering rules are tested
 //! directly.
 //!
+//! Which events may go next is kept as it changes (each key's pending events in order, and the
+//! keys' first events not in flight), not found by scanning the window: the driver asks after
+//! every read and every settled call, and a scan of a full window per question was most of its
+//! CPU per event.
+//!
 //! Done above the cursor means read and no longer pending: every event of a key leaves the window
 //! (delivered, dead-lettered) before the next one of that key is sent, so a done event never has
 //! an earlier event of its key still pending, and skipping it after a restart keeps each key's
@@ -11,7 +16,7 @@
 //! it after a restart is what debounce would do again, as the newer one is still pending and is
 //! sent.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use herald_sink_core::event::ExtensionValue;
@@ -55,6 +60,11 @@ pub struct Window {
     /// With `debounce`: each object's newest pending event, the one a newer event of the same
     /// object replaces ([`identity`]).
     newest: HashMap<String, u64>,
+    /// Each key's pending events, oldest first: only the first may be in flight or sent.
+    keys: HashMap<String, VecDeque<u64>>,
+    /// The keys' first pending events that are not in flight, in sequence order: what
+    /// [`Window::take_ready`], [`Window::take_probe`] and [`Window::next_due`] look at.
+    idle: BTreeSet<u64>,
 }
 
 impl Window {
@@ -67,6 +77,8 @@ impl Window {
             inherited: Vec::new(),
             changes: 0,
             newest: HashMap::new(),
+            keys: HashMap::new(),
+            idle: BTreeSet::new(),
         }
     }
 
@@ -143,6 +155,17 @@ impl Window {
         let event = envelope.event.attributes();
         let key = event.partition_key().unwrap_or(&event.id).to_string();
         self.read_upto = self.read_upto.max(seq);
+        match self.keys.get_mut(key.as_str()) {
+            Some(queue) => {
+                // Events arrive in sequence order, so a key's queue stays sorted.
+                debug_assert!(queue.back().is_none_or(|&last| last < seq));
+                queue.push_back(seq);
+            }
+            None => {
+                self.keys.insert(key.clone(), VecDeque::from([seq]));
+                self.idle.insert(seq);
+            }
+        }
         self.pending.insert(
             seq,
             Pending {
@@ -184,7 +207,7 @@ impl Window {
             .copied()
             .filter(|old| self.pending.get(old).is_some_and(|p| !p.in_flight));
         if let Some(old) = replaced
-            && let Some(p) = self.pending.remove(&old)
+            && let Some(p) = self.remove(old)
         {
             self.changes += 1;
             due = p.not_before;
@@ -206,66 +229,92 @@ impl Window {
     /// Up to `max` events that may be sent now: for each key only its oldest pending event, and only if
     /// no event of that key is in flight and its backoff has passed. Marks them in flight.
     pub fn take_ready(&mut self, now: Instant, max: usize) -> Vec<Envelope> {
-        let mut seen_keys: HashSet<&str> = HashSet::new();
-        let mut chosen = Vec::new();
-        for (seq, p) in &self.pending {
-            if chosen.len() >= max {
-                break;
-            }
-            // The first pending event of a key decides for the whole key: later ones wait behind it.
-            if !seen_keys.insert(p.key.as_str()) {
-                continue;
-            }
-            if !p.in_flight && p.not_before <= now {
-                chosen.push(*seq);
-            }
-        }
+        // The first pending event of a key decides for the whole key: later ones wait behind it.
+        let chosen: Vec<u64> = self
+            .idle
+            .iter()
+            .filter(|seq| self.pending.get(seq).is_some_and(|p| p.not_before <= now))
+            .take(max)
+            .copied()
+            .collect();
         chosen
             .into_iter()
-            .filter_map(|seq| {
-                let p = self.pending.get_mut(&seq)?;
-                p.in_flight = true;
-                Some(p.envelope.clone())
-            })
+            .filter_map(|seq| self.take(seq))
             .collect()
+    }
+
+    /// Marks the idle event `seq` in flight and hands it out.
+    fn take(&mut self, seq: u64) -> Option<Envelope> {
+        let p = self.pending.get_mut(&seq)?;
+        self.idle.remove(&seq);
+        p.in_flight = true;
+        Some(p.envelope.clone())
+    }
+
+    /// `seq` is no longer in flight: it is idle again if it is still its key's first event.
+    fn land(&mut self, seq: u64) {
+        let Some(p) = self.pending.get_mut(&seq) else {
+            return;
+        };
+        p.in_flight = false;
+        if self
+            .keys
+            .get(p.key.as_str())
+            .is_some_and(|queue| queue.front() == Some(&seq))
+        {
+            self.idle.insert(seq);
+        }
+    }
+
+    /// Takes `seq` out of the window and out of its key's queue; the key's next event, if any,
+    /// becomes the one that may go.
+    fn remove(&mut self, seq: u64) -> Option<Pending> {
+        let p = self.pending.remove(&seq)?;
+        self.idle.remove(&seq);
+        if let Some(queue) = self.keys.get_mut(p.key.as_str()) {
+            if queue.front() == Some(&seq) {
+                queue.pop_front();
+                if let Some(&next) = queue.front()
+                    && self.pending.get(&next).is_some_and(|n| !n.in_flight)
+                {
+                    self.idle.insert(next);
+                }
+            } else {
+                queue.retain(|&s| s != seq);
+            }
+            if queue.is_empty() {
+                self.keys.remove(p.key.as_str());
+            }
+        }
+        Some(p)
     }
 
     /// The next key's first pending event after the one probed last (`after`), for probing a paused
     /// sink: rotating over keys, so one event the sink keeps refusing cannot be the only thing ever
     /// tried. Marks it in flight.
     pub fn take_probe(&mut self, after: Option<u64>) -> Option<Envelope> {
-        let mut seen_keys: HashSet<&str> = HashSet::new();
-        let mut first = None;
-        let mut next = None;
-        for (seq, p) in &self.pending {
-            if seen_keys.insert(p.key.as_str()) && !p.in_flight {
-                first.get_or_insert(*seq);
-                if after.is_none_or(|a| *seq > a) {
-                    next = Some(*seq);
-                    break;
-                }
-            }
-        }
-        let p = self.pending.get_mut(&next.or(first)?)?;
-        p.in_flight = true;
-        Some(p.envelope.clone())
+        let next = match after {
+            Some(after) => self.idle.range(after.saturating_add(1)..).next(),
+            None => None,
+        };
+        let seq = *next.or_else(|| self.idle.first())?;
+        self.take(seq)
     }
 
     /// The earliest instant at which something waiting may be sent.
     pub fn next_due(&self) -> Option<Instant> {
         // Only the first pending event of each key can become sendable; the others wait behind it, and
         // counting them would wake the driver for nothing.
-        let mut seen_keys: HashSet<&str> = HashSet::new();
-        self.pending
-            .values()
-            .filter(|p| seen_keys.insert(p.key.as_str()) && !p.in_flight)
+        self.idle
+            .iter()
+            .filter_map(|seq| self.pending.get(seq))
             .map(|p| p.not_before)
             .min()
     }
 
     /// The event `seq` was taken: it leaves the window.
     pub fn done(&mut self, seq: u64) -> Option<Pending> {
-        let removed = self.pending.remove(&seq);
+        let removed = self.remove(seq);
         if let Some(p) = &removed {
             self.changes += 1;
             if !self.newest.is_empty() {
@@ -288,8 +337,8 @@ impl Window {
         counts: bool,
         now: Instant,
     ) -> Option<&Pending> {
+        self.land(seq);
         let p = self.pending.get_mut(&seq)?;
-        p.in_flight = false;
         if counts {
             p.attempts = p.attempts.saturating_add(1);
         }
@@ -304,16 +353,14 @@ impl Window {
     pub fn replace(&mut self, seq: u64, envelope: Envelope, now: Instant) {
         if let Some(p) = self.pending.get_mut(&seq) {
             p.envelope = envelope;
-            p.in_flight = false;
             p.not_before = now;
         }
+        self.land(seq);
     }
 
     /// Puts an in-flight event back without counting an attempt (the send was abandoned).
     pub fn release(&mut self, seq: u64) {
-        if let Some(p) = self.pending.get_mut(&seq) {
-            p.in_flight = false;
-        }
+        self.land(seq);
     }
 
     /// How far the cursor may move: to just before the oldest pending event, or to what was read.
