@@ -24,7 +24,7 @@ const RELIST_CHUNK: usize = 500;
 const NAMESPACE_CACHE: Duration = Duration::from_secs(30);
 /// The recorded states a watch keeps beside the object index (see [`Known`]), in bytes of their
 /// index entries at most; past it the remembered states are dropped and read from the store again.
-const KNOWN_BYTES: usize = 4 << 20;
+const KNOWN_BYTES: usize = 2 << 20;
 /// A recorded state larger than this (its index entry, in bytes) is never remembered.
 const KNOWN_OBJECT_MAX: usize = 64 << 10;
 /// Where an index entry keeps the keyed digests of its redacted values (`{pointer: hex}`): the
