@@ -221,30 +221,72 @@ pub fn normalize(resource: &Resource, ob: Observed<'_>) -> CloudEvent {
 /// Never in practice: `data` is made of JSON values with string keys, which `serde_json` always
 /// serializes; a failure there is a broken invariant (`unreachable!`).
 pub fn normalize_structured(resource: &Resource, ob: Observed<'_>) -> (CloudEvent, Vec<u8>) {
+    normalize_structured_with(resource, ob, None)
+}
+
+/// [`normalize_structured`], given the object already serialized (`serde_json::to_vec` of
+/// `ob.object`, which the recorder writes to the object index anyway): its bytes go into `data` as
+/// they are, so each object is serialized once per change, not twice.
+///
+/// # Panics
+///
+/// As [`normalize_structured`]: never in practice.
+pub fn normalize_structured_with(
+    resource: &Resource,
+    ob: Observed<'_>,
+    object_json: Option<&[u8]>,
+) -> (CloudEvent, Vec<u8>) {
     let (event, data) = normalize_parts(resource, ob);
     let mut out = event.to_structured_json();
-    // `{…attributes…}` → `{…attributes…,"data":{…}}`, as the serializer writes `data` last.
+    // `{…attributes…}` → `{…attributes…,"data":{…}}`, as the serializer writes `data` last; `data`
+    // written member by member as `Data`'s derived serializer writes it.
     if out.last() == Some(&b'}') {
         out.pop();
-        out.extend_from_slice(b",\"data\":");
-        if let Err(error) = serde_json::to_writer(&mut out, &data) {
-            // Values and string keys only: serde_json cannot fail on them.
-            unreachable!("serializing an event's data failed: {error}");
+        let raw = object_json.filter(|_| data.object.is_some());
+        let size = raw.map_or(0, <[u8]>::len);
+        out.reserve(size + 64);
+        out.extend_from_slice(b",\"data\":{\"op\":\"");
+        // `created`, `updated` or `deleted`: nothing to escape.
+        out.extend_from_slice(data.op.as_bytes());
+        out.push(b'"');
+        if let Some(object) = data.object {
+            out.extend_from_slice(b",\"object\":");
+            match raw {
+                Some(raw) => out.extend_from_slice(raw),
+                None => write_json(&mut out, object),
+            }
         }
-        out.push(b'}');
+        if let Some(old) = data.old_object {
+            out.extend_from_slice(b",\"oldObject\":");
+            write_json(&mut out, &old);
+        }
+        if let Some(patch) = &data.patch {
+            out.extend_from_slice(b",\"patch\":");
+            write_json(&mut out, patch);
+        }
+        out.extend_from_slice(if data.resync {
+            b",\"resync\":true}}"
+        } else {
+            b",\"resync\":false}}"
+        });
     }
     (event, out)
 }
 
-/// An event's `data`, borrowing the object: serialized in the order [`normalize`] builds it.
-#[derive(serde::Serialize)]
+/// Appends `value` as compact JSON.
+fn write_json(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    if let Err(error) = serde_json::to_writer(out, value) {
+        // Values and string keys only: serde_json cannot fail on them.
+        unreachable!("serializing an event's data failed: {error}");
+    }
+}
+
+/// An event's `data`, borrowing the object: written by [`normalize_structured_with`] in the order
+/// [`normalize`] builds it (`op`, `object`, `oldObject`, `patch`, `resync`; absent parts left out).
 struct Data<'a> {
     op: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     object: Option<&'a Value>,
-    #[serde(rename = "oldObject", skip_serializing_if = "Option::is_none")]
     old_object: Option<Option<&'a Value>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     patch: Option<Vec<Value>>,
     resync: bool,
 }

@@ -22,6 +22,11 @@ use crate::journal::{Batch, FirstSync, IndexUpdate, Journal, JournalError, take_
 const RELIST_CHUNK: usize = 500;
 /// How long a namespace-selector answer is trusted.
 const NAMESPACE_CACHE: Duration = Duration::from_secs(30);
+/// The recorded states a watch keeps beside the object index (see [`Known`]), in bytes of their
+/// index entries at most; past it the remembered states are dropped and read from the store again.
+const KNOWN_BYTES: usize = 2 << 20;
+/// A recorded state larger than this (its index entry, in bytes) is never remembered.
+const KNOWN_OBJECT_MAX: usize = 64 << 10;
 /// Where an index entry keeps the keyed digests of its redacted values (`{pointer: hex}`): the
 /// recorded object holds `"[redacted]"`, so without them a change to a redacted value alone (a
 /// rotated Secret) would look like a bookkeeping-only update and be lost. Never part of an event.
@@ -104,6 +109,52 @@ pub struct Recorder<'a> {
     namespaces: &'a NamespaceCache,
     /// The journal's redaction key, read on first need.
     redaction_key: std::sync::OnceLock<Vec<u8>>,
+    /// States this recorder appended to the object index, so the next change of the same object
+    /// is diffed without reading its entry back and parsing it (a catch-up's most frequent cost
+    /// after the journal's writes).
+    known: Mutex<Known>,
+}
+
+/// The recorded states a watch appended, each exactly what the object index holds for its key
+/// (as [`Recorder::recorded`] would parse it): entries go in only once their append succeeded and
+/// come out when taken for a change, and only this recorder writes its stream's index while it
+/// watches (a relist, `report_gone` and the offline commands never run beside it; a recorder lives
+/// for one watch). Bounded by [`KNOWN_BYTES`]; anything missing is read from the store.
+#[derive(Default)]
+struct Known {
+    objects: HashMap<String, (Value, usize)>,
+    bytes: usize,
+}
+
+impl Known {
+    fn take(&mut self, key: &str) -> Option<(Value, usize)> {
+        let taken = self.objects.remove(key)?;
+        self.bytes -= taken.1;
+        Some(taken)
+    }
+
+    /// Remembers what a successful append left in the index for these keys.
+    fn remember(
+        &mut self,
+        overlay: HashMap<String, Option<Value>>,
+        sizes: &HashMap<String, usize>,
+    ) {
+        for (key, state) in overlay {
+            self.take(&key);
+            let (Some(object), Some(&size)) = (state, sizes.get(&key)) else {
+                continue;
+            };
+            if size > KNOWN_OBJECT_MAX {
+                continue;
+            }
+            if self.bytes + size > KNOWN_BYTES {
+                self.objects.clear();
+                self.bytes = 0;
+            }
+            self.bytes += size;
+            self.objects.insert(key, (object, size));
+        }
+    }
 }
 
 /// A batch being built: rendered events and index updates.
@@ -113,6 +164,8 @@ struct Pending {
     index: Vec<IndexUpdate>,
     /// Index state changed within this batch, so a second change to the same object sees the first.
     overlay: HashMap<String, Option<Value>>,
+    /// The size of each overlay state's index entry (for [`Known`]'s bound).
+    sizes: HashMap<String, usize>,
 }
 
 /// `v` without the index's [`REDACTED_DIGESTS`] (borrowed when it has none).
@@ -173,6 +226,7 @@ impl<'a> Recorder<'a> {
             health,
             namespaces,
             redaction_key: std::sync::OnceLock::new(),
+            known: Mutex::new(Known::default()),
         }
     }
 
@@ -253,10 +307,17 @@ impl<'a> Recorder<'a> {
         if let Some(v) = p.overlay.remove(key) {
             return Ok(v);
         }
+        if let Some((v, size)) = self.lock_known().take(key) {
+            p.sizes.insert(key.to_owned(), size);
+            return Ok(Some(v));
+        }
         let raw = self
             .journal
             .index_get(&self.resolved.stream, key)
             .map_err(SyncError::JournalFailed)?;
+        if let Some(b) = &raw {
+            p.sizes.insert(key.to_owned(), b.len());
+        }
         // A salvage's mark is read by the relist that always comes first; never diff against it.
         Ok(raw
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
@@ -266,10 +327,23 @@ impl<'a> Recorder<'a> {
             }))
     }
 
+    fn lock_known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn put(&self, p: &mut Pending, key: &str, obj: Value) {
+        let json = serde_json::to_vec(&obj).unwrap_or_default();
+        self.put_json(p, key, obj, json);
+    }
+
+    /// [`put`](Self::put) with the object already serialized (`json`).
+    fn put_json(&self, p: &mut Pending, key: &str, obj: Value, json: Vec<u8>) {
+        p.sizes.insert(key.to_string(), json.len());
         p.index.push(IndexUpdate::Put {
             key: key.to_string(),
-            object: serde_json::to_vec(&obj).unwrap_or_default(),
+            object: json,
         });
         p.overlay.insert(key.to_string(), Some(obj));
     }
@@ -330,7 +404,26 @@ impl<'a> Recorder<'a> {
         resync: bool,
         rv: Option<&str>,
     ) {
-        let (obj, old, prior) = (public(obj), old.map(public), prior.map(public));
+        self.emit_json(p, op, obj, None, old, prior, resync, rv);
+    }
+
+    /// [`emit`](Self::emit), given `obj` serialized (`obj_json`), which the event then carries as
+    /// it is (unless the index's digests of redacted values have to come out of it first).
+    #[allow(clippy::too_many_arguments)]
+    fn emit_json(
+        &self,
+        p: &mut Pending,
+        op: Op,
+        obj: &Value,
+        obj_json: Option<&[u8]>,
+        old: Option<&Value>,
+        prior: Option<&Value>,
+        resync: bool,
+        rv: Option<&str>,
+    ) {
+        let obj = public(obj);
+        let obj_json = obj_json.filter(|_| matches!(obj, std::borrow::Cow::Borrowed(_)));
+        let (old, prior) = (old.map(public), prior.map(public));
         let (obj, old, prior) = (obj.as_ref(), old.as_deref(), prior.as_deref());
         if !self.spec.ops.contains(&op) || !self.wanted(op, obj, prior, resync) {
             self.health
@@ -341,7 +434,7 @@ impl<'a> Recorder<'a> {
         self.health
             .emitted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (ev, bytes) = event::normalize_structured(
+        let (ev, bytes) = event::normalize_structured_with(
             &self.resolved.resource,
             Observed {
                 op,
@@ -351,6 +444,7 @@ impl<'a> Recorder<'a> {
                 resource_version: rv,
                 observed_at: jiff::Timestamp::now(),
             },
+            obj_json,
         );
         if resync {
             self.health
@@ -397,8 +491,18 @@ impl<'a> Recorder<'a> {
         resync: bool,
         rv: Option<&str>,
     ) {
+        if old.as_ref().is_some_and(|old| {
+            meta(old, "uid") == meta(&new, "uid")
+                && meta(old, "resourceVersion") == meta(&new, "resourceVersion")
+        }) {
+            // Nothing changed; keep what `recorded` took out of the overlay.
+            p.overlay.insert(key.to_string(), old);
+            return;
+        }
+        // Serialized once, for the index entry and the event's `data.object` both.
+        let json = serde_json::to_vec(&new).unwrap_or_default();
         match old {
-            None => self.emit(p, Op::Created, &new, None, None, resync, None),
+            None => self.emit_json(p, Op::Created, &new, Some(&json), None, None, resync, None),
             Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
                 // Deleted and re-created under the same name while we were not looking: the
                 // deletion first, dated just before the new object, so `sequence` keeps rising
@@ -411,12 +515,7 @@ impl<'a> Recorder<'a> {
                     .or(rv)
                     .or(Some(meta(&new, "resourceVersion")));
                 self.emit(p, Op::Deleted, &old, None, Some(&old), resync, deleted_at);
-                self.emit(p, Op::Created, &new, None, None, resync, None);
-            }
-            Some(old) if meta(&old, "resourceVersion") == meta(&new, "resourceVersion") => {
-                // Nothing changed; keep what `recorded` took out of the overlay.
-                p.overlay.insert(key.to_string(), Some(old));
-                return;
+                self.emit_json(p, Op::Created, &new, Some(&json), None, None, resync, None);
             }
             Some(old) => {
                 // Filtered or not, `new` is recorded below: it is the state the next change is
@@ -433,11 +532,20 @@ impl<'a> Recorder<'a> {
                         .filtered
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 } else {
-                    self.emit(p, Op::Updated, &new, Some(&old), Some(&old), resync, None);
+                    self.emit_json(
+                        p,
+                        Op::Updated,
+                        &new,
+                        Some(&json),
+                        Some(&old),
+                        Some(&old),
+                        resync,
+                        None,
+                    );
                 }
             }
         }
-        self.put(p, key, new);
+        self.put_json(p, key, new, json);
     }
 
     fn append(&self, p: Pending, checkpoint: Option<String>) -> Result<(), SyncError> {
@@ -633,7 +741,11 @@ impl<'a> Recorder<'a> {
             }
         }
         let checkpoint = (next != *rv).then(|| next.clone());
+        let overlay = std::mem::take(&mut p.overlay);
+        let sizes = std::mem::take(&mut p.sizes);
         self.append(p, checkpoint)?;
+        // In the index now: the next change of these objects is diffed against them as they are.
+        self.lock_known().remember(overlay, &sizes);
         *rv = next;
         Ok(())
     }
@@ -724,6 +836,8 @@ impl Recorder<'_> {
 /// since is a deletion of an object already reported.
 pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncError> {
     let r = rec.resolved;
+    // A relist rewrites the index: what a watch of this recorder remembered of it goes.
+    *rec.lock_known() = Known::default();
     let url = r.api(r.client.clone()).resource_url().to_owned();
     let has_checkpoint = rec
         .journal
@@ -830,6 +944,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
                 }
                 // Lookups go to the store: no second copy of every object in the overlay.
                 p.overlay.clear();
+                p.sizes.clear();
                 seen.insert(key.into_boxed_str());
                 if p.chunk_full() {
                     rec.append_marked(std::mem::take(&mut p), None, during)?;
@@ -883,6 +998,7 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             rec.remove(&mut p, &key);
         }
         p.overlay.clear();
+        p.sizes.clear();
         if p.chunk_full() {
             rec.append_marked(std::mem::take(&mut p), None, during)?;
         }

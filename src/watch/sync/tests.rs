@@ -859,3 +859,52 @@ async fn sim_object(sim: &Simulator, name: &str) -> Value {
         .await
         .unwrap()
 }
+
+#[tokio::test]
+async fn each_watched_change_is_diffed_against_what_the_index_holds_across_batches_and_relists() {
+    let (sim, resolved) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let w = widgets();
+    sim.create(&w, widget("n", 1)).unwrap();
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    relist(&rec, 2).await.unwrap();
+    let set = |spec: Value| sim.merge_patch(&w, "n", &json!({ "spec": spec })).unwrap();
+    let mut at = String::new();
+    // Two watch batches: the second compares with the first's state (which the watch remembers).
+    for v in [2, 3] {
+        rec.record_watch(vec![(Seen::Modified, set(json!({"v": v})))], &mut at)
+            .await
+            .unwrap();
+    }
+    // Changed while the watch was away; the relist reports it, and the recorder's next watched
+    // change compares with the relisted state, not with the one its last watch recorded.
+    set(json!({"w": 1}));
+    relist(&rec, 2).await.unwrap();
+    rec.record_watch(vec![(Seen::Modified, set(json!({"v": 5})))], &mut at)
+        .await
+        .unwrap();
+    let all = events(&j).await;
+    let spec_ops: Vec<Vec<&Value>> = all[1..]
+        .iter()
+        .map(|e| {
+            e["data"]["patch"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|op| op["path"].as_str().unwrap().starts_with("/spec"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        spec_ops,
+        [
+            vec![&json!({"op": "replace", "path": "/spec/v", "value": 2})],
+            vec![&json!({"op": "replace", "path": "/spec/v", "value": 3})],
+            vec![&json!({"op": "add", "path": "/spec/w", "value": 1})],
+            vec![&json!({"op": "replace", "path": "/spec/v", "value": 5})],
+        ],
+        "{all:#?}"
+    );
+}
