@@ -139,7 +139,8 @@ pub fn prepare(resource: &Resource, object: Value) -> Value {
     if !resource.keep_managed_fields
         && let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut)
     {
-        meta.remove("managedFields");
+        // `remove` swaps the last member into the hole; the event keeps the server's key order.
+        meta.shift_remove("managedFields");
     }
     for pointer in &resource.redact {
         if let Some(v) = out.pointer_mut(pointer) {

@@ -386,3 +386,18 @@ fn the_journaled_bytes_are_the_normalized_events_json_for_every_payload_and_op()
         }
     }
 }
+
+#[test]
+fn stripping_managed_fields_keeps_the_servers_key_order_in_metadata() {
+    // managedFields in the middle, as a server that does not put it last would send it.
+    let o = json!({"apiVersion": "example.com/v1", "kind": "Database", "metadata": {
+        "name": "db", "managedFields": [{"manager": "kubectl"}], "namespace": "default",
+        "uid": "u-1", "resourceVersion": "7", "zLast": "x"
+    }});
+    let p = prepare(&resource(), o);
+    let keys: Vec<&String> = p["metadata"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["name", "namespace", "uid", "resourceVersion", "zLast"]
+    );
+}

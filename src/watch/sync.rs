@@ -871,10 +871,12 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     let first_start = !has_checkpoint && (marked || index_empty);
     let emit = !first_start || rec.spec.initial_emit;
     // Every append before the checkpoint carries the marker when skipping; the one with the
-    // checkpoint removes it (and a stray one: a marker beside a checkpoint is never trusted).
+    // checkpoint removes it (and a stray one: a marker beside a checkpoint is never trusted). A
+    // marked stream now emitting (its config turned to `emit`) drops the marker with its first
+    // append: from then on it has reported objects, and a later skipping start must diff.
     let (during, done) = match (emit, marked) {
         (false, _) => (FirstSync::Skipping, FirstSync::Done),
-        (true, true) => (FirstSync::Keep, FirstSync::Done),
+        (true, true) => (FirstSync::Done, FirstSync::Done),
         (true, false) => (FirstSync::Keep, FirstSync::Keep),
     };
     let fetch = |lp: ListParams| {
@@ -1088,7 +1090,8 @@ pub fn report_gone(
         );
         batch.events.push(ev.to_structured_json());
     }
-    journal.append(batch)?;
+    // The stream has reported its objects' deletions: no longer a first sync that never reported.
+    journal.append_with(batch, FirstSync::Done)?;
     Ok(entries.len())
 }
 

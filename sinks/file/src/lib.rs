@@ -51,6 +51,9 @@ struct Background {
     running: AtomicBool,
     /// The last background sync failed: the next batch reports it.
     failed: Mutex<Option<io::Error>>,
+    /// The running (or last) sync's thread: the final sync waits for it, since both handles
+    /// share one open file and a writeback error is reported to only one of them.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Background {
@@ -72,11 +75,27 @@ impl Background {
                 })
         });
         match started {
-            Ok(_) => Ok(true),
+            Ok(handle) => {
+                *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+                Ok(true)
+            }
             Err(e) => {
                 self.running.store(false, Ordering::Release);
                 Err(e)
             }
+        }
+    }
+
+    /// Waits for a background sync still running, so its outcome is in `failed`.
+    fn wait(&self) {
+        let handle = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            // A panicking sync thread has stored nothing; the final sync below covers its data.
+            let _ = handle.join();
         }
     }
 
@@ -155,6 +174,10 @@ impl FileSink {
                 dirty,
             } => {
                 if let Some(e) = self.background.take_failure() {
+                    // The failed sync's data may be gone: the retried batch syncs at once.
+                    if let Some(due) = Instant::now().checked_sub(self.config.fsync_interval) {
+                        *synced_at = due;
+                    }
                     return Err(e);
                 }
                 if let Some(r) = &self.config.rotate
@@ -204,10 +227,14 @@ impl FileSink {
             // may have failed, and this one must cover everything written.
             && *dirty
         {
-            self.background.take_failure();
+            self.background.wait();
+            let earlier = self.background.take_failure();
             file.sync_data()?;
             *synced_at = Instant::now();
             *dirty = false;
+            if let Some(e) = earlier {
+                return Err(e);
+            }
         }
         Ok(())
     }
