@@ -46,13 +46,30 @@ pub fn herald_config(sim: &Simulator, dir: &Path, resources: &str) -> String {
     )
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, below the kernel's ephemeral range (32768 up).
+///
+/// Tests write the port into a config and start herald on it later, often more than once: a port
+/// the kernel handed out as ephemeral could meanwhile be taken as the source port of any other
+/// test's outgoing connection, and herald's bind then fails (`Address already in use`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    // Each test process starts at its own place in the range, so parallel tests rarely meet.
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    let _ = NEXT.compare_exchange(u32::MAX, seed % SPAN, Ordering::AcqRel, Ordering::Acquire);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::AcqRel) % SPAN;
+        let port = u16::try_from(FIRST + n).expect("below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN);
 }
 
 /// The admin address written into a `herald_config`.
