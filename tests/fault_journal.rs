@@ -378,6 +378,20 @@ async fn a_journal_that_makes_sled_panic_is_refused_with_exit_12_and_salvaged() 
     assert_eq!(code, 0, "{stdout}\n{stderr}");
 }
 
+/// Runs herald on an upgraded fixture and checks that each of its six undelivered events arrives.
+async fn delivers_the_fixture(dir: &Path, config: &str, ids: &[String]) {
+    let run = Herald::start(dir, config);
+    let delivered: BTreeSet<String> = run
+        .wait_for(6)
+        .await
+        .iter()
+        .filter_map(|e| e["id"].as_str().map(str::to_owned))
+        .collect();
+    for id in ids {
+        assert!(delivered.contains(id), "{id} not delivered: {delivered:?}");
+    }
+}
+
 /// Copies the schema-1 fixture into `dir/journal` (never open the fixture in place).
 fn v1_fixture(dir: &Path) -> (PathBuf, Vec<String>) {
     fixture("journal-v1", dir)
@@ -432,16 +446,7 @@ async fn a_journal_written_by_schema_1_is_upgraded_and_delivers_its_events() {
     assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
 
     // And `run` delivers them (sink `out` kept its cursor at 0).
-    let run = Herald::start(dir.path(), &config);
-    let delivered: BTreeSet<String> = run
-        .wait_for(6)
-        .await
-        .iter()
-        .filter_map(|e| e["id"].as_str().map(str::to_owned))
-        .collect();
-    for id in &ids {
-        assert!(delivered.contains(id), "{id} not delivered: {delivered:?}");
-    }
+    delivers_the_fixture(dir.path(), &config, &ids).await;
 }
 
 #[tokio::test]
@@ -474,16 +479,7 @@ async fn a_journal_written_by_schema_2_is_upgraded_and_delivers_its_events() {
     assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
 
-    let run = Herald::start(dir.path(), &config);
-    let delivered: BTreeSet<String> = run
-        .wait_for(6)
-        .await
-        .iter()
-        .filter_map(|e| e["id"].as_str().map(str::to_owned))
-        .collect();
-    for id in &ids {
-        assert!(delivered.contains(id), "{id} not delivered: {delivered:?}");
-    }
+    delivers_the_fixture(dir.path(), &config, &ids).await;
 }
 
 #[tokio::test]
@@ -533,16 +529,7 @@ async fn a_journal_written_by_schema_3_is_upgraded_and_delivers_its_events() {
         "{report}"
     );
 
-    let run = Herald::start(dir.path(), &config);
-    let delivered: BTreeSet<String> = run
-        .wait_for(6)
-        .await
-        .iter()
-        .filter_map(|e| e["id"].as_str().map(str::to_owned))
-        .collect();
-    for id in &ids {
-        assert!(delivered.contains(id), "{id} not delivered: {delivered:?}");
-    }
+    delivers_the_fixture(dir.path(), &config, &ids).await;
 }
 
 #[tokio::test]
