@@ -824,6 +824,23 @@ enum Read {
     Unreadable(Envelope, Reason),
 }
 
+/// Waits until an event after `after` may be readable. Woken by the group commit that makes the
+/// next event durable (a poll only would add up to [`IDLE_POLL`] to every event's latency); the
+/// poll stays for what the commit does not announce: events after `after` that were durable yet
+/// not read (retention removed them first, or the read failed), and a journal that can take no
+/// more writes.
+async fn wait_for_more(journal: &Journal, after: u64) {
+    if journal.durable_seq() <= after {
+        match tokio::time::timeout(IDLE_POLL, journal.durable_after(after)).await {
+            // A commit made one durable, or a poll's length has passed already.
+            Ok(true) | Err(_) => return,
+            // Nothing more can become durable: look again at the idle pace.
+            Ok(false) => {}
+        }
+    }
+    tokio::time::sleep(IDLE_POLL).await;
+}
+
 /// Reads durable events after `after` in order, `page` at a time, decodes them and hands each
 /// page over, for as long as the driver listens. The channel's bound (one page), the page being
 /// decoded and the driver's page in hand keep it at most about three pages ahead of the window.
@@ -845,18 +862,7 @@ async fn read_ahead(
             }
         };
         if rows.is_empty() {
-            // Woken by the group commit that makes the next event durable (a poll only would add
-            // up to IDLE_POLL to every event's latency). The poll stays for what the commit does
-            // not announce: events after `after` that were durable yet not read (retention removed
-            // them first, or the read failed), and a journal that can take no more writes.
-            if journal.durable_seq() > after
-                || !matches!(
-                    tokio::time::timeout(IDLE_POLL, journal.durable_after(after)).await,
-                    Ok(true) | Err(_)
-                )
-            {
-                tokio::time::sleep(IDLE_POLL).await;
-            }
+            wait_for_more(&journal, after).await;
             continue;
         }
         let mut decoded = Vec::with_capacity(rows.len());

@@ -15,7 +15,6 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -47,12 +46,11 @@ pub struct FileSink {
 /// The state of `fsync: interval`'s background sync.
 #[derive(Debug, Default)]
 struct Background {
-    /// A sync is running: at most one at a time.
-    running: AtomicBool,
     /// The last background sync failed: the next batch reports it.
     failed: Mutex<Option<io::Error>>,
-    /// The running (or last) sync's thread: the final sync waits for it, since both handles
-    /// share one open file and a writeback error is reported to only one of them.
+    /// The running (or last) sync's thread: at most one runs at a time, and the final sync waits
+    /// for it, since both handles share one open file and a writeback error is reported to only
+    /// one of them.
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -60,30 +58,22 @@ impl Background {
     /// Syncs `file` (a handle on the sink's open file) on a thread of its own, unless a sync is
     /// running already (it is then the next due batch's turn).
     fn start(self: &Arc<Self>, file: &File) -> io::Result<bool> {
-        if self.running.swap(true, Ordering::AcqRel) {
+        let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
+        if thread.as_ref().is_some_and(|t| !t.is_finished()) {
             return Ok(false);
         }
-        let started = file.try_clone().and_then(|file| {
-            let me = Arc::clone(self);
+        let file = file.try_clone()?;
+        let me = Arc::clone(self);
+        *thread = Some(
             std::thread::Builder::new()
                 .name("file-sink-sync".to_owned())
                 .spawn(move || {
                     if let Err(e) = file.sync_data() {
                         *me.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
                     }
-                    me.running.store(false, Ordering::Release);
-                })
-        });
-        match started {
-            Ok(handle) => {
-                *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-                Ok(true)
-            }
-            Err(e) => {
-                self.running.store(false, Ordering::Release);
-                Err(e)
-            }
-        }
+                })?,
+        );
+        Ok(true)
     }
 
     /// Waits for a background sync still running, so its outcome is in `failed`.
