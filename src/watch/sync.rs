@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{Health, Resolved, WatchSpec};
+use super::{Health, Resolved, Stripped, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
 use crate::event::{self, Observed, Op};
@@ -434,7 +434,7 @@ impl<'a> Recorder<'a> {
         self.health
             .emitted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (ev, bytes) = event::normalize_structured_with(
+        let (attributes, bytes) = event::normalize_structured_with(
             &self.resolved.resource,
             Observed {
                 op,
@@ -454,11 +454,11 @@ impl<'a> Recorder<'a> {
         // The one definition the journal reader applies too. An event that breaks it is journaled
         // all the same (dropping it here would lose it without a trace): every sink's reader
         // dead-letters it with this reason. Odd characters in names are valid: they are carried.
-        if let Err(error) = ev.validate() {
+        if let Err(error) = attributes.validate() {
             tracing::warn!(
                 message = "Event is not a valid CloudEvent; each sink will dead-letter it.",
                 resource = %self.resolved.display(),
-                id = %ev.id,
+                id = %attributes.id(),
                 %error,
             );
         } else if [Some(obj), old]
@@ -472,8 +472,8 @@ impl<'a> Recorder<'a> {
             tracing::warn!(
                 message = "Event cannot be read back (its object is nested too deep); each sink will dead-letter it.",
                 resource = %self.resolved.display(),
-                id = %ev.id,
-                object = %ev.subject.as_deref().unwrap_or_default(),
+                id = %attributes.id(),
+                object = %attributes.subject(),
                 %error,
             );
         }
@@ -752,13 +752,40 @@ impl<'a> Recorder<'a> {
 }
 
 /// One LIST page as the API server sends it, its items decoded straight into `Value`s (no typed
-/// object in between, and each object keeps the key order the server sent).
+/// object in between, and each object keeps the key order the server sent), through `T`:
+/// [`Value`], or [`Stripped`] without managedFields.
 #[derive(serde::Deserialize)]
-struct Page {
+#[serde(bound = "T: serde::de::DeserializeOwned")]
+struct Page<T> {
     #[serde(default)]
     metadata: PageMeta,
-    #[serde(default)]
-    items: Option<Vec<Value>>,
+    #[serde(default = "Option::default")]
+    items: Option<Vec<T>>,
+}
+
+/// What a relist works on: a page's items as [`Value`]s, however they were decoded.
+type Items = Vec<Value>;
+
+/// Reads one LIST page, its items decoded as `T`.
+async fn list_page_as<T>(
+    client: kube::Client,
+    url: String,
+    lp: ListParams,
+) -> kube::Result<(PageMeta, Items)>
+where
+    T: serde::de::DeserializeOwned + Into<Value>,
+{
+    let request = kube::core::Request::new(url)
+        .list(&lp)
+        .map_err(kube::Error::BuildRequest)?;
+    let page = client.request::<Page<T>>(request).await?;
+    let items = page
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Ok((page.metadata, items))
 }
 
 /// Objects nested deeper than this are read back once journaled, to warn of one the readers
@@ -784,12 +811,19 @@ struct PageMeta {
     continue_: Option<String>,
 }
 
-/// Reads one LIST page.
-async fn list_page(client: kube::Client, url: String, lp: ListParams) -> kube::Result<Page> {
-    let request = kube::core::Request::new(url)
-        .list(&lp)
-        .map_err(kube::Error::BuildRequest)?;
-    client.request::<Page>(request).await
+/// Reads one LIST page; managedFields are skipped while it is parsed, unless the resource keeps
+/// them.
+async fn list_page(
+    client: kube::Client,
+    url: String,
+    lp: ListParams,
+    keep_managed_fields: bool,
+) -> kube::Result<(PageMeta, Items)> {
+    if keep_managed_fields {
+        list_page_as::<Value>(client, url, lp).await
+    } else {
+        list_page_as::<Stripped>(client, url, lp).await
+    }
 }
 
 /// The first page is this small (at most), so the first events leave while the rest is read.
@@ -879,10 +913,19 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         (true, true) => (FirstSync::Done, FirstSync::Done),
         (true, false) => (FirstSync::Keep, FirstSync::Keep),
     };
+    let keep = r.resource.keep_managed_fields;
     let fetch = |lp: ListParams| {
-        AbortOnDropHandle::new(tokio::spawn(list_page(r.client.clone(), url.clone(), lp)))
+        AbortOnDropHandle::new(tokio::spawn(list_page(
+            r.client.clone(),
+            url.clone(),
+            lp,
+            keep,
+        )))
     };
 
+    // On a first pass over an index that was empty, nothing this pass has not listed can be in it
+    // (only this recorder writes the stream's index), so a key not yet seen has no entry to read.
+    let mut unindexed = index_empty;
     let (seen, list_rv) = 'list: loop {
         let mut lp = ListParams::default().limit(page_size.min(FIRST_PAGE));
         if let Some(l) = &rec.spec.label_selector {
@@ -897,49 +940,56 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         let mut list_rv: Option<String> = None;
         let mut next = Some(fetch(lp.clone()));
         while let Some(pending) = next.take() {
-            let page = match pending.await {
+            let (page_meta, items) = match pending.await {
                 Ok(Ok(page)) => page,
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => return Err(SyncError::NotServed),
-                // The snapshot of a long list expired under us: start over.
-                Ok(Err(kube::Error::Api(s))) if s.code == 410 => continue 'list,
+                // The snapshot of a long list expired under us: start over (against what the
+                // expired one appended).
+                Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
+                    unindexed = false;
+                    continue 'list;
+                }
                 Ok(Err(e)) => return Err(SyncError::ListFailed(e)),
                 Err(_) => return Err(SyncError::ListAborted),
             };
             let rv = list_rv
-                .get_or_insert_with(|| page.metadata.resource_version.clone().unwrap_or_default());
+                .get_or_insert_with(|| page_meta.resource_version.clone().unwrap_or_default());
             // The next page is read (and decoded) while this one is reconciled.
-            if let Some(token) = page.metadata.continue_.filter(|c| !c.is_empty()) {
+            if let Some(token) = page_meta.continue_.filter(|c| !c.is_empty()) {
                 lp = lp.limit(page_size).continue_token(&token);
                 next = Some(fetch(lp.clone()));
             }
             let mut p = Pending::default();
-            for item in page.items.unwrap_or_default() {
+            for item in items {
                 // The watch's shape check: a listed object without it would be journaled
                 // unreadable to the index; it is skipped, named as well as it can be.
-                let named = format!(
-                    "{}/{}",
-                    item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
-                    item.pointer("/metadata/name").unwrap_or(&Value::Null)
-                );
-                let item = match super::WatchedObject::into_value(item) {
-                    Ok(item) => item,
-                    Err(error) => {
+                if !super::shaped(&item) {
+                    let named = format!(
+                        "{}/{}",
+                        item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
+                        item.pointer("/metadata/name").unwrap_or(&Value::Null)
+                    );
+                    if let Err(error) = super::WatchedObject::into_value(item) {
                         tracing::warn!(
                             message = "A listed object is not shaped like a Kubernetes object; skipping it.",
                             stream = %r.stream,
                             object = %named,
                             %error,
                         );
-                        continue;
                     }
-                };
+                    continue;
+                }
                 let new = rec.prepare(item)?;
                 if !rec.namespace_allowed(meta(&new, "namespace")).await? {
                     continue;
                 }
                 let key = event::object_key(&r.resource, &new);
                 if emit {
-                    let old = rec.relist_base(&key, &new)?;
+                    let old = if unindexed && !seen.contains(key.as_str()) {
+                        None
+                    } else {
+                        rec.relist_base(&key, &new)?
+                    };
                     rec.present(&mut p, &key, new, old, true, Some(rv.as_str()));
                 } else {
                     rec.put(&mut p, &key, new);
