@@ -210,7 +210,7 @@ pub fn status_only_change(old: &Value, new: &Value) -> bool {
 pub fn normalize(resource: &Resource, ob: Observed<'_>) -> CloudEvent {
     let (attributes, data) = normalize_parts(resource, ob);
     let mut event = attributes.event();
-    event.data = Some(data.to_value());
+    event.data = Some(data.to_value(ob.object));
     event
 }
 
@@ -264,9 +264,12 @@ pub fn normalize_structured_with<'a>(
         out.extend_from_slice(b",\"oldObject\":");
         write_json(&mut out, &old);
     }
-    if let Some(patch) = &data.patch {
+    if let Some(old) = data.patch {
         out.extend_from_slice(b",\"patch\":");
-        write_json(&mut out, patch);
+        match old {
+            Some(old) => diff::write_diff(&mut out, old, ob.object),
+            None => out.extend_from_slice(b"[]"),
+        }
     }
     out.extend_from_slice(if data.resync {
         b",\"resync\":true}}"
@@ -334,12 +337,13 @@ struct Data<'a> {
     op: &'static str,
     object: Option<&'a Value>,
     old_object: Option<Option<&'a Value>>,
-    patch: Option<Vec<Value>>,
+    /// Whether `data` has a patch, and the state it is from (none: an empty patch).
+    patch: Option<Option<&'a Value>>,
     resync: bool,
 }
 
 impl Data<'_> {
-    fn to_value(&self) -> Value {
+    fn to_value(&self, object: &Value) -> Value {
         let mut data = Map::new();
         data.insert("op".into(), json!(self.op));
         if let Some(object) = self.object {
@@ -348,8 +352,9 @@ impl Data<'_> {
         if let Some(old) = self.old_object {
             data.insert("oldObject".into(), old.cloned().unwrap_or(Value::Null));
         }
-        if let Some(patch) = &self.patch {
-            data.insert("patch".into(), Value::Array(patch.clone()));
+        if let Some(old) = self.patch {
+            let patch = old.map(|old| diff(old, object)).unwrap_or_default();
+            data.insert("patch".into(), Value::Array(patch));
         }
         data.insert("resync".into(), json!(self.resync));
         Value::Object(data)
@@ -533,8 +538,7 @@ fn normalize_parts<'a>(resource: &'a Resource, ob: Observed<'a>) -> (Attributes<
         op: ob.op.as_str(),
         object: p.object.then_some(obj),
         old_object: p.old_object.then_some(ob.old),
-        patch: (p.patch && ob.op == Op::Updated)
-            .then(|| ob.old.map(|old| diff(old, obj)).unwrap_or_default()),
+        patch: (p.patch && ob.op == Op::Updated).then_some(ob.old),
         resync: ob.resync,
     };
     (Attributes::of(resource, ob), data)
