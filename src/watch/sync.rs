@@ -69,6 +69,9 @@ pub enum SyncError {
     /// The task reading a LIST page ended without an answer (it panicked).
     #[error("reading a list page ended without an answer")]
     ListAborted,
+    /// The task appending a relist's chunk ended without an answer (it panicked).
+    #[error("appending a relist's chunk to the journal ended without an answer")]
+    AppendAborted,
 }
 
 impl SyncError {
@@ -76,9 +79,11 @@ impl SyncError {
     pub fn api_error(&self) -> Option<&kube::Error> {
         match self {
             Self::ListFailed(e) | Self::GetFailed(e) | Self::NamespacesFailed(e) => Some(e),
-            Self::NotServed | Self::JournalFailed(_) | Self::RedactionKey | Self::ListAborted => {
-                None
-            }
+            Self::NotServed
+            | Self::JournalFailed(_)
+            | Self::RedactionKey
+            | Self::ListAborted
+            | Self::AppendAborted => None,
         }
     }
 }
@@ -575,6 +580,37 @@ impl<'a> Recorder<'a> {
             .map_err(SyncError::JournalFailed)
     }
 
+    /// [`append_marked`](Self::append_marked) on a blocking thread, so the relist records its next
+    /// chunk while sled applies this one (sled's `apply_batch` was about a third of the relist's
+    /// one task). Waits first for the chunk before it (`inflight`), so chunks land in order and a
+    /// failed one stops the next; the caller [`settle`]s before it reads the index for a key an
+    /// unsettled chunk may hold.
+    async fn append_beside(
+        &self,
+        inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+        p: Pending,
+        first_sync: FirstSync,
+    ) -> Result<(), SyncError> {
+        settle(inflight).await?;
+        if p.events.is_empty() && p.index.is_empty() {
+            return Ok(());
+        }
+        let journal = self.journal.clone();
+        let batch = Batch {
+            stream: self.resolved.stream.clone(),
+            events: p.events,
+            index: p.index,
+            checkpoint: None,
+        };
+        *inflight = Some(tokio::task::spawn_blocking(move || {
+            journal
+                .append_with(batch, first_sync)
+                .map(|_| ())
+                .map_err(SyncError::JournalFailed)
+        }));
+        Ok(())
+    }
+
     /// Whether `namespace` passes `namespaces`: its name patterns, then the namespace selector
     /// (always, without either).
     ///
@@ -826,6 +862,16 @@ async fn list_page(
     }
 }
 
+/// Waits for the chunk [`Recorder::append_beside`] left appending, if any.
+async fn settle(
+    inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+) -> Result<(), SyncError> {
+    match inflight.take() {
+        Some(appending) => appending.await.map_err(|_| SyncError::AppendAborted)?,
+        None => Ok(()),
+    }
+}
+
 /// The first page is this small (at most), so the first events leave while the rest is read.
 const FIRST_PAGE: u32 = 100;
 
@@ -926,7 +972,18 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     // On a first pass over an index that was empty, nothing this pass has not listed can be in it
     // (only this recorder writes the stream's index), so a key not yet seen has no entry to read.
     let mut unindexed = index_empty;
+    // The chunk being appended while the next is recorded. A pass reads the index only for keys
+    // it lists (each once), never one an earlier chunk of the same pass wrote, so only a restart
+    // and the walk for deletions below wait for it.
+    let mut inflight = None;
+    // Where the relist's time goes, for its log line: waiting for list pages, waiting for the
+    // journal (a chunk still being applied); the rest is recording.
+    let began = Instant::now();
+    let (mut on_pages, mut on_journal) = (Duration::ZERO, Duration::ZERO);
     let (seen, list_rv) = 'list: loop {
+        let waiting = Instant::now();
+        settle(&mut inflight).await?;
+        on_journal += waiting.elapsed();
         let mut lp = ListParams::default().limit(page_size.min(FIRST_PAGE));
         if let Some(l) = &rec.spec.label_selector {
             lp = lp.labels(l);
@@ -940,7 +997,10 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         let mut list_rv: Option<String> = None;
         let mut next = Some(fetch(lp.clone()));
         while let Some(pending) = next.take() {
-            let (page_meta, items) = match pending.await {
+            let waiting = Instant::now();
+            let fetched = pending.await;
+            on_pages += waiting.elapsed();
+            let (page_meta, items) = match fetched {
                 Ok(Ok(page)) => page,
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => return Err(SyncError::NotServed),
                 // The snapshot of a long list expired under us: start over (against what the
@@ -999,16 +1059,23 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
                 p.sizes.clear();
                 seen.insert(key.into_boxed_str());
                 if p.chunk_full() {
-                    rec.append_marked(std::mem::take(&mut p), None, during)?;
+                    let waiting = Instant::now();
+                    rec.append_beside(&mut inflight, std::mem::take(&mut p), during)
+                        .await?;
+                    on_journal += waiting.elapsed();
                 }
             }
-            // Each page's changes go out now: the store is what the next page (or a restarted
-            // list) compares with.
-            rec.append_marked(p, None, during)?;
+            // Each page's changes go out now: the store is what a restarted list compares with.
+            let waiting = Instant::now();
+            rec.append_beside(&mut inflight, p, during).await?;
+            on_journal += waiting.elapsed();
         }
         break (seen, list_rv.unwrap_or_default());
     };
 
+    let waiting = Instant::now();
+    settle(&mut inflight).await?;
+    on_journal += waiting.elapsed();
     // What the index holds and the list did not: walked lazily, one entry read at a time.
     let mut p = Pending::default();
     let keys = rec
@@ -1055,8 +1122,18 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             rec.append_marked(std::mem::take(&mut p), None, during)?;
         }
     }
+    let waiting = Instant::now();
     rec.append_marked(p, Some(list_rv.clone()), done)?;
-    tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects = seen.len(), rv = %list_rv);
+    on_journal += waiting.elapsed();
+    tracing::info!(
+        message = "Listed and reconciled.",
+        resource = %r.display(),
+        objects = seen.len(),
+        rv = %list_rv,
+        took_ms = began.elapsed().as_millis(),
+        waited_for_pages_ms = on_pages.as_millis(),
+        waited_for_journal_ms = on_journal.as_millis(),
+    );
     Ok(list_rv)
 }
 
