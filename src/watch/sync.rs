@@ -915,6 +915,25 @@ impl Recorder<'_> {
 /// emitted again, one changed since is an update against the state already reported, and one gone
 /// since is a deletion of an object already reported.
 pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncError> {
+    let mut inflight = None;
+    let listed = relist_with(rec, page_size, &mut inflight).await;
+    // A relist that fails half-way leaves no chunk appending behind it: whatever runs next on the
+    // stream (a relist again, `report_gone` once a retired watcher ended) sees the index as the
+    // relist left it.
+    let settled = settle(&mut inflight).await;
+    let rv = listed?;
+    settled?;
+    Ok(rv)
+}
+
+/// [`relist`], with the chunk being appended while the next is recorded in `inflight`: a pass
+/// reads the index only for keys it lists (each once), never one an earlier chunk of the same pass
+/// wrote, so only a restart and the walk for deletions wait for it.
+async fn relist_with(
+    rec: &Recorder<'_>,
+    page_size: u32,
+    inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+) -> Result<String, SyncError> {
     let r = rec.resolved;
     // A relist rewrites the index: what a watch of this recorder remembered of it goes.
     *rec.lock_known() = Known::default();
@@ -972,17 +991,13 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
     // On a first pass over an index that was empty, nothing this pass has not listed can be in it
     // (only this recorder writes the stream's index), so a key not yet seen has no entry to read.
     let mut unindexed = index_empty;
-    // The chunk being appended while the next is recorded. A pass reads the index only for keys
-    // it lists (each once), never one an earlier chunk of the same pass wrote, so only a restart
-    // and the walk for deletions below wait for it.
-    let mut inflight = None;
     // Where the relist's time goes, for its log line: waiting for list pages, waiting for the
     // journal (a chunk still being applied); the rest is recording.
     let began = Instant::now();
     let (mut on_pages, mut on_journal) = (Duration::ZERO, Duration::ZERO);
     let (seen, list_rv) = 'list: loop {
         let waiting = Instant::now();
-        settle(&mut inflight).await?;
+        settle(inflight).await?;
         on_journal += waiting.elapsed();
         let mut lp = ListParams::default().limit(page_size.min(FIRST_PAGE));
         if let Some(l) = &rec.spec.label_selector {
@@ -1060,21 +1075,21 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
                 seen.insert(key.into_boxed_str());
                 if p.chunk_full() {
                     let waiting = Instant::now();
-                    rec.append_beside(&mut inflight, std::mem::take(&mut p), during)
+                    rec.append_beside(inflight, std::mem::take(&mut p), during)
                         .await?;
                     on_journal += waiting.elapsed();
                 }
             }
             // Each page's changes go out now: the store is what a restarted list compares with.
             let waiting = Instant::now();
-            rec.append_beside(&mut inflight, p, during).await?;
+            rec.append_beside(inflight, p, during).await?;
             on_journal += waiting.elapsed();
         }
         break (seen, list_rv.unwrap_or_default());
     };
 
     let waiting = Instant::now();
-    settle(&mut inflight).await?;
+    settle(inflight).await?;
     on_journal += waiting.elapsed();
     // What the index holds and the list did not: walked lazily, one entry read at a time.
     let mut p = Pending::default();
