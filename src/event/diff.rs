@@ -6,8 +6,36 @@ use serde_json::{Map, Value, json};
 /// differ are replaced whole (an element-wise array diff is ambiguous and rarely what a reader wants).
 pub fn diff(old: &Value, new: &Value) -> Vec<Value> {
     let mut ops = Vec::new();
-    walk(old, new, &mut String::new(), &mut ops);
+    walk(old, new, &mut String::new(), &mut |op, path, value| {
+        ops.push(match value {
+            Some(value) => json!({"op": op, "path": path, "value": value}),
+            None => json!({"op": op, "path": path}),
+        });
+    });
     ops
+}
+
+/// [`diff`] written as JSON into `out`, the bytes `serde_json` writes for [`diff`]'s value, without
+/// building it (a map and a copy of the new value per operation, for the journaled bytes alone).
+pub(super) fn write_diff(out: &mut Vec<u8>, old: &Value, new: &Value) {
+    out.push(b'[');
+    let mut first = true;
+    walk(old, new, &mut String::new(), &mut |op, path, value| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"op\":\"");
+        out.extend_from_slice(op.as_bytes());
+        out.extend_from_slice(b"\",\"path\":\"");
+        super::write_escaped(out, path);
+        out.push(b'"');
+        if let Some(value) = value {
+            out.extend_from_slice(b",\"value\":");
+            super::write_json(out, value);
+        }
+        out.push(b'}');
+    });
+    out.push(b']');
 }
 
 /// Appends `key` to `path` as one JSON pointer token (RFC 6901), escaped only when it needs it:
@@ -20,20 +48,18 @@ fn push_token(path: &mut String, key: &str) {
     }
 }
 
-fn walk(old: &Value, new: &Value, path: &mut String, ops: &mut Vec<Value>) {
+/// Each operation, in order: its name, its path and its value (none for `remove`).
+type Emit<'e> = dyn FnMut(&'static str, &str, Option<&Value>) + 'e;
+
+fn walk(old: &Value, new: &Value, path: &mut String, emit: &mut Emit<'_>) {
     match (old, new) {
-        (Value::Object(a), Value::Object(b)) => objects(a, b, path, ops),
+        (Value::Object(a), Value::Object(b)) => objects(a, b, path, emit),
         _ if old == new => {}
-        _ => ops.push(json!({"op": "replace", "path": path.clone(), "value": new})),
+        _ => emit("replace", path, Some(new)),
     }
 }
 
-fn objects(
-    a: &Map<String, Value>,
-    b: &Map<String, Value>,
-    path: &mut String,
-    ops: &mut Vec<Value>,
-) {
+fn objects(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, emit: &mut Emit<'_>) {
     // Two states of one object mostly hold the same keys in the same order (the API server's):
     // `b` is walked beside `a`, and looked up by key only once the orders part.
     let mut beside = b.iter();
@@ -50,8 +76,8 @@ fn objects(
             }
         };
         match vb {
-            None => ops.push(json!({"op": "remove", "path": path.clone()})),
-            Some(vb) => walk(va, vb, path, ops),
+            None => emit("remove", path, None),
+            Some(vb) => walk(va, vb, path, emit),
         }
         path.truncate(len);
     }
@@ -64,7 +90,7 @@ fn objects(
             let len = path.len();
             path.push('/');
             push_token(path, k);
-            ops.push(json!({"op": "add", "path": path.clone(), "value": vb}));
+            emit("add", path, Some(vb));
             path.truncate(len);
         }
     }
@@ -89,5 +115,13 @@ mod tests {
             ]
         );
         assert!(diff(&old, &old).is_empty());
+        for (a, b) in [(&old, &new), (&new, &old), (&old, &old)] {
+            let mut written = Vec::new();
+            write_diff(&mut written, a, b);
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                serde_json::to_string(&diff(a, b)).unwrap()
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@ mod diff;
 pub mod filter;
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 
 use herald_sink_core::event::{CloudEvent, ExtensionValue};
 use serde_json::{Map, Value, json};
@@ -207,21 +208,26 @@ pub fn status_only_change(old: &Value, new: &Value) -> bool {
 
 /// The CloudEvent of one observed change (EVENT-FORMAT.md Part 1).
 pub fn normalize(resource: &Resource, ob: Observed<'_>) -> CloudEvent {
-    let (mut event, data) = normalize_parts(resource, ob);
-    event.data = Some(data.to_value());
+    let (attributes, data) = normalize_parts(resource, ob);
+    let mut event = attributes.event();
+    event.data = Some(data.to_value(ob.object));
     event
 }
 
 /// [`normalize`] and [`CloudEvent::to_structured_json`] in one step, the bytes the journal stores:
 /// the same bytes, written from the observed object where it lies instead of from a copy of it
-/// in the event (a deep copy of every object was a good part of the normalizer's allocations).
-/// The event comes back without `data`, for its attributes (validation, logging).
+/// in the event (a deep copy of every object was a good part of the normalizer's allocations),
+/// and the attributes written from what they are made of (see [`Attributes`]). The attributes come
+/// back too (validation, logging).
 ///
 /// # Panics
 ///
 /// Never in practice: `data` is made of JSON values with string keys, which `serde_json` always
 /// serializes; a failure there is a broken invariant (`unreachable!`).
-pub fn normalize_structured(resource: &Resource, ob: Observed<'_>) -> (CloudEvent, Vec<u8>) {
+pub fn normalize_structured<'a>(
+    resource: &'a Resource,
+    ob: Observed<'a>,
+) -> (Attributes<'a>, Vec<u8>) {
     normalize_structured_with(resource, ob, None)
 }
 
@@ -232,46 +238,45 @@ pub fn normalize_structured(resource: &Resource, ob: Observed<'_>) -> (CloudEven
 /// # Panics
 ///
 /// As [`normalize_structured`]: never in practice.
-pub fn normalize_structured_with(
-    resource: &Resource,
-    ob: Observed<'_>,
+pub fn normalize_structured_with<'a>(
+    resource: &'a Resource,
+    ob: Observed<'a>,
     object_json: Option<&[u8]>,
-) -> (CloudEvent, Vec<u8>) {
-    let (event, data) = normalize_parts(resource, ob);
-    let mut out = event.to_structured_json();
-    // `{…attributes…}` → `{…attributes…,"data":{…}}`, as the serializer writes `data` last; `data`
+) -> (Attributes<'a>, Vec<u8>) {
+    let (attributes, data) = normalize_parts(resource, ob);
+    let raw = object_json.filter(|_| data.object.is_some());
+    let mut out = Vec::with_capacity(raw.map_or(0, <[u8]>::len) + 640);
+    // `{…attributes…,"data":{…}}`, as the event's serializer writes it (`data` last); `data`
     // written member by member as `Data`'s derived serializer writes it.
-    if out.last() == Some(&b'}') {
-        out.pop();
-        let raw = object_json.filter(|_| data.object.is_some());
-        let size = raw.map_or(0, <[u8]>::len);
-        out.reserve(size + 64);
-        out.extend_from_slice(b",\"data\":{\"op\":\"");
-        // `created`, `updated` or `deleted`: nothing to escape.
-        out.extend_from_slice(data.op.as_bytes());
-        out.push(b'"');
-        if let Some(object) = data.object {
-            out.extend_from_slice(b",\"object\":");
-            match raw {
-                Some(raw) => out.extend_from_slice(raw),
-                None => write_json(&mut out, object),
-            }
+    attributes.write_json(&mut out);
+    out.extend_from_slice(b",\"data\":{\"op\":\"");
+    // `created`, `updated` or `deleted`: nothing to escape.
+    out.extend_from_slice(data.op.as_bytes());
+    out.push(b'"');
+    if let Some(object) = data.object {
+        out.extend_from_slice(b",\"object\":");
+        match raw {
+            Some(raw) => out.extend_from_slice(raw),
+            None => write_json(&mut out, object),
         }
-        if let Some(old) = data.old_object {
-            out.extend_from_slice(b",\"oldObject\":");
-            write_json(&mut out, &old);
-        }
-        if let Some(patch) = &data.patch {
-            out.extend_from_slice(b",\"patch\":");
-            write_json(&mut out, patch);
-        }
-        out.extend_from_slice(if data.resync {
-            b",\"resync\":true}}"
-        } else {
-            b",\"resync\":false}}"
-        });
     }
-    (event, out)
+    if let Some(old) = data.old_object {
+        out.extend_from_slice(b",\"oldObject\":");
+        write_json(&mut out, &old);
+    }
+    if let Some(old) = data.patch {
+        out.extend_from_slice(b",\"patch\":");
+        match old {
+            Some(old) => diff::write_diff(&mut out, old, ob.object),
+            None => out.extend_from_slice(b"[]"),
+        }
+    }
+    out.extend_from_slice(if data.resync {
+        b",\"resync\":true}}"
+    } else {
+        b",\"resync\":false}}"
+    });
+    (attributes, out)
 }
 
 /// Appends `value` as compact JSON.
@@ -282,18 +287,63 @@ fn write_json(out: &mut Vec<u8>, value: &impl serde::Serialize) {
     }
 }
 
+/// Appends `text` as the inside of a JSON string, escaped as `serde_json` escapes it (`"` and `\`,
+/// the short escapes `\b \t \n \f \r`, other control characters as `\u00xx`), so the bytes are
+/// those the event's serializer writes.
+fn write_escaped(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x09 => b't',
+            0x0A => b'n',
+            0x0C => b'f',
+            0x0D => b'r',
+            0x00..=0x1F => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            out.extend_from_slice(&[
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xF)],
+            ]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+/// Appends `,"name":"value"` (`name` needs no escaping).
+fn write_member(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":\"");
+    write_escaped(out, value);
+    out.push(b'"');
+}
+
 /// An event's `data`, borrowing the object: written by [`normalize_structured_with`] in the order
 /// [`normalize`] builds it (`op`, `object`, `oldObject`, `patch`, `resync`; absent parts left out).
 struct Data<'a> {
     op: &'static str,
     object: Option<&'a Value>,
     old_object: Option<Option<&'a Value>>,
-    patch: Option<Vec<Value>>,
+    /// Whether `data` has a patch, and the state it is from (none: an empty patch).
+    patch: Option<Option<&'a Value>>,
     resync: bool,
 }
 
 impl Data<'_> {
-    fn to_value(&self) -> Value {
+    fn to_value(&self, object: &Value) -> Value {
         let mut data = Map::new();
         data.insert("op".into(), json!(self.op));
         if let Some(object) = self.object {
@@ -302,76 +352,196 @@ impl Data<'_> {
         if let Some(old) = self.old_object {
             data.insert("oldObject".into(), old.cloned().unwrap_or(Value::Null));
         }
-        if let Some(patch) = &self.patch {
-            data.insert("patch".into(), Value::Array(patch.clone()));
+        if let Some(old) = self.patch {
+            let patch = old.map(|old| diff(old, object)).unwrap_or_default();
+            data.insert("patch".into(), Value::Array(patch));
         }
         data.insert("resync".into(), json!(self.resync));
         Value::Object(data)
     }
 }
 
-/// The event of one observed change without `data`, and its `data`.
-fn normalize_parts<'a>(resource: &Resource, ob: Observed<'a>) -> (CloudEvent, Data<'a>) {
+/// The attributes of the event of one observed change, borrowed from the object and the resource:
+/// [`normalize_structured_with`] writes them straight into the journaled bytes, and a
+/// [`CloudEvent`] (with a map of owned strings, about thirty allocations) is built only where one
+/// is asked for ([`event`](Self::event)). Written in the order the event's serializer writes
+/// them: the context attributes, then the extensions by name.
+#[derive(Debug, Clone)]
+pub struct Attributes<'a> {
+    resource: &'a Resource,
+    op: Op,
+    uid: &'a str,
+    rv: &'a str,
+    name: &'a str,
+    namespace: &'a str,
+    key: String,
+    generation: Option<i64>,
+    resync: bool,
+    observed_at: jiff::Timestamp,
+}
+
+/// `time`'s format: RFC 3339 in UTC, milliseconds.
+const TIME_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
+
+impl<'a> Attributes<'a> {
+    fn of(resource: &'a Resource, ob: Observed<'a>) -> Self {
+        let obj = ob.object;
+        Self {
+            resource,
+            op: ob.op,
+            uid: meta_str(obj, "uid"),
+            rv: ob
+                .resource_version
+                .unwrap_or_else(|| meta_str(obj, "resourceVersion")),
+            name: meta_str(obj, "name"),
+            namespace: meta_str(obj, "namespace"),
+            key: object_key(resource, obj),
+            generation: obj
+                .get("metadata")
+                .and_then(|m| m.get("generation"))
+                .and_then(Value::as_i64),
+            resync: ob.resync,
+            observed_at: ob.observed_at,
+        }
+    }
+
+    /// The event's `id`.
+    pub fn id(&self) -> String {
+        format!("{}:{}:{}", self.uid, self.rv, self.op.as_str())
+    }
+
+    /// The event's `subject` (and `partitionkey`): the object's key.
+    pub fn subject(&self) -> &str {
+        &self.key
+    }
+
+    /// The event without `data`, as [`normalize`] makes it.
+    pub fn event(&self) -> CloudEvent {
+        let resource = self.resource;
+        let mut ext: BTreeMap<String, ExtensionValue> = BTreeMap::new();
+        let mut put = |k: &str, v: String| {
+            ext.insert(k.to_string(), ExtensionValue::String(v));
+        };
+        put("k8sgroup", resource.group.clone());
+        put("k8sversion", resource.version.clone());
+        put("k8skind", resource.kind.clone());
+        if resource.namespaced {
+            put("k8snamespace", self.namespace.to_string());
+        }
+        put("k8sname", self.name.to_string());
+        put("k8suid", self.uid.to_string());
+        put("resourceversion", self.rv.to_string());
+        if let Some(g) = self.generation {
+            put("generation", g.to_string());
+        }
+        put("sequence", sequence(self.rv));
+        put("partitionkey", self.key.clone());
+        ext.insert("resync".into(), ExtensionValue::Bool(self.resync));
+        CloudEvent {
+            id: self.id(),
+            source: resource.source(),
+            ty: format!("{}.{}", resource.type_prefix, self.op.as_str()),
+            subject: Some(self.key.clone()),
+            time: Some(self.observed_at.strftime(TIME_FORMAT).to_string()),
+            datacontenttype: Some("application/json".into()),
+            dataschema: Some(DATASCHEMA.into()),
+            extensions: ext,
+            data: None,
+        }
+    }
+
+    /// [`CloudEvent::validate`] of [`event`](Self::event), building the event only when it can
+    /// fail: every attribute but the object's key (`subject`, `partitionkey`) and its
+    /// resourceVersion (`sequence`) is non-empty and well-formed however the object looks (a
+    /// scheme or a separator in it, a formatted time, constants, fixed extension names). The
+    /// property tests hold both verdicts equal on arbitrary objects.
+    ///
+    /// # Errors
+    ///
+    /// The first rule the event breaks.
+    pub fn validate(&self) -> Result<(), herald_sink_core::ValidationError> {
+        if self.key.is_empty() || self.rv.is_empty() {
+            return self.event().validate();
+        }
+        Ok(())
+    }
+
+    /// Writes `{` and the attributes, comma-separated, as the event's serializer writes them: the
+    /// caller appends `data` and the closing brace.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let resource = self.resource;
+        let op = self.op.as_str();
+        out.extend_from_slice(b"{\"specversion\":\"1.0\",\"id\":\"");
+        write_escaped(out, self.uid);
+        out.push(b':');
+        write_escaped(out, self.rv);
+        out.push(b':');
+        out.extend_from_slice(op.as_bytes());
+        out.extend_from_slice(b"\",\"source\":\"k8s://");
+        write_escaped(out, &resource.cluster);
+        out.push(b'/');
+        write_escaped(
+            out,
+            if resource.group.is_empty() {
+                "core"
+            } else {
+                &resource.group
+            },
+        );
+        out.push(b'/');
+        write_escaped(out, &resource.plural);
+        out.extend_from_slice(b"\",\"type\":\"");
+        write_escaped(out, &resource.type_prefix);
+        out.push(b'.');
+        out.extend_from_slice(op.as_bytes());
+        out.push(b'"');
+        write_member(out, "subject", &self.key);
+        out.extend_from_slice(b",\"time\":\"");
+        // Digits and separators only: nothing to escape.
+        let _ = write!(out, "{}", self.observed_at.strftime(TIME_FORMAT));
+        out.extend_from_slice(b"\",\"datacontenttype\":\"application/json\",\"dataschema\":\"");
+        out.extend_from_slice(DATASCHEMA.as_bytes());
+        out.push(b'"');
+        // The extensions in name order (the event's `BTreeMap`).
+        if let Some(g) = self.generation {
+            let _ = write!(out, ",\"generation\":\"{g}\"");
+        }
+        write_member(out, "k8sgroup", &resource.group);
+        write_member(out, "k8skind", &resource.kind);
+        write_member(out, "k8sname", self.name);
+        if resource.namespaced {
+            write_member(out, "k8snamespace", self.namespace);
+        }
+        write_member(out, "k8suid", self.uid);
+        write_member(out, "k8sversion", &resource.version);
+        write_member(out, "partitionkey", &self.key);
+        write_member(out, "resourceversion", self.rv);
+        out.extend_from_slice(if self.resync {
+            b",\"resync\":true"
+        } else {
+            b",\"resync\":false"
+        });
+        match self.rv.parse::<u64>() {
+            Ok(n) => {
+                let _ = write!(out, ",\"sequence\":\"{n:020}\"");
+            }
+            Err(_) => write_member(out, "sequence", self.rv),
+        }
+    }
+}
+
+/// The attributes of one observed change's event, and its `data`.
+fn normalize_parts<'a>(resource: &'a Resource, ob: Observed<'a>) -> (Attributes<'a>, Data<'a>) {
     let obj = ob.object;
-    let uid = meta_str(obj, "uid");
-    let rv = ob
-        .resource_version
-        .unwrap_or_else(|| meta_str(obj, "resourceVersion"));
-    let name = meta_str(obj, "name");
-    let namespace = meta_str(obj, "namespace");
-    let key = object_key(resource, obj);
-    let generation = obj
-        .get("metadata")
-        .and_then(|m| m.get("generation"))
-        .and_then(Value::as_i64)
-        .map(|g| g.to_string());
-
-    let mut ext: BTreeMap<String, ExtensionValue> = BTreeMap::new();
-    let mut put = |k: &str, v: String| {
-        ext.insert(k.to_string(), ExtensionValue::String(v));
-    };
-    put("k8sgroup", resource.group.clone());
-    put("k8sversion", resource.version.clone());
-    put("k8skind", resource.kind.clone());
-    if resource.namespaced {
-        put("k8snamespace", namespace.to_string());
-    }
-    put("k8sname", name.to_string());
-    put("k8suid", uid.to_string());
-    put("resourceversion", rv.to_string());
-    if let Some(g) = generation {
-        put("generation", g);
-    }
-    put("sequence", sequence(rv));
-    put("partitionkey", key.clone());
-    ext.insert("resync".into(), ExtensionValue::Bool(ob.resync));
-
     let p = resource.payload;
     let data = Data {
         op: ob.op.as_str(),
         object: p.object.then_some(obj),
         old_object: p.old_object.then_some(ob.old),
-        patch: (p.patch && ob.op == Op::Updated)
-            .then(|| ob.old.map(|old| diff(old, obj)).unwrap_or_default()),
+        patch: (p.patch && ob.op == Op::Updated).then_some(ob.old),
         resync: ob.resync,
     };
-
-    let event = CloudEvent {
-        id: format!("{uid}:{rv}:{}", ob.op.as_str()),
-        source: resource.source(),
-        ty: format!("{}.{}", resource.type_prefix, ob.op.as_str()),
-        subject: Some(key),
-        time: Some(
-            ob.observed_at
-                .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-                .to_string(),
-        ),
-        datacontenttype: Some("application/json".into()),
-        dataschema: Some(DATASCHEMA.into()),
-        extensions: ext,
-        data: None,
-    };
-    (event, data)
+    (Attributes::of(resource, ob), data)
 }
 
 /// The reference-only form of an event whose payload is too large for a sink: `data` is `{"op",

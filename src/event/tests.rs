@@ -375,11 +375,11 @@ fn the_journaled_bytes_are_the_normalized_events_json_for_every_payload_and_op()
                 String::from_utf8(whole.to_structured_json()).unwrap(),
                 "{payload:?} {op:?}"
             );
-            assert_eq!(attributes.data, None);
+            assert_eq!(attributes.event().data, None);
             assert_eq!(
                 CloudEvent {
                     data: whole.data.clone(),
-                    ..attributes
+                    ..attributes.event()
                 },
                 whole
             );
@@ -400,4 +400,48 @@ fn stripping_managed_fields_keeps_the_servers_key_order_in_metadata() {
         keys,
         ["name", "namespace", "uid", "resourceVersion", "zLast"]
     );
+}
+
+/// The attributes written straight into the journaled bytes are those the event's serializer
+/// writes, for every shape they take: the core group, a cluster-scoped resource, no `generation`,
+/// an opaque resourceVersion, characters JSON escapes in every string.
+#[test]
+fn the_attributes_written_directly_are_the_serialized_events_attributes() {
+    let odd = "a\"b\\c\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f}é/~ü";
+    let object = json!({"apiVersion": "v1", "kind": "Thing",
+        "metadata": {"name": odd, "namespace": odd, "uid": odd, "resourceVersion": odd}});
+    let numeric = json!({"apiVersion": "v1", "kind": "Thing",
+        "metadata": {"name": "n", "uid": "u", "resourceVersion": "0012", "generation": -4}});
+    let empty = json!({"metadata": {}});
+    for r in [
+        resource(),
+        Resource {
+            cluster: odd.into(),
+            group: String::new(),
+            version: odd.into(),
+            kind: odd.into(),
+            plural: odd.into(),
+            namespaced: false,
+            type_prefix: odd.into(),
+            ..resource()
+        },
+    ] {
+        for object in [&object, &numeric, &empty] {
+            for resync in [false, true] {
+                let ob = Observed {
+                    resync,
+                    ..observed(Op::Created, object, None)
+                };
+                let whole = normalize(&r, ob);
+                let (attributes, bytes) = normalize_structured(&r, ob);
+                assert_eq!(
+                    String::from_utf8(bytes).unwrap(),
+                    String::from_utf8(whole.to_structured_json()).unwrap()
+                );
+                assert_eq!(attributes.validate(), whole.validate());
+                assert_eq!(attributes.id(), whole.id);
+                assert_eq!(Some(attributes.subject()), whole.subject.as_deref());
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@ pub mod pattern;
 pub mod problem;
 pub mod resolve;
 mod spec;
+mod stripped;
 mod sync;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +28,7 @@ use crate::journal::Journal;
 pub use problem::ApiProblem;
 pub use resolve::{Resolved, resolve};
 pub use spec::WatchSpec;
+pub use stripped::Stripped;
 pub use sync::{NamespaceCache, Recorder, Seen, SyncError, report_gone};
 
 /// A watch that lasted this long ended normally and resets the backoff (nothing else does); a shorter
@@ -394,8 +396,18 @@ async fn watch(
         wp = wp.fields(f);
     }
     let mut rv = from.to_string();
-    let stream = match watch_values(r, &api, &wp, &rv).await {
-        Ok(s) => s,
+    // Decoding runs in its own task so it overlaps with recording: while one batch is normalized
+    // and appended, the next lines are decoded, and under load batches grow by themselves (one
+    // journal append per batch is the fixed cost that dominated when both took turns).
+    let (tx, mut rx) = tokio::sync::mpsc::channel(tuning.max_batch.max(1) * 4);
+    // managedFields are skipped while each line is parsed, unless the resource keeps them.
+    let reader = if r.resource.keep_managed_fields {
+        spawn_reader::<Value>(r, &api, &wp, &rv, tx).await
+    } else {
+        spawn_reader::<Stripped>(r, &api, &wp, &rv, tx).await
+    };
+    let _reader = match reader {
+        Ok(reader) => reader,
         Err(error) => {
             if is_not_found(&error) {
                 return Ended::Elsewhere(State::Resolving);
@@ -411,11 +423,6 @@ async fn watch(
     };
     health.clear_problem();
     health.synced.store(true, Ordering::SeqCst);
-    // Decoding runs in its own task so it overlaps with recording: while one batch is normalized
-    // and appended, the next lines are decoded, and under load batches grow by themselves (one
-    // journal append per batch is the fixed cost that dominated when both took turns).
-    let (tx, mut rx) = tokio::sync::mpsc::channel(tuning.max_batch.max(1) * 4);
-    let _reader = AbortOnDropHandle::new(tokio::spawn(read_lines(stream.boxed(), tx, r.display())));
     let mut last_batch = 0usize;
     loop {
         if rec.journal.over_backlog_bound() {
@@ -491,21 +498,31 @@ async fn watch(
     }
 }
 
-/// Opens a watch whose objects are decoded straight into [`Value`]s, in the API server's key
-/// order: the request `Api::watch` would send, decoded by kube's line reader, without the
-/// `DynamicObject` detour (a typed `ObjectMeta` decoded and serialised again per line was a fifth
-/// of herald's CPU in a catch-up; ADR 0014).
-async fn watch_values(
+/// Opens a watch whose objects are decoded straight into [`Value`]s (through `K`: [`Value`], or
+/// [`Stripped`] without managedFields), in the API server's key order, and starts the task that
+/// reads its lines into `tx`: the request `Api::watch` would send, decoded by kube's line reader,
+/// without the `DynamicObject` detour (a typed `ObjectMeta` decoded and serialised again per line
+/// was a fifth of herald's CPU in a catch-up; ADR 0014).
+async fn spawn_reader<K>(
     r: &Resolved,
     api: &Api<DynamicObject>,
     wp: &WatchParams,
     rv: &str,
-) -> kube::Result<impl futures::Stream<Item = kube::Result<WatchEvent<Value>>> + use<>> {
+    tx: tokio::sync::mpsc::Sender<Line>,
+) -> kube::Result<AbortOnDropHandle<()>>
+where
+    K: WatchedObject + Clone + serde::de::DeserializeOwned + Send + 'static,
+{
     let mut request = kube::core::Request::new(api.resource_url())
         .watch(wp, rv)
         .map_err(kube::Error::BuildRequest)?;
     request.extensions_mut().insert("watch");
-    r.client.request_events::<Value>(request).await
+    let stream = r.client.request_events::<K>(request).await?;
+    Ok(AbortOnDropHandle::new(tokio::spawn(read_lines(
+        stream.boxed(),
+        tx,
+        r.display(),
+    ))))
 }
 
 /// A watched object as a watch line's decoder yields it, turned into the [`Value`] the recorder
@@ -520,24 +537,41 @@ pub trait WatchedObject {
     fn into_value(self) -> Result<Value, kube::Error>;
 }
 
+/// Whether `value` is shaped like a Kubernetes object: a JSON object with a `metadata` object whose
+/// identifying members are strings when present (what the typed decoding refused otherwise).
+pub(crate) fn shaped(value: &Value) -> bool {
+    value
+        .as_object()
+        .and_then(|o| o.get("metadata"))
+        .and_then(Value::as_object)
+        .is_some_and(|m| {
+            ["name", "namespace", "uid", "resourceVersion"]
+                .iter()
+                .all(|k| m.get(*k).is_none_or(|v| v.is_string() || v.is_null()))
+        })
+}
+
 impl WatchedObject for Value {
     fn into_value(self) -> Result<Value, kube::Error> {
-        let shaped = self
-            .as_object()
-            .and_then(|o| o.get("metadata"))
-            .and_then(Value::as_object)
-            .is_some_and(|m| {
-                ["name", "namespace", "uid", "resourceVersion"]
-                    .iter()
-                    .all(|k| m.get(*k).is_none_or(|v| v.is_string() || v.is_null()))
-            });
-        if shaped {
+        if shaped(&self) {
             Ok(self)
         } else {
             Err(kube::Error::SerdeError(serde::de::Error::custom(
                 "a watch event's object is not a Kubernetes object (no metadata object)",
             )))
         }
+    }
+}
+
+impl WatchedObject for Stripped {
+    fn into_value(self) -> Result<Value, kube::Error> {
+        self.0.into_value()
+    }
+}
+
+impl From<Stripped> for Value {
+    fn from(Stripped(value): Stripped) -> Self {
+        value
     }
 }
 
@@ -583,8 +617,8 @@ impl Line {
 }
 
 /// Decodes watch lines until the stream ends, the recorder goes away, or a line ends the watch.
-async fn read_lines(
-    mut stream: futures::stream::BoxStream<'static, kube::Result<WatchEvent<Value>>>,
+async fn read_lines<K: WatchedObject>(
+    mut stream: futures::stream::BoxStream<'static, kube::Result<WatchEvent<K>>>,
     tx: tokio::sync::mpsc::Sender<Line>,
     resource: String,
 ) {

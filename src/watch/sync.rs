@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{Health, Resolved, WatchSpec};
+use super::{Health, Resolved, Stripped, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
 use crate::event::{self, Observed, Op};
@@ -69,6 +69,9 @@ pub enum SyncError {
     /// The task reading a LIST page ended without an answer (it panicked).
     #[error("reading a list page ended without an answer")]
     ListAborted,
+    /// The task appending a relist's chunk ended without an answer (it panicked).
+    #[error("appending a relist's chunk to the journal ended without an answer")]
+    AppendAborted,
 }
 
 impl SyncError {
@@ -76,9 +79,11 @@ impl SyncError {
     pub fn api_error(&self) -> Option<&kube::Error> {
         match self {
             Self::ListFailed(e) | Self::GetFailed(e) | Self::NamespacesFailed(e) => Some(e),
-            Self::NotServed | Self::JournalFailed(_) | Self::RedactionKey | Self::ListAborted => {
-                None
-            }
+            Self::NotServed
+            | Self::JournalFailed(_)
+            | Self::RedactionKey
+            | Self::ListAborted
+            | Self::AppendAborted => None,
         }
     }
 }
@@ -434,7 +439,7 @@ impl<'a> Recorder<'a> {
         self.health
             .emitted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (ev, bytes) = event::normalize_structured_with(
+        let (attributes, bytes) = event::normalize_structured_with(
             &self.resolved.resource,
             Observed {
                 op,
@@ -454,11 +459,11 @@ impl<'a> Recorder<'a> {
         // The one definition the journal reader applies too. An event that breaks it is journaled
         // all the same (dropping it here would lose it without a trace): every sink's reader
         // dead-letters it with this reason. Odd characters in names are valid: they are carried.
-        if let Err(error) = ev.validate() {
+        if let Err(error) = attributes.validate() {
             tracing::warn!(
                 message = "Event is not a valid CloudEvent; each sink will dead-letter it.",
                 resource = %self.resolved.display(),
-                id = %ev.id,
+                id = %attributes.id(),
                 %error,
             );
         } else if [Some(obj), old]
@@ -472,8 +477,8 @@ impl<'a> Recorder<'a> {
             tracing::warn!(
                 message = "Event cannot be read back (its object is nested too deep); each sink will dead-letter it.",
                 resource = %self.resolved.display(),
-                id = %ev.id,
-                object = %ev.subject.as_deref().unwrap_or_default(),
+                id = %attributes.id(),
+                object = %attributes.subject(),
                 %error,
             );
         }
@@ -573,6 +578,37 @@ impl<'a> Recorder<'a> {
             .append_with(batch, first_sync)
             .map(|_| ())
             .map_err(SyncError::JournalFailed)
+    }
+
+    /// [`append_marked`](Self::append_marked) on a blocking thread, so the relist records its next
+    /// chunk while sled applies this one (sled's `apply_batch` was about a third of the relist's
+    /// one task). Waits first for the chunk before it (`inflight`), so chunks land in order and a
+    /// failed one stops the next; the caller [`settle`]s before it reads the index for a key an
+    /// unsettled chunk may hold.
+    async fn append_beside(
+        &self,
+        inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+        p: Pending,
+        first_sync: FirstSync,
+    ) -> Result<(), SyncError> {
+        settle(inflight).await?;
+        if p.events.is_empty() && p.index.is_empty() {
+            return Ok(());
+        }
+        let journal = self.journal.clone();
+        let batch = Batch {
+            stream: self.resolved.stream.clone(),
+            events: p.events,
+            index: p.index,
+            checkpoint: None,
+        };
+        *inflight = Some(tokio::task::spawn_blocking(move || {
+            journal
+                .append_with(batch, first_sync)
+                .map(|_| ())
+                .map_err(SyncError::JournalFailed)
+        }));
+        Ok(())
     }
 
     /// Whether `namespace` passes `namespaces`: its name patterns, then the namespace selector
@@ -752,13 +788,40 @@ impl<'a> Recorder<'a> {
 }
 
 /// One LIST page as the API server sends it, its items decoded straight into `Value`s (no typed
-/// object in between, and each object keeps the key order the server sent).
+/// object in between, and each object keeps the key order the server sent), through `T`:
+/// [`Value`], or [`Stripped`] without managedFields.
 #[derive(serde::Deserialize)]
-struct Page {
+#[serde(bound = "T: serde::de::DeserializeOwned")]
+struct Page<T> {
     #[serde(default)]
     metadata: PageMeta,
-    #[serde(default)]
-    items: Option<Vec<Value>>,
+    #[serde(default = "Option::default")]
+    items: Option<Vec<T>>,
+}
+
+/// What a relist works on: a page's items as [`Value`]s, however they were decoded.
+type Items = Vec<Value>;
+
+/// Reads one LIST page, its items decoded as `T`.
+async fn list_page_as<T>(
+    client: kube::Client,
+    url: String,
+    lp: ListParams,
+) -> kube::Result<(PageMeta, Items)>
+where
+    T: serde::de::DeserializeOwned + Into<Value>,
+{
+    let request = kube::core::Request::new(url)
+        .list(&lp)
+        .map_err(kube::Error::BuildRequest)?;
+    let page = client.request::<Page<T>>(request).await?;
+    let items = page
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Ok((page.metadata, items))
 }
 
 /// Objects nested deeper than this are read back once journaled, to warn of one the readers
@@ -784,12 +847,29 @@ struct PageMeta {
     continue_: Option<String>,
 }
 
-/// Reads one LIST page.
-async fn list_page(client: kube::Client, url: String, lp: ListParams) -> kube::Result<Page> {
-    let request = kube::core::Request::new(url)
-        .list(&lp)
-        .map_err(kube::Error::BuildRequest)?;
-    client.request::<Page>(request).await
+/// Reads one LIST page; managedFields are skipped while it is parsed, unless the resource keeps
+/// them.
+async fn list_page(
+    client: kube::Client,
+    url: String,
+    lp: ListParams,
+    keep_managed_fields: bool,
+) -> kube::Result<(PageMeta, Items)> {
+    if keep_managed_fields {
+        list_page_as::<Value>(client, url, lp).await
+    } else {
+        list_page_as::<Stripped>(client, url, lp).await
+    }
+}
+
+/// Waits for the chunk [`Recorder::append_beside`] left appending, if any.
+async fn settle(
+    inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+) -> Result<(), SyncError> {
+    match inflight.take() {
+        Some(appending) => appending.await.map_err(|_| SyncError::AppendAborted)?,
+        None => Ok(()),
+    }
 }
 
 /// The first page is this small (at most), so the first events leave while the rest is read.
@@ -835,6 +915,25 @@ impl Recorder<'_> {
 /// emitted again, one changed since is an update against the state already reported, and one gone
 /// since is a deletion of an object already reported.
 pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncError> {
+    let mut inflight = None;
+    let listed = relist_with(rec, page_size, &mut inflight).await;
+    // A relist that fails half-way leaves no chunk appending behind it: whatever runs next on the
+    // stream (a relist again, `report_gone` once a retired watcher ended) sees the index as the
+    // relist left it.
+    let settled = settle(&mut inflight).await;
+    let rv = listed?;
+    settled?;
+    Ok(rv)
+}
+
+/// [`relist`], with the chunk being appended while the next is recorded in `inflight`: a pass
+/// reads the index only for keys it lists (each once), never one an earlier chunk of the same pass
+/// wrote, so only a restart and the walk for deletions wait for it.
+async fn relist_with(
+    rec: &Recorder<'_>,
+    page_size: u32,
+    inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+) -> Result<String, SyncError> {
     let r = rec.resolved;
     // A relist rewrites the index: what a watch of this recorder remembered of it goes.
     *rec.lock_known() = Known::default();
@@ -879,11 +978,27 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         (true, true) => (FirstSync::Done, FirstSync::Done),
         (true, false) => (FirstSync::Keep, FirstSync::Keep),
     };
+    let keep = r.resource.keep_managed_fields;
     let fetch = |lp: ListParams| {
-        AbortOnDropHandle::new(tokio::spawn(list_page(r.client.clone(), url.clone(), lp)))
+        AbortOnDropHandle::new(tokio::spawn(list_page(
+            r.client.clone(),
+            url.clone(),
+            lp,
+            keep,
+        )))
     };
 
+    // On a first pass over an index that was empty, nothing this pass has not listed can be in it
+    // (only this recorder writes the stream's index), so a key not yet seen has no entry to read.
+    let mut unindexed = index_empty;
+    // Where the relist's time goes, for its log line: waiting for list pages, waiting for the
+    // journal (a chunk still being applied); the rest is recording.
+    let began = Instant::now();
+    let (mut on_pages, mut on_journal) = (Duration::ZERO, Duration::ZERO);
     let (seen, list_rv) = 'list: loop {
+        let waiting = Instant::now();
+        settle(inflight).await?;
+        on_journal += waiting.elapsed();
         let mut lp = ListParams::default().limit(page_size.min(FIRST_PAGE));
         if let Some(l) = &rec.spec.label_selector {
             lp = lp.labels(l);
@@ -897,49 +1012,59 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
         let mut list_rv: Option<String> = None;
         let mut next = Some(fetch(lp.clone()));
         while let Some(pending) = next.take() {
-            let page = match pending.await {
+            let waiting = Instant::now();
+            let fetched = pending.await;
+            on_pages += waiting.elapsed();
+            let (page_meta, items) = match fetched {
                 Ok(Ok(page)) => page,
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => return Err(SyncError::NotServed),
-                // The snapshot of a long list expired under us: start over.
-                Ok(Err(kube::Error::Api(s))) if s.code == 410 => continue 'list,
+                // The snapshot of a long list expired under us: start over (against what the
+                // expired one appended).
+                Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
+                    unindexed = false;
+                    continue 'list;
+                }
                 Ok(Err(e)) => return Err(SyncError::ListFailed(e)),
                 Err(_) => return Err(SyncError::ListAborted),
             };
             let rv = list_rv
-                .get_or_insert_with(|| page.metadata.resource_version.clone().unwrap_or_default());
+                .get_or_insert_with(|| page_meta.resource_version.clone().unwrap_or_default());
             // The next page is read (and decoded) while this one is reconciled.
-            if let Some(token) = page.metadata.continue_.filter(|c| !c.is_empty()) {
+            if let Some(token) = page_meta.continue_.filter(|c| !c.is_empty()) {
                 lp = lp.limit(page_size).continue_token(&token);
                 next = Some(fetch(lp.clone()));
             }
             let mut p = Pending::default();
-            for item in page.items.unwrap_or_default() {
+            for item in items {
                 // The watch's shape check: a listed object without it would be journaled
                 // unreadable to the index; it is skipped, named as well as it can be.
-                let named = format!(
-                    "{}/{}",
-                    item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
-                    item.pointer("/metadata/name").unwrap_or(&Value::Null)
-                );
-                let item = match super::WatchedObject::into_value(item) {
-                    Ok(item) => item,
-                    Err(error) => {
+                if !super::shaped(&item) {
+                    let named = format!(
+                        "{}/{}",
+                        item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
+                        item.pointer("/metadata/name").unwrap_or(&Value::Null)
+                    );
+                    if let Err(error) = super::WatchedObject::into_value(item) {
                         tracing::warn!(
                             message = "A listed object is not shaped like a Kubernetes object; skipping it.",
                             stream = %r.stream,
                             object = %named,
                             %error,
                         );
-                        continue;
                     }
-                };
+                    continue;
+                }
                 let new = rec.prepare(item)?;
                 if !rec.namespace_allowed(meta(&new, "namespace")).await? {
                     continue;
                 }
                 let key = event::object_key(&r.resource, &new);
                 if emit {
-                    let old = rec.relist_base(&key, &new)?;
+                    let old = if unindexed && !seen.contains(key.as_str()) {
+                        None
+                    } else {
+                        rec.relist_base(&key, &new)?
+                    };
                     rec.present(&mut p, &key, new, old, true, Some(rv.as_str()));
                 } else {
                     rec.put(&mut p, &key, new);
@@ -949,16 +1074,23 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
                 p.sizes.clear();
                 seen.insert(key.into_boxed_str());
                 if p.chunk_full() {
-                    rec.append_marked(std::mem::take(&mut p), None, during)?;
+                    let waiting = Instant::now();
+                    rec.append_beside(inflight, std::mem::take(&mut p), during)
+                        .await?;
+                    on_journal += waiting.elapsed();
                 }
             }
-            // Each page's changes go out now: the store is what the next page (or a restarted
-            // list) compares with.
-            rec.append_marked(p, None, during)?;
+            // Each page's changes go out now: the store is what a restarted list compares with.
+            let waiting = Instant::now();
+            rec.append_beside(inflight, p, during).await?;
+            on_journal += waiting.elapsed();
         }
         break (seen, list_rv.unwrap_or_default());
     };
 
+    let waiting = Instant::now();
+    settle(inflight).await?;
+    on_journal += waiting.elapsed();
     // What the index holds and the list did not: walked lazily, one entry read at a time.
     let mut p = Pending::default();
     let keys = rec
@@ -1005,8 +1137,18 @@ pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncEr
             rec.append_marked(std::mem::take(&mut p), None, during)?;
         }
     }
+    let waiting = Instant::now();
     rec.append_marked(p, Some(list_rv.clone()), done)?;
-    tracing::info!(message = "Listed and reconciled.", resource = %r.display(), objects = seen.len(), rv = %list_rv);
+    on_journal += waiting.elapsed();
+    tracing::info!(
+        message = "Listed and reconciled.",
+        resource = %r.display(),
+        objects = seen.len(),
+        rv = %list_rv,
+        took_ms = began.elapsed().as_millis(),
+        waited_for_pages_ms = on_pages.as_millis(),
+        waited_for_journal_ms = on_journal.as_millis(),
+    );
     Ok(list_rv)
 }
 

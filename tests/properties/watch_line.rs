@@ -68,6 +68,11 @@ fn journal_and_read_back(
     let (head, bytes) = event::normalize_structured(resource, observed);
     let verdict = head.validate();
     assert_eq!(verdict, ev.validate(), "both normalizers judge alike");
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        String::from_utf8_lossy(&ev.to_structured_json()),
+        "the journaled bytes are the event's JSON"
+    );
     let full = CloudEvent::from_structured_json(&bytes);
     let cheap = Journaled::from_structured_json(bytes.clone());
     match (verdict, full, cheap) {
