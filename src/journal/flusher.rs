@@ -227,6 +227,7 @@ pub(super) fn flush_once(db: &sled::Db, shared: &Shared) -> Result<u64, sled::Er
     // and sled's flush makes every write that happened before the call durable.
     let target = shared.head.load(Ordering::Acquire);
     db.flush()?;
+    super::garbage::release();
     shared.durable.fetch_max(target, Ordering::AcqRel);
     shared.flushed.send_modify(|f| f.seq = f.seq.max(target));
     lock(&shared.record).advance(target, false);

@@ -85,6 +85,7 @@ mod error;
 mod failure;
 mod files;
 mod flusher;
+mod garbage;
 mod head;
 mod integrity;
 mod keys;
@@ -501,6 +502,7 @@ impl Journal {
         self.inner.flush.head.store(new_head, Ordering::Release);
         *last_ms = at;
         drop(last_ms);
+        garbage::release();
 
         if count > 0 {
             self.inner.appends.fetch_add(1, Ordering::Relaxed);
@@ -816,6 +818,7 @@ impl Journal {
             let (_, payload) = keys::split_event(&k, &v)?;
             out.push((seq, payload.to_vec()));
         }
+        garbage::release();
         Ok(out)
     }
 
@@ -1015,6 +1018,7 @@ impl Journal {
         if removed > 0 {
             self.inner.trimmed.fetch_max(last_removed, Ordering::SeqCst);
         }
+        garbage::drain();
         if removed > 0 {
             self.inner.flush.note_write(0);
             tracing::debug!(

@@ -622,6 +622,64 @@ async fn a_list_expired_mid_way_starts_over_and_reports_each_change_once() {
     j.close().await.unwrap();
 }
 
+/// A first sync (empty index) skips the walk for deletions, as every index entry is its own; but
+/// one whose list expired mid-way (410) must still walk: an object the expired snapshot listed,
+/// reported as created and deleted before the newer snapshot, comes out as deleted.
+#[tokio::test]
+async fn a_first_sync_whose_list_expired_mid_way_reports_what_went_since_the_expired_snapshot() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d", "e", "f"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    slow_lists(&sim, Duration::from_millis(500));
+    let run = relist_into(&j, &resolved);
+    let meddle = async {
+        // Once the first page (a, b) is journaled: `a` goes, and the history is compacted, so
+        // the next page's continue token is refused and the list starts over without `a`.
+        while journaled(&j) < 2 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        sim.delete(&w, "a").unwrap();
+        sim.compact();
+        sim.clear_faults();
+    };
+    tokio::join!(run, meddle);
+    let all = events(&j).await;
+    let got: Vec<String> = all
+        .iter()
+        .map(|e| {
+            let o = &e["data"]["object"]["metadata"];
+            format!(
+                "{}:{}",
+                o["name"].as_str().unwrap(),
+                e["type"].as_str().unwrap().rsplit('.').next().unwrap()
+            )
+        })
+        .collect();
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "a:created",
+            "a:deleted",
+            "b:created",
+            "c:created",
+            "d:created",
+            "e:created",
+            "f:created"
+        ],
+        "{got:?}"
+    );
+    // Nothing is left for another relist to find.
+    relist_into(&j, &resolved).await;
+    assert_eq!(events(&j).await.len(), all.len());
+    j.close().await.unwrap();
+}
+
 /// A relist's `data.object` keeps the key order the API server sent (no typed object in
 /// between that re-orders `metadata`).
 #[tokio::test]
