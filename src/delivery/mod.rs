@@ -854,7 +854,7 @@ async fn read_ahead(
     out: tokio::sync::mpsc::Sender<Vec<Read>>,
 ) {
     loop {
-        let rows = match journal.read(&name, after, page) {
+        let rows = match journal.read_shared(&name, after, page) {
             Ok(rows) => rows,
             Err(error) => {
                 tracing::error!(message = "Reading the journal failed.", sink = %name, %error);
@@ -869,7 +869,7 @@ async fn read_ahead(
         for (seq, bytes) in rows {
             after = seq;
             let len = bytes.len();
-            let read = match Journaled::from_structured_json(bytes.as_slice()) {
+            let read = match Journaled::from_structured_json(Arc::clone(&bytes)) {
                 // Only a route `when` for this sink reads `data`: routing parses it for that alone.
                 Ok(event)
                     if router.wants_lazily(
@@ -984,6 +984,7 @@ fn settle(
     let mut any_ok = false;
     // One clock read for the whole call: its events were acknowledged together.
     let wall_now = jiff::Timestamp::now();
+    let mut observed: Option<(&str, Option<jiff::Timestamp>)> = None;
     let missing = Outcome::Retry {
         after: None,
         reason: Reason::new(
@@ -998,21 +999,22 @@ fn settle(
         let seq = envelope.seq;
         match outcome {
             Outcome::Ok => {
-                window.done(seq);
                 any_ok = true;
                 stats.delivered.fetch_add(1, Ordering::Relaxed);
-                if let Some(observed) = envelope
-                    .event
-                    .attributes()
-                    .time
-                    .as_deref()
-                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                {
-                    let age = wall_now.duration_since(observed);
-                    stats
-                        .latency
-                        .observe(Duration::try_from(age).unwrap_or_default());
+                if let Some(time) = envelope.event.attributes().time.as_deref() {
+                    // A watch batch's events share their observation time (milliseconds): parse
+                    // each distinct one once.
+                    if observed.is_none_or(|(last, _)| last != time) {
+                        observed = Some((time, time.parse::<jiff::Timestamp>().ok()));
+                    }
+                    if let Some((_, Some(at))) = &observed {
+                        let age = wall_now.duration_since(*at);
+                        stats
+                            .latency
+                            .observe(Duration::try_from(age).unwrap_or_default());
+                    }
                 }
+                window.done(seq);
             }
             Outcome::Reject { reason } => {
                 if reason.code == herald_sink_core::sink::codes::OVERSIZE

@@ -798,6 +798,22 @@ impl Journal {
     /// durable events are returned (seq ≤ [`durable_seq`](Journal::durable_seq)); events removed
     /// by retention are skipped.
     pub fn read(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.read_as(sink, after, max, <[u8]>::to_vec)
+    }
+
+    /// [`read`](Journal::read), each event's bytes copied once into the shared buffer delivery
+    /// keeps them in (a `Vec` copied again into one was a second allocation and copy per event).
+    pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Arc<[u8]>)>> {
+        self.read_as(sink, after, max, |payload| Arc::from(payload))
+    }
+
+    fn read_as<T>(
+        &self,
+        sink: &str,
+        after: u64,
+        max: usize,
+        own: impl Fn(&[u8]) -> T,
+    ) -> Result<Vec<(u64, T)>> {
         if !lock(&self.inner.cursors).contains_key(sink) {
             return Err(JournalError::UnknownSink {
                 sink: sink.to_owned(),
@@ -816,7 +832,7 @@ impl Journal {
             })?;
             let seq = keys::event_seq(&k)?;
             let (_, payload) = keys::split_event(&k, &v)?;
-            out.push((seq, payload.to_vec()));
+            out.push((seq, own(payload)));
         }
         garbage::release();
         Ok(out)

@@ -501,8 +501,12 @@ pub fn is_json_content_type(content_type: &str) -> bool {
     let Some((_, subtype)) = essence.split_once('/') else {
         return false;
     };
-    let subtype = subtype.to_ascii_lowercase();
-    subtype == "json" || subtype.ends_with("+json")
+    // Compared in place: this runs for every event read back from the journal.
+    let tail = subtype
+        .len()
+        .checked_sub(5)
+        .and_then(|i| subtype.as_bytes().get(i..));
+    subtype.eq_ignore_ascii_case("json") || tail.is_some_and(|t| t.eq_ignore_ascii_case(b"+json"))
 }
 
 fn is_media_type(value: &str) -> bool {

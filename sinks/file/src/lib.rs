@@ -13,7 +13,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -145,7 +145,9 @@ impl FileSink {
         })
     }
 
-    fn write_batch(&self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes `parts` one after the other, as one write where the OS takes it whole.
+    fn write_batch(&self, parts: &mut [IoSlice<'_>]) -> io::Result<()> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let mut out = self
             .out
             .lock()
@@ -153,7 +155,7 @@ impl FileSink {
         match &mut *out {
             Output::Stdout => {
                 let mut stdout = io::stdout().lock();
-                stdout.write_all(bytes)?;
+                write_all_vectored(&mut stdout, parts)?;
                 stdout.flush()
             }
             Output::File {
@@ -172,7 +174,7 @@ impl FileSink {
                 }
                 if let Some(r) = &self.config.rotate
                     && *size > 0
-                    && *size + bytes.len() as u64 > r.max_size
+                    && *size + len > r.max_size
                 {
                     file.sync_all()?;
                     rotate(path, r.max_files)?;
@@ -180,8 +182,8 @@ impl FileSink {
                     *file = f;
                     *size = s;
                 }
-                file.write_all(bytes)?;
-                *size += bytes.len() as u64;
+                write_all_vectored(file, parts)?;
+                *size += len;
                 *dirty = true;
                 match self.config.fsync {
                     Fsync::Always => {
@@ -230,6 +232,21 @@ impl FileSink {
     }
 }
 
+/// `Write::write_all_vectored`, which is not stable yet: writes every part, in order, resuming
+/// after a short write.
+fn write_all_vectored(out: &mut impl Write, mut parts: &mut [IoSlice<'_>]) -> io::Result<()> {
+    IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        match out.write_vectored(parts) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Shifts `path.(n-1)` → `path.n` … `path` → `path.1`, dropping what falls off the end.
 fn rotate(path: &Path, max_files: usize) -> io::Result<()> {
     if max_files == 0 {
@@ -252,19 +269,23 @@ impl Sink for FileSink {
     const NAME: &'static str = "file";
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
-        self.write_batch(b"").map_err(|e| SinkError::Unavailable {
-            reason: e.to_string(),
-        })
+        self.write_batch(&mut [])
+            .map_err(|e| SinkError::Unavailable {
+                reason: e.to_string(),
+            })
     }
 
     async fn send(&self, batch: &[Envelope]) -> Vec<Outcome> {
-        let mut bytes = Vec::with_capacity(batch.len() * 512);
-        for envelope in batch {
-            // The journaled bytes as they are: the file holds what the journal stored.
-            bytes.extend_from_slice(&envelope.event.structured_json());
-            bytes.push(b'\n');
+        // The journaled bytes as they are, the file holds what the journal stored, handed to
+        // the OS where they lie: copying a batch into one buffer first was a fresh allocation
+        // of a few hundred KiB (page faults included) per call.
+        let lines: Vec<_> = batch.iter().map(|e| e.event.structured_json()).collect();
+        let mut parts = Vec::with_capacity(lines.len() * 2);
+        for line in &lines {
+            parts.push(IoSlice::new(line));
+            parts.push(IoSlice::new(b"\n"));
         }
-        self.write_outcomes(&bytes, batch.len())
+        self.write_outcomes(&mut parts, batch.len())
     }
 
     /// One JSON line per letter, `{"error": {...}, "event": {...}}`; `error` is the
@@ -284,7 +305,7 @@ impl Sink for FileSink {
             bytes.extend_from_slice(line.to_string().as_bytes());
             bytes.push(b'\n');
         }
-        self.write_outcomes(&bytes, letters.len())
+        self.write_outcomes(&mut [IoSlice::new(&bytes)], letters.len())
     }
 
     /// Syncs what `fsync: interval` or `never` left unsynced.
@@ -296,8 +317,8 @@ impl Sink for FileSink {
 }
 
 impl FileSink {
-    fn write_outcomes(&self, bytes: &[u8], n: usize) -> Vec<Outcome> {
-        match self.write_batch(bytes) {
+    fn write_outcomes(&self, parts: &mut [IoSlice<'_>], n: usize) -> Vec<Outcome> {
+        match self.write_batch(parts) {
             Ok(()) => vec![Outcome::Ok; n],
             // A full disk or a vanished directory may heal: retry, never drop.
             Err(e) => Outcome::all(
@@ -349,6 +370,31 @@ mod tests {
             })
             .collect();
         assert_eq!(ids, ["u:1:created", "u:2:created"]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_larger_than_one_vectored_write_is_written_whole_and_in_order() {
+        // Two parts per event: 700 events are more parts than Linux takes in one `writev`
+        // (1,024), so the write resumes where the first one stopped.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let sink = FileSink::open(FileConfig {
+            fsync: Fsync::Never,
+            ..FileConfig::new(&path)
+        })
+        .unwrap();
+        let batch: Vec<Envelope> = (1..=700).map(envelope).collect();
+        let outcomes = sink.send(&batch).await;
+        assert!(outcomes.iter().all(|o| matches!(o, Outcome::Ok)));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let ids: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())
+            .collect();
+        let want: Vec<String> = (1..=700)
+            .map(|seq| format!("\"u:{seq}:created\""))
+            .collect();
+        assert_eq!(ids, want);
     }
 
     #[tokio::test]
