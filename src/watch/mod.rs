@@ -288,8 +288,10 @@ pub async fn run_retiring(
             (State::Listing, Some(r)) => {
                 health.relists.fetch_add(1, Ordering::Relaxed);
                 let recorder = Recorder::new(&journal, &spec, r, &health, &namespaces);
-                // A relist stopped half-way is safe: only its last chunk carries the checkpoint.
-                let Some(listed) = or_stop(sync::relist(&recorder, tuning.page_size), &stop).await
+                // A relist stopped half-way is safe: only its last chunk carries the checkpoint,
+                // and it returns only once the chunk it was appending has landed.
+                let Some(listed) =
+                    sync::relist_until(&recorder, tuning.page_size, stop.cancelled()).await
                 else {
                     return;
                 };

@@ -914,19 +914,31 @@ impl Recorder<'_> {
 /// in the index, so an object unchanged since compares equal (same resourceVersion) and is not
 /// emitted again, one changed since is an update against the state already reported, and one gone
 /// since is a deletion of an object already reported.
-pub async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncError> {
+///
+/// Given up when `stop` completes (`None` then). A relist that fails or is stopped
+/// half-way leaves no chunk appending behind it: it waits for the one in flight before it returns,
+/// so whatever runs next on the stream (the watcher that replaces a stopped one, a relist again,
+/// `report_gone` once a retired watcher ended) sees the index as the relist left it and never
+/// overlaps a write of it. Dropping the relist future instead would detach that write.
+pub async fn relist_until(
+    rec: &Recorder<'_>,
+    page_size: u32,
+    stop: impl std::future::Future<Output = ()>,
+) -> Option<Result<String, SyncError>> {
     let mut inflight = None;
-    let listed = relist_with(rec, page_size, &mut inflight).await;
-    // A relist that fails half-way leaves no chunk appending behind it: whatever runs next on the
-    // stream (a relist again, `report_gone` once a retired watcher ended) sees the index as the
-    // relist left it.
+    let listed = tokio::select! {
+        listed = relist_with(rec, page_size, &mut inflight) => Some(listed),
+        () = stop => None,
+    };
     let settled = settle(&mut inflight).await;
-    let rv = listed?;
-    settled?;
-    Ok(rv)
+    let rv = match listed? {
+        Ok(rv) => rv,
+        Err(error) => return Some(Err(error)),
+    };
+    Some(settled.map(|()| rv))
 }
 
-/// [`relist`], with the chunk being appended while the next is recorded in `inflight`: a pass
+/// [`relist_until`], with the chunk being appended while the next is recorded in `inflight`: a pass
 /// reads the index only for keys it lists (each once), never one an earlier chunk of the same pass
 /// wrote, so only a restart and the walk for deletions wait for it.
 async fn relist_with(

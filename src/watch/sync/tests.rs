@@ -108,6 +108,13 @@ async fn events(j: &Journal) -> Vec<Value> {
         .collect()
 }
 
+/// A relist nothing stops.
+async fn relist(rec: &Recorder<'_>, page_size: u32) -> Result<String, SyncError> {
+    relist_until(rec, page_size, std::future::pending())
+        .await
+        .expect("a relist nothing stops ends")
+}
+
 async fn relist_into(j: &Journal, resolved: &Resolved) -> String {
     let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
     let rec = Recorder::new(j, &spec, resolved, &health, &ns);
@@ -965,4 +972,52 @@ async fn each_watched_change_is_diffed_against_what_the_index_holds_across_batch
         ],
         "{all:#?}"
     );
+}
+
+/// A relist stopped half-way (its watcher stopped for a reload) returns only once the chunk it
+/// was appending has landed: nothing of it is written after it returned, where it would race the
+/// watcher that replaces it on the same stream (an index entry put back to an older state). The
+/// relist that follows finds the index as the stopped one left it and reports each object once.
+#[tokio::test]
+async fn a_stopped_relist_writes_nothing_after_it_returned() {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d", "e", "f"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    slow_lists(&sim, Duration::from_millis(300));
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    let stream = resolved.stream.clone();
+    let indexed = |j: &Journal| j.index_keys(&stream).unwrap().count();
+    // Stopped as soon as the first page's chunk is on its way (the first events journaled).
+    let stop = async {
+        while j.head() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let stopped = relist_until(&rec, 2, stop).await;
+    assert!(stopped.is_none(), "the relist ended before it was stopped");
+    let (head, keys) = (j.head(), indexed(&j));
+    assert!((1..6).contains(&keys), "{keys} of 6 indexed");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        (j.head(), indexed(&j)),
+        (head, keys),
+        "the stopped relist wrote after it returned"
+    );
+
+    sim.clear_faults();
+    relist(&rec, 2).await.unwrap();
+    let all = events(&j).await;
+    let mut ids: Vec<&str> = all.iter().map(id).collect();
+    assert_eq!(ids.len(), 6, "{ids:?}");
+    assert!(ids.iter().all(|i| i.ends_with(":created")), "{ids:?}");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 6, "an object reported twice");
+    assert_eq!(indexed(&j), 6);
+    j.close().await.unwrap();
 }
