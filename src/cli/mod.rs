@@ -191,6 +191,10 @@ pub fn main() -> ExitCode {
     install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // A blocking thread (a relist's chunk appends, file I/O) that is done goes within a
+        // second instead of tokio's ten: what its allocator heap still holds of a finished
+        // initial sync goes with it, not 10 s later (idle RSS at 100,000 objects).
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .build()
         .map_err(CliError::RuntimeFailed)
         .and_then(|rt| rt.block_on(run(cli.command)));
