@@ -510,6 +510,19 @@ fn index_updates_alone_fill_a_relist_chunk() {
     assert!(events.chunk_full());
 }
 
+/// A simulator holding widgets `a` to `f` (so a relist of page size 2 reads three pages) and an
+/// empty journal; the directory must outlive the journal.
+async fn six_widgets() -> (Simulator, Resolved, tempfile::TempDir, Journal) {
+    let (sim, resolved) = cluster().await;
+    let w = widgets();
+    for n in ["a", "b", "c", "d", "e", "f"] {
+        sim.create(&w, widget(n, 1)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path());
+    (sim, resolved, tmp, j)
+}
+
 /// Journaled events, durable or not yet (what a poller sees while a relist runs).
 fn journaled(j: &Journal) -> usize {
     j.head() as usize
@@ -528,13 +541,7 @@ fn slow_lists(sim: &Simulator, delay: Duration) {
 /// read, not once the whole list is in memory.
 #[tokio::test]
 async fn the_first_page_is_journaled_while_later_pages_are_read() {
-    let (sim, resolved) = cluster().await;
-    let w = widgets();
-    for n in ["a", "b", "c", "d", "e", "f"] {
-        sim.create(&w, widget(n, 1)).unwrap();
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let j = journal(tmp.path());
+    let (sim, resolved, _tmp, j) = six_widgets().await;
     // Three pages of two, each answered half a second after it is asked for.
     slow_lists(&sim, Duration::from_millis(500));
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -569,13 +576,8 @@ async fn the_first_page_is_journaled_while_later_pages_are_read() {
 /// while the list was being read are.
 #[tokio::test]
 async fn a_list_expired_mid_way_starts_over_and_reports_each_change_once() {
-    let (sim, resolved) = cluster().await;
+    let (sim, resolved, _tmp, j) = six_widgets().await;
     let w = widgets();
-    for n in ["a", "b", "c", "d", "e", "f"] {
-        sim.create(&w, widget(n, 1)).unwrap();
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let j = journal(tmp.path());
     relist_into(&j, &resolved).await;
     let before = events(&j).await.len();
     assert_eq!(before, 6);
@@ -634,13 +636,8 @@ async fn a_list_expired_mid_way_starts_over_and_reports_each_change_once() {
 /// reported as created and deleted before the newer snapshot, comes out as deleted.
 #[tokio::test]
 async fn a_first_sync_whose_list_expired_mid_way_reports_what_went_since_the_expired_snapshot() {
-    let (sim, resolved) = cluster().await;
+    let (sim, resolved, _tmp, j) = six_widgets().await;
     let w = widgets();
-    for n in ["a", "b", "c", "d", "e", "f"] {
-        sim.create(&w, widget(n, 1)).unwrap();
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let j = journal(tmp.path());
     slow_lists(&sim, Duration::from_millis(500));
     let run = relist_into(&j, &resolved);
     let meddle = async {
@@ -800,13 +797,8 @@ async fn relist_skipping(j: &Journal, resolved: &Resolved) -> String {
 /// Only what changes after it completes becomes an event.
 #[tokio::test]
 async fn a_skipping_first_sync_stopped_half_way_continues_without_events() {
-    let (sim, resolved) = cluster().await;
+    let (sim, resolved, _tmp, j) = six_widgets().await;
     let w = widgets();
-    for n in ["a", "b", "c", "d", "e", "f"] {
-        sim.create(&w, widget(n, 1)).unwrap();
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let j = journal(tmp.path());
     slow_lists(&sim, Duration::from_millis(300));
     let stream = resolved.stream.clone();
     let indexed = |j: &Journal| j.index_keys(&stream).unwrap().count();
@@ -980,13 +972,7 @@ async fn each_watched_change_is_diffed_against_what_the_index_holds_across_batch
 /// relist that follows finds the index as the stopped one left it and reports each object once.
 #[tokio::test]
 async fn a_stopped_relist_writes_nothing_after_it_returned() {
-    let (sim, resolved) = cluster().await;
-    let w = widgets();
-    for n in ["a", "b", "c", "d", "e", "f"] {
-        sim.create(&w, widget(n, 1)).unwrap();
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let j = journal(tmp.path());
+    let (sim, resolved, _tmp, j) = six_widgets().await;
     slow_lists(&sim, Duration::from_millis(300));
     let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
     let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
