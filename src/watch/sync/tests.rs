@@ -121,6 +121,16 @@ async fn relist_into(j: &Journal, resolved: &Resolved) -> String {
     relist(&rec, 2).await.unwrap()
 }
 
+/// An event as `<object name>:<created|updated|deleted>`.
+fn name_and_op(e: &Value) -> String {
+    let o = &e["data"]["object"]["metadata"];
+    format!(
+        "{}:{}",
+        o["name"].as_str().unwrap(),
+        e["type"].as_str().unwrap().rsplit('.').next().unwrap()
+    )
+}
+
 fn id(e: &Value) -> &str {
     e["id"].as_str().unwrap()
 }
@@ -606,17 +616,7 @@ async fn a_list_expired_mid_way_starts_over_and_reports_each_change_once() {
         "the resume point is the newer snapshot's: {list_rv}"
     );
     let all = events(&j).await;
-    let mut got: Vec<String> = all[before..]
-        .iter()
-        .map(|e| {
-            let o = &e["data"]["object"]["metadata"];
-            format!(
-                "{}:{}",
-                o["name"].as_str().unwrap(),
-                e["type"].as_str().unwrap().rsplit('.').next().unwrap()
-            )
-        })
-        .collect();
+    let mut got: Vec<String> = all[before..].iter().map(name_and_op).collect();
     got.sort();
     assert_eq!(
         got,
@@ -652,17 +652,7 @@ async fn a_first_sync_whose_list_expired_mid_way_reports_what_went_since_the_exp
     };
     tokio::join!(run, meddle);
     let all = events(&j).await;
-    let got: Vec<String> = all
-        .iter()
-        .map(|e| {
-            let o = &e["data"]["object"]["metadata"];
-            format!(
-                "{}:{}",
-                o["name"].as_str().unwrap(),
-                e["type"].as_str().unwrap().rsplit('.').next().unwrap()
-            )
-        })
-        .collect();
+    let got: Vec<String> = all.iter().map(name_and_op).collect();
     let mut sorted = got.clone();
     sorted.sort();
     assert_eq!(
