@@ -472,24 +472,9 @@ impl<'a> Attributes<'a> {
         let resource = self.resource;
         let op = self.op.as_str();
         out.extend_from_slice(b"{\"specversion\":\"1.0\",\"id\":\"");
-        write_escaped(out, self.uid);
-        out.push(b':');
-        write_escaped(out, self.rv);
-        out.push(b':');
-        out.extend_from_slice(op.as_bytes());
-        out.extend_from_slice(b"\",\"source\":\"k8s://");
-        write_escaped(out, &resource.cluster);
-        out.push(b'/');
-        write_escaped(
-            out,
-            if resource.group.is_empty() {
-                "core"
-            } else {
-                &resource.group
-            },
-        );
-        out.push(b'/');
-        write_escaped(out, &resource.plural);
+        write_escaped(out, &self.id());
+        out.extend_from_slice(b"\",\"source\":\"");
+        write_escaped(out, &resource.source());
         out.extend_from_slice(b"\",\"type\":\"");
         write_escaped(out, &resource.type_prefix);
         out.push(b'.');
@@ -521,12 +506,7 @@ impl<'a> Attributes<'a> {
         } else {
             b",\"resync\":false"
         });
-        match self.rv.parse::<u64>() {
-            Ok(n) => {
-                let _ = write!(out, ",\"sequence\":\"{n:020}\"");
-            }
-            Err(_) => write_member(out, "sequence", self.rv),
-        }
+        write_member(out, "sequence", &sequence(self.rv));
     }
 }
 
