@@ -564,20 +564,24 @@ impl<'a> Recorder<'a> {
         checkpoint: Option<String>,
         first_sync: FirstSync,
     ) -> Result<(), SyncError> {
-        // A marker alone protects nothing: it goes with index entries or the checkpoint.
-        if p.events.is_empty() && p.index.is_empty() && checkpoint.is_none() {
-            return Ok(());
+        match self.batch(p, checkpoint) {
+            Some(batch) => append_batch(self.journal, batch, first_sync),
+            None => Ok(()),
         }
-        let batch = Batch {
+    }
+
+    /// The journal batch of `p` and `checkpoint`; none when there is nothing to append (a
+    /// first-sync marker alone protects nothing: it goes with index entries or the checkpoint).
+    fn batch(&self, p: Pending, checkpoint: Option<String>) -> Option<Batch> {
+        if p.events.is_empty() && p.index.is_empty() && checkpoint.is_none() {
+            return None;
+        }
+        Some(Batch {
             stream: self.resolved.stream.clone(),
             events: p.events,
             index: p.index,
             checkpoint,
-        };
-        self.journal
-            .append_with(batch, first_sync)
-            .map(|_| ())
-            .map_err(SyncError::JournalFailed)
+        })
     }
 
     /// [`append_marked`](Self::append_marked) on a blocking thread, so the relist records its next
@@ -592,21 +596,12 @@ impl<'a> Recorder<'a> {
         first_sync: FirstSync,
     ) -> Result<(), SyncError> {
         settle(inflight).await?;
-        if p.events.is_empty() && p.index.is_empty() {
+        let Some(batch) = self.batch(p, None) else {
             return Ok(());
-        }
-        let journal = self.journal.clone();
-        let batch = Batch {
-            stream: self.resolved.stream.clone(),
-            events: p.events,
-            index: p.index,
-            checkpoint: None,
         };
+        let journal = self.journal.clone();
         *inflight = Some(tokio::task::spawn_blocking(move || {
-            journal
-                .append_with(batch, first_sync)
-                .map(|_| ())
-                .map_err(SyncError::JournalFailed)
+            append_batch(&journal, batch, first_sync)
         }));
         Ok(())
     }
@@ -862,6 +857,14 @@ async fn list_page(
     }
 }
 
+/// Appends `batch` to the journal, with what it does to the stream's first-sync marker.
+fn append_batch(journal: &Journal, batch: Batch, first_sync: FirstSync) -> Result<(), SyncError> {
+    journal
+        .append_with(batch, first_sync)
+        .map(|_| ())
+        .map_err(SyncError::JournalFailed)
+}
+
 /// Waits for the chunk [`Recorder::append_beside`] left appending, if any.
 async fn settle(
     inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
@@ -1000,13 +1003,15 @@ async fn relist_with(
         )))
     };
 
-    // On a first pass over an index that was empty, nothing this pass has not listed can be in it
+    // A first pass over an index that was empty: nothing this pass has not listed can be in it
     // (only this recorder writes the stream's index), and a snapshot lists each key once, so no
-    // listed key has an entry to read.
+    // listed key has an entry to read, and there is no walk for deletions (nor a set of listed
+    // keys for it): every entry is one this list wrote. The walk reads every index entry through
+    // sled's cache, whose evictions lag behind a sequential read: at an initial sync of 100,000
+    // objects it held about 35 MiB of index nodes at once, the peak of the whole sync
+    // (docs/operations.md, "What is live at 100,000 objects"). A list that starts over (410) ends
+    // it: the index then holds what the expired snapshot put there, to be checked against the new.
     let mut unindexed = index_empty;
-    // Whether the list started over on a newer snapshot (410): the index then holds what the
-    // expired one put there, which the walk for deletions must check against the new one.
-    let mut restarted = false;
     // Where the relist's time goes, for its log line: waiting for list pages, waiting for the
     // journal (a chunk still being applied); the rest is recording.
     let began = Instant::now();
@@ -1039,7 +1044,6 @@ async fn relist_with(
                 // expired one appended).
                 Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
                     unindexed = false;
-                    restarted = true;
                     continue 'list;
                 }
                 Ok(Err(e)) => return Err(SyncError::ListFailed(e)),
@@ -1091,7 +1095,7 @@ async fn relist_with(
                 p.overlay.clear();
                 p.sizes.clear();
                 listed += 1;
-                if walk_for_deletions(index_empty, restarted) {
+                if !unindexed {
                     seen.insert(key.into_boxed_str());
                 }
                 if p.chunk_full() {
@@ -1114,7 +1118,7 @@ async fn relist_with(
     on_journal += waiting.elapsed();
     // What the index holds and the list did not: walked lazily, one entry read at a time.
     let mut p = Pending::default();
-    let keys = if walk_for_deletions(index_empty, restarted) {
+    let keys = if !unindexed {
         Some(
             rec.journal
                 .index_keys(&r.stream)
@@ -1176,16 +1180,6 @@ async fn relist_with(
         waited_for_journal_ms = on_journal.as_millis(),
     );
     Ok(list_rv)
-}
-
-/// Whether a relist must walk the index for objects the list did not return (and keep the set of
-/// listed keys for it). Not when the index was empty as the list began and the list did not start
-/// over: every entry is then one this list wrote. The walk reads every index entry through sled's
-/// cache, whose evictions lag behind a sequential read: at an initial sync of 100,000 objects it
-/// held about 35 MiB of index nodes at once, the peak of the whole sync (docs/operations.md, "What
-/// is live at 100,000 objects").
-fn walk_for_deletions(index_empty: bool, restarted: bool) -> bool {
-    !index_empty || restarted
 }
 
 /// Reports the deletion of every object `stream`'s index still holds and empties the index, in
