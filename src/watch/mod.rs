@@ -542,14 +542,13 @@ pub trait WatchedObject {
 /// Whether `value` is shaped like a Kubernetes object: a JSON object with a `metadata` object whose
 /// identifying members are strings when present (what the typed decoding refused otherwise).
 pub(crate) fn shaped(value: &Value) -> bool {
-    value
-        .as_object()
-        .and_then(|o| o.get("metadata"))
+    use crate::event::members;
+    members::get(value, "metadata")
         .and_then(Value::as_object)
         .is_some_and(|m| {
             ["name", "namespace", "uid", "resourceVersion"]
                 .iter()
-                .all(|k| m.get(*k).is_none_or(|v| v.is_string() || v.is_null()))
+                .all(|k| members::member(m, k).is_none_or(|v| v.is_string() || v.is_null()))
         })
 }
 

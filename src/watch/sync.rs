@@ -13,6 +13,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::{Health, Resolved, Stripped, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
+use crate::event::members::meta_str as meta;
 use crate::event::{self, Observed, Op};
 use crate::journal::{Batch, FirstSync, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
@@ -176,7 +177,7 @@ struct Pending {
 /// `v` without the index's [`REDACTED_DIGESTS`] (borrowed when it has none).
 fn public(v: &Value) -> std::borrow::Cow<'_, Value> {
     match v.as_object() {
-        Some(o) if o.contains_key(REDACTED_DIGESTS) => {
+        Some(o) if event::members::member(o, REDACTED_DIGESTS).is_some() => {
             let mut v = v.clone();
             if let Some(o) = v.as_object_mut() {
                 o.remove(REDACTED_DIGESTS);
@@ -194,13 +195,6 @@ impl Pending {
     fn chunk_full(&self) -> bool {
         self.events.len() >= RELIST_CHUNK || self.index.len() >= RELIST_CHUNK
     }
-}
-
-fn meta<'v>(v: &'v Value, key: &str) -> &'v str {
-    v.get("metadata")
-        .and_then(|m| m.get(key))
-        .and_then(Value::as_str)
-        .unwrap_or("")
 }
 
 /// `value` escaped for a field selector (`\\`, `\,` and `\=`), for names that are not DNS names.
