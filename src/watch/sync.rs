@@ -130,6 +130,8 @@ pub struct Recorder<'a> {
 /// order, a failed one stops every later one, and the checkpoint moves only with its events.
 struct Appending {
     task: tokio::task::JoinHandle<Result<(), SyncError>>,
+    /// Waited for when the batch is dropped unsettled.
+    _landed: Landed,
     /// What the batch leaves in the object index for each key it changes: the next batch diffs
     /// against these (taking them out as it reads them), since the store may not hold them yet;
     /// the rest goes to [`Known`] once the batch landed.
@@ -138,6 +140,21 @@ struct Appending {
     sizes: HashMap<String, usize>,
     /// Where the watch resumes once the batch landed.
     next: String,
+}
+
+/// Closed once a watch batch's append returned (or its thread panicked). Dropping it waits for
+/// that: at once after [`Recorder::settle_watch`], which every way out of a watch goes through; but
+/// a watcher aborted between handing a batch over and settling it (one that did not stop in time)
+/// drops its recorder, and this, with the append still running, which would otherwise land on its
+/// own, possibly after the watcher that replaces it read the index or the checkpoint. Waiting here
+/// is what the aborted task did when it appended in line.
+struct Landed(std::sync::mpsc::Receiver<()>);
+
+impl Drop for Landed {
+    fn drop(&mut self) {
+        // Returns once the sender is dropped: after the append, or if its thread panicked.
+        let _ = self.0.recv();
+    }
 }
 
 /// The recorded states a watch appended, each exactly what the object index holds for its key
@@ -784,10 +801,15 @@ impl<'a> Recorder<'a> {
             return Ok(());
         };
         let journal = self.journal.clone();
-        let task =
-            tokio::task::spawn_blocking(move || append_batch(&journal, batch, FirstSync::Keep));
+        let (done, landed) = std::sync::mpsc::channel::<()>();
+        let task = tokio::task::spawn_blocking(move || {
+            let appended = append_batch(&journal, batch, FirstSync::Keep);
+            drop(done);
+            appended
+        });
         *self.lock_appending() = Some(Appending {
             task,
+            _landed: Landed(landed),
             overlay,
             sizes,
             next,

@@ -1115,3 +1115,29 @@ async fn a_failed_append_stops_the_batches_after_it_and_the_resume_point_stays_b
     let names: Vec<String> = events(&j).await.iter().map(name_and_op).collect();
     assert_eq!(names, ["a:created"]);
 }
+
+/// A recorder dropped with a batch still appending (its watcher aborted for not stopping in time)
+/// returns only once the batch landed: the watcher that replaces it then finds the index and the
+/// checkpoint as the batch left them, and no write of the old one lands after.
+#[tokio::test]
+async fn a_recorder_dropped_with_a_batch_appending_waits_for_it_to_land() {
+    let (sim, resolved) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let w = widgets();
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let mut batch = Vec::new();
+    for i in 0..200 {
+        batch.push((
+            Seen::Added,
+            sim.create(&w, widget(&format!("w{i}"), i)).unwrap(),
+        ));
+    }
+    let last = rv(&batch[199].1).to_string();
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    let mut at = String::new();
+    rec.record_watch_beside(batch, &mut at).await.unwrap();
+    drop(rec);
+    assert_eq!(j.checkpoint(&resolved.stream).unwrap(), Some(last));
+    assert_eq!(events(&j).await.len(), 200);
+}
