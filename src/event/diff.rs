@@ -54,7 +54,7 @@ type Emit<'e> = dyn FnMut(&'static str, &str, Option<&Value>) + 'e;
 fn walk(old: &Value, new: &Value, path: &mut String, emit: &mut Emit<'_>) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => objects(a, b, path, emit),
-        _ if old == new => {}
+        _ if super::members::same(old, new) => {}
         _ => emit("replace", path, Some(new)),
     }
 }
@@ -72,7 +72,7 @@ fn objects(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, em
             Some((kb, vb)) if kb == k => Some(vb),
             _ => {
                 in_step = false;
-                b.get(k)
+                super::members::member(b, k)
             }
         };
         match vb {
@@ -86,7 +86,7 @@ fn objects(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, em
         return;
     }
     for (k, vb) in b {
-        if !a.contains_key(k) {
+        if super::members::member(a, k).is_none() {
             let len = path.len();
             path.push('/');
             push_token(path, k);

@@ -15,7 +15,7 @@ use cel::objects::{Key, Map};
 use cel::{Context, Env, Program};
 use serde_json::Value;
 
-use super::Op;
+use super::{Op, members};
 
 /// The variables an expression may use, as in Kubernetes' admission policies (`object`,
 /// `oldObject`) plus herald's own.
@@ -618,7 +618,7 @@ impl FieldPath {
     /// The value at this path, if every key on the way exists. A key that is a number indexes a
     /// list (`spec.containers.0.image`).
     pub fn get<'v>(&self, v: &'v Value) -> Option<&'v Value> {
-        self.0.iter().try_fold(v, child)
+        self.0.iter().try_fold(v, |v, k| child(v, k))
     }
 }
 
@@ -638,10 +638,10 @@ pub static ALWAYS_IGNORED: LazyLock<[FieldPath; 2]> = LazyLock::new(|| {
 });
 
 /// The member `k` of an object, or the element `k` (a decimal index) of a list.
-fn child<'v>(v: &'v Value, k: &String) -> Option<&'v Value> {
+fn child<'v>(v: &'v Value, k: &str) -> Option<&'v Value> {
     match v {
         Value::Array(a) => k.parse::<usize>().ok().and_then(|i| a.get(i)),
-        _ => v.get(k),
+        _ => members::get(v, k),
     }
 }
 
@@ -651,13 +651,17 @@ fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
         return false;
     }
     if ignored.is_empty() {
-        return a != b;
+        return !members::same(a, b);
     }
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
-            // Every key of either side, each once (a set of them was hashed per object compared).
-            let keys = x.keys().chain(y.keys().filter(|k| !x.contains_key(*k)));
-            keys.into_iter().any(|k| {
+            // Every key of either side, each once: those of `x`, with `y` walked beside it (two
+            // states of one object hold the same keys in the same order) and looked up by key only
+            // once the orders part; then those only `y` has, unless every key of `x` met its twin
+            // in `y` in order and `y` has no more.
+            let mut beside = y.iter();
+            let mut in_step = true;
+            let differ = |k: &String, va: Option<&Value>, vb: Option<&Value>| {
                 let below: Vec<&[String]> = ignored
                     .iter()
                     .filter(|p| p.first() == Some(k))
@@ -666,7 +670,7 @@ fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
                 if below.iter().any(|p| p.is_empty()) {
                     return false;
                 }
-                match (x.get(k), y.get(k)) {
+                match (va, vb) {
                     (Some(va), Some(vb)) => differ_outside(va, vb, &below),
                     (None, None) => false,
                     // A map that appears or disappears holding only ignored fields
@@ -678,7 +682,25 @@ fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
                     }
                     _ => true,
                 }
-            })
+            };
+            if x.iter().any(|(k, va)| {
+                let vb = match in_step.then(|| beside.next()).flatten() {
+                    Some((kb, vb)) if kb == k => Some(vb),
+                    _ => {
+                        in_step = false;
+                        members::member(y, k)
+                    }
+                };
+                differ(k, Some(va), vb)
+            }) {
+                return true;
+            }
+            if in_step && beside.next().is_none() {
+                return false;
+            }
+            y.iter()
+                .filter(|(k, _)| members::member(x, k).is_none())
+                .any(|(k, vb)| differ(k, None, Some(vb)))
         }
         // Ignored fields inside list elements (`spec.containers.0.image`): a list that changes
         // length differs; otherwise element by element.
@@ -694,7 +716,7 @@ fn differ_outside(a: &Value, b: &Value, ignored: &[&[String]]) -> bool {
                     differ_outside(va, vb, &below)
                 })
         }
-        _ => a != b,
+        _ => !members::same(a, b),
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod diff;
 pub mod filter;
+pub mod members;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -151,12 +152,7 @@ pub fn prepare(resource: &Resource, object: Value) -> Value {
     out
 }
 
-fn meta_str<'a>(obj: &'a Value, key: &str) -> &'a str {
-    obj.get("metadata")
-        .and_then(|m| m.get(key))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
+use members::meta_str;
 
 /// `<namespace>/<name>`, or `<name>` for cluster-scoped objects: the subject and the partition key.
 pub fn object_key(resource: &Resource, object: &Value) -> String {
@@ -396,9 +392,8 @@ impl<'a> Attributes<'a> {
             name: meta_str(obj, "name"),
             namespace: meta_str(obj, "namespace"),
             key: object_key(resource, obj),
-            generation: obj
-                .get("metadata")
-                .and_then(|m| m.get("generation"))
+            generation: members::get(obj, "metadata")
+                .and_then(|m| members::get(m, "generation"))
                 .and_then(Value::as_i64),
             resync: ob.resync,
             observed_at: ob.observed_at,

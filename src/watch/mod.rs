@@ -425,23 +425,89 @@ async fn watch(
     };
     health.clear_problem();
     health.synced.store(true, Ordering::SeqCst);
+    let exit = read_batches(rec, &mut rx, &mut rv, tuning, stop, health).await;
+    // However the watch ended, the batch still appending lands (or fails) before anything else
+    // reads or writes the stream (a relist, the next watch), and `rv` is then where the journaled
+    // events end.
+    let exit = match (rec.settle_watch(&mut rv).await, exit) {
+        (Ok(()), exit) => exit,
+        (Err(error), Exit::Failed(first)) => {
+            tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
+            Exit::Failed(first)
+        }
+        (Err(error), exit @ (Exit::Stopped | Exit::Paused | Exit::Expired | Exit::Broken)) => {
+            tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
+            exit
+        }
+        (Err(error), Exit::Stalled | Exit::Ended) => Exit::Failed(error),
+    };
+    match exit {
+        Exit::Stopped => Ended::Elsewhere(State::Watching { rv }),
+        Exit::Paused => Ended::Elsewhere(State::Paused),
+        Exit::Stalled | Exit::Ended => Ended::Again(State::Watching { rv }),
+        Exit::Expired => {
+            tracing::info!(message = "Resume point expired (410); relisting.", resource = %r.display(), rv = %rv);
+            Ended::Expired
+        }
+        Exit::Broken => Ended::Again(State::Listing),
+        Exit::Failed(error) => {
+            tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), error = %problem::chain(&error));
+            sleep_or_stop(Duration::from_millis(500), stop).await;
+            Ended::Again(match rec.journal.checkpoint(&r.stream).ok().flatten() {
+                Some(cp) => State::Watching { rv: cp },
+                None => State::Listing,
+            })
+        }
+    }
+}
+
+/// Why [`read_batches`] stopped reading.
+enum Exit {
+    /// `stop` fired.
+    Stopped,
+    /// Nothing came within the stall timeout.
+    Stalled,
+    /// The stream ended.
+    Ended,
+    /// The journal's backlog is at its bound.
+    Paused,
+    /// 410 Gone (what came before it recorded).
+    Expired,
+    /// A line that does not parse (what came before it recorded).
+    Broken,
+    /// Recording a batch, or appending one, failed.
+    Failed(SyncError),
+}
+
+/// Reads the watch's lines in batches and records each, appending it while the next is read and
+/// recorded ([`Recorder::record_watch_beside`]), until the watch ends; the caller settles the
+/// batch left appending. `rv` is where the landed batches end.
+async fn read_batches(
+    rec: &Recorder<'_>,
+    rx: &mut tokio::sync::mpsc::Receiver<Line>,
+    rv: &mut String,
+    tuning: &Tuning,
+    stop: &CancellationToken,
+    health: &Health,
+) -> Exit {
+    let r = rec.resolved;
     let mut last_batch = 0usize;
     loop {
         if rec.journal.over_backlog_bound() {
             tracing::warn!(message = "Journal backlog at its bound; pausing watches.", resource = %r.display());
-            return Ended::Elsewhere(State::Paused);
+            return Exit::Paused;
         }
         let first = tokio::select! {
-            () = stop.cancelled() => return Ended::Elsewhere(State::Watching { rv }),
+            () = stop.cancelled() => return Exit::Stopped,
             next = tokio::time::timeout(tuning.stall_timeout, rx.recv()) => next,
         };
         let first = match first {
             Err(_) => {
                 tracing::warn!(message = "Watch stalled; reconnecting.", resource = %r.display(), rv = %rv);
                 health.synced.store(false, Ordering::SeqCst);
-                return Ended::Again(State::Watching { rv });
+                return Exit::Stalled;
             }
-            Ok(None) => return Ended::Again(State::Watching { rv }),
+            Ok(None) => return Exit::Ended,
             Ok(Some(line)) => line,
         };
         // What is decoded already goes into this append; under load, so does what arrives within
@@ -468,12 +534,11 @@ async fn watch(
             match line {
                 Line::Change(seen, value) => changes.push((seen, value)),
                 Line::Expired => {
-                    // Flush what came before the gap, then relist.
-                    if let Err(error) = rec.record_watch(changes, &mut rv).await {
+                    // Record what came before the gap, then relist.
+                    if let Err(error) = rec.record_watch_beside(changes, rv).await {
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
-                    tracing::info!(message = "Resume point expired (410); relisting.", resource = %r.display(), rv = %rv);
-                    return Ended::Expired;
+                    return Exit::Expired;
                 }
                 Line::Broken(error) => {
                     // A line that does not parse is a change we cannot see: record what came before it,
@@ -481,21 +546,16 @@ async fn watch(
                     // event's resourceVersion silently moving the checkpoint past it.
                     let _ = health.note_problem(&error);
                     tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), error = %problem::chain(&error));
-                    if let Err(error) = rec.record_watch(changes, &mut rv).await {
+                    if let Err(error) = rec.record_watch_beside(changes, rv).await {
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
                     health.synced.store(false, Ordering::SeqCst);
-                    return Ended::Again(State::Listing);
+                    return Exit::Broken;
                 }
             }
         }
-        if let Err(error) = rec.record_watch(changes, &mut rv).await {
-            tracing::warn!(message = "Recording watch events failed; re-watching from the checkpoint.", resource = %r.display(), error = %problem::chain(&error));
-            sleep_or_stop(Duration::from_millis(500), stop).await;
-            return Ended::Again(match rec.journal.checkpoint(&r.stream).ok().flatten() {
-                Some(cp) => State::Watching { rv: cp },
-                None => State::Listing,
-            });
+        if let Err(error) = rec.record_watch_beside(changes, rv).await {
+            return Exit::Failed(error);
         }
     }
 }
@@ -542,14 +602,13 @@ pub trait WatchedObject {
 /// Whether `value` is shaped like a Kubernetes object: a JSON object with a `metadata` object whose
 /// identifying members are strings when present (what the typed decoding refused otherwise).
 pub(crate) fn shaped(value: &Value) -> bool {
-    value
-        .as_object()
-        .and_then(|o| o.get("metadata"))
+    use crate::event::members;
+    members::get(value, "metadata")
         .and_then(Value::as_object)
         .is_some_and(|m| {
             ["name", "namespace", "uid", "resourceVersion"]
                 .iter()
-                .all(|k| m.get(*k).is_none_or(|v| v.is_string() || v.is_null()))
+                .all(|k| members::member(m, k).is_none_or(|v| v.is_string() || v.is_null()))
         })
 }
 

@@ -13,6 +13,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::{Health, Resolved, Stripped, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
+use crate::event::members::meta_str as meta;
 use crate::event::{self, Observed, Op};
 use crate::journal::{Batch, FirstSync, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
@@ -118,6 +119,42 @@ pub struct Recorder<'a> {
     /// is diffed without reading its entry back and parsing it (a catch-up's most frequent cost
     /// after the journal's writes).
     known: Mutex<Known>,
+    /// The watch batch being appended while the next is recorded (see
+    /// [`record_watch_beside`](Self::record_watch_beside)).
+    appending: Mutex<Option<Appending>>,
+}
+
+/// A watch batch appending on a blocking thread while the watch records the next one: sled's
+/// `apply_batch` was as much of the recorder's one task as recording itself, and the two took
+/// turns. Only one is ever in flight, and the next batch's append waits for it, so batches land in
+/// order, a failed one stops every later one, and the checkpoint moves only with its events.
+struct Appending {
+    task: tokio::task::JoinHandle<Result<(), SyncError>>,
+    /// Waited for when the batch is dropped unsettled.
+    _landed: Landed,
+    /// What the batch leaves in the object index for each key it changes: the next batch diffs
+    /// against these (taking them out as it reads them), since the store may not hold them yet;
+    /// the rest goes to [`Known`] once the batch landed.
+    overlay: HashMap<String, Option<Value>>,
+    /// The size of each overlay state's index entry (for [`Known`]'s bound).
+    sizes: HashMap<String, usize>,
+    /// Where the watch resumes once the batch landed.
+    next: String,
+}
+
+/// Closed once a watch batch's append returned (or its thread panicked). Dropping it waits for
+/// that: at once after [`Recorder::settle_watch`], which every way out of a watch goes through; but
+/// a watcher aborted between handing a batch over and settling it (one that did not stop in time)
+/// drops its recorder, and this, with the append still running, which would otherwise land on its
+/// own, possibly after the watcher that replaces it read the index or the checkpoint. Waiting here
+/// is what the aborted task did when it appended in line.
+struct Landed(std::sync::mpsc::Receiver<()>);
+
+impl Drop for Landed {
+    fn drop(&mut self) {
+        // Returns once the sender is dropped: after the append, or if its thread panicked.
+        let _ = self.0.recv();
+    }
 }
 
 /// The recorded states a watch appended, each exactly what the object index holds for its key
@@ -176,7 +213,7 @@ struct Pending {
 /// `v` without the index's [`REDACTED_DIGESTS`] (borrowed when it has none).
 fn public(v: &Value) -> std::borrow::Cow<'_, Value> {
     match v.as_object() {
-        Some(o) if o.contains_key(REDACTED_DIGESTS) => {
+        Some(o) if event::members::member(o, REDACTED_DIGESTS).is_some() => {
             let mut v = v.clone();
             if let Some(o) = v.as_object_mut() {
                 o.remove(REDACTED_DIGESTS);
@@ -194,13 +231,6 @@ impl Pending {
     fn chunk_full(&self) -> bool {
         self.events.len() >= RELIST_CHUNK || self.index.len() >= RELIST_CHUNK
     }
-}
-
-fn meta<'v>(v: &'v Value, key: &str) -> &'v str {
-    v.get("metadata")
-        .and_then(|m| m.get(key))
-        .and_then(Value::as_str)
-        .unwrap_or("")
 }
 
 /// `value` escaped for a field selector (`\\`, `\,` and `\=`), for names that are not DNS names.
@@ -232,6 +262,7 @@ impl<'a> Recorder<'a> {
             namespaces,
             redaction_key: std::sync::OnceLock::new(),
             known: Mutex::new(Known::default()),
+            appending: Mutex::new(None),
         }
     }
 
@@ -312,6 +343,14 @@ impl<'a> Recorder<'a> {
         if let Some(v) = p.overlay.remove(key) {
             return Ok(v);
         }
+        if let Some(a) = self.lock_appending().as_mut()
+            && let Some(v) = a.overlay.remove(key)
+        {
+            if let Some(size) = a.sizes.remove(key) {
+                p.sizes.insert(key.to_owned(), size);
+            }
+            return Ok(v);
+        }
         if let Some((v, size)) = self.lock_known().take(key) {
             p.sizes.insert(key.to_owned(), size);
             return Ok(Some(v));
@@ -334,6 +373,12 @@ impl<'a> Recorder<'a> {
 
     fn lock_known(&self) -> std::sync::MutexGuard<'_, Known> {
         self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_appending(&self) -> std::sync::MutexGuard<'_, Option<Appending>> {
+        self.appending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -553,10 +598,6 @@ impl<'a> Recorder<'a> {
         self.put_json(p, key, new, json);
     }
 
-    fn append(&self, p: Pending, checkpoint: Option<String>) -> Result<(), SyncError> {
-        self.append_marked(p, checkpoint, FirstSync::Keep)
-    }
-
     /// [`append`](Self::append), with what the append does to the stream's first-sync marker.
     fn append_marked(
         &self,
@@ -725,8 +766,86 @@ impl<'a> Recorder<'a> {
         changes: Vec<(Seen, Value)>,
         rv: &mut String,
     ) -> Result<(), SyncError> {
+        self.record_watch_beside(changes, rv).await?;
+        self.settle_watch(rv).await
+    }
+
+    /// Records a run of watch events and leaves them appending on a blocking thread while the
+    /// caller reads and records the next run (see [`Appending`]); first it waits for the run
+    /// appending before, and moves `rv` past that one once it landed. The caller
+    /// [`settle_watch`](Self::settle_watch)es before it uses `rv` or leaves the stream to anything
+    /// else (a relist, another watch).
+    ///
+    /// # Errors
+    ///
+    /// What recording this run or appending the one before ran into: neither this run nor any
+    /// later one is appended then, and `rv` stays where the last landed run left it.
+    pub async fn record_watch_beside(
+        &self,
+        changes: Vec<(Seen, Value)>,
+        rv: &mut String,
+    ) -> Result<(), SyncError> {
+        let from = match self.lock_appending().as_ref() {
+            Some(a) => a.next.clone(),
+            None => rv.clone(),
+        };
+        let (mut p, next) = self.record_changes(changes, from).await?;
+        // The run before lands first: one that failed stops this one.
+        self.settle_watch(rv).await?;
+        let checkpoint = (next != *rv).then(|| next.clone());
+        let overlay = std::mem::take(&mut p.overlay);
+        let sizes = std::mem::take(&mut p.sizes);
+        let Some(batch) = self.batch(p, checkpoint) else {
+            self.lock_known().remember(overlay, &sizes);
+            *rv = next;
+            return Ok(());
+        };
+        let journal = self.journal.clone();
+        let (done, landed) = std::sync::mpsc::channel::<()>();
+        let task = tokio::task::spawn_blocking(move || {
+            let appended = append_batch(&journal, batch, FirstSync::Keep);
+            drop(done);
+            appended
+        });
+        *self.lock_appending() = Some(Appending {
+            task,
+            _landed: Landed(landed),
+            overlay,
+            sizes,
+            next,
+        });
+        Ok(())
+    }
+
+    /// Waits for the run of watch events appending, if any, and moves `rv` past it once it landed.
+    ///
+    /// # Errors
+    ///
+    /// The journal refused the run (or its task ended without an answer): `rv` stays where it was.
+    pub async fn settle_watch(&self, rv: &mut String) -> Result<(), SyncError> {
+        let Some(appending) = self.lock_appending().take() else {
+            return Ok(());
+        };
+        appending
+            .task
+            .await
+            .map_err(|_| SyncError::AppendAborted)??;
+        // In the index now: the next change of these objects is diffed against them as they are.
+        self.lock_known()
+            .remember(appending.overlay, &appending.sizes);
+        *rv = appending.next;
+        Ok(())
+    }
+
+    /// The batch of a run of watch events, against what the index holds (or will, once the run
+    /// appending lands), and the resourceVersion the run ends at (`rv` when it has none).
+    async fn record_changes(
+        &self,
+        changes: Vec<(Seen, Value)>,
+        rv: String,
+    ) -> Result<(Pending, String), SyncError> {
         let mut p = Pending::default();
-        let mut next = rv.clone();
+        let mut next = rv;
         for (seen, raw) in changes {
             if seen == Seen::Bookmark {
                 if let Some(b) = raw.as_str().filter(|b| !b.is_empty()) {
@@ -771,14 +890,7 @@ impl<'a> Recorder<'a> {
                 Seen::Bookmark => {}
             }
         }
-        let checkpoint = (next != *rv).then(|| next.clone());
-        let overlay = std::mem::take(&mut p.overlay);
-        let sizes = std::mem::take(&mut p.sizes);
-        self.append(p, checkpoint)?;
-        // In the index now: the next change of these objects is diffed against them as they are.
-        self.lock_known().remember(overlay, &sizes);
-        *rv = next;
-        Ok(())
+        Ok((p, next))
     }
 }
 

@@ -997,3 +997,147 @@ async fn a_stopped_relist_writes_nothing_after_it_returned() {
     assert_eq!(indexed(&j), 6);
     j.close().await.unwrap();
 }
+
+/// Watch batches recorded while the one before is still appending diff against that one's states:
+/// an object too large for the recorder's memory of appended states ([`KNOWN_OBJECT_MAX`]) is read
+/// from the batch in flight, not from a store that may not hold it yet (it would be reported
+/// `created` again, or its patch taken against an older state).
+#[tokio::test]
+async fn a_batch_recorded_while_the_one_before_appends_diffs_against_that_ones_states() {
+    let (sim, resolved) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let w = widgets();
+    let big = "x".repeat(KNOWN_OBJECT_MAX + 1);
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    let mut at = String::new();
+    let mut seen = vec![(
+        Seen::Added,
+        sim.create(
+            &w,
+            json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                   "metadata": {"name": "n", "namespace": "default"}, "spec": {"v": 1, "big": big}}),
+        )
+        .unwrap(),
+    )];
+    for v in [2, 3] {
+        seen.push((
+            Seen::Modified,
+            sim.merge_patch(&w, "n", &json!({"spec": {"v": v}}))
+                .unwrap(),
+        ));
+    }
+    let last = rv(&seen[2].1).to_string();
+    for change in seen {
+        rec.record_watch_beside(vec![change], &mut at)
+            .await
+            .unwrap();
+    }
+    rec.settle_watch(&mut at).await.unwrap();
+    assert_eq!(at, last);
+    assert_eq!(j.checkpoint(&resolved.stream).unwrap(), Some(last));
+    let all = events(&j).await;
+    let spec_ops: Vec<(&str, Vec<&Value>)> = all
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().rsplit('.').next().unwrap(),
+                e["data"]["patch"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|op| op["path"].as_str().unwrap().starts_with("/spec"))
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        spec_ops,
+        [
+            ("created", vec![]),
+            (
+                "updated",
+                vec![&json!({"op": "replace", "path": "/spec/v", "value": 2})]
+            ),
+            (
+                "updated",
+                vec![&json!({"op": "replace", "path": "/spec/v", "value": 3})]
+            ),
+        ],
+        "{all:#?}"
+    );
+}
+
+/// A batch whose append fails stops the watch there: the failure comes back from recording the
+/// next batch (which is then not appended), the resume point stays where the last landed batch
+/// left it, and the checkpoint never passes an event that is not in the journal.
+#[tokio::test]
+async fn a_failed_append_stops_the_batches_after_it_and_the_resume_point_stays_behind_it() {
+    let (sim, resolved) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let w = widgets();
+    let a = sim.create(&w, widget("a", 1)).unwrap();
+    let b = sim.create(&w, widget("b", 1)).unwrap();
+    let c = sim.create(&w, widget("c", 1)).unwrap();
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    {
+        let j = journal(dir.path());
+        let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+        let mut at = String::new();
+        rec.record_watch_beside(vec![(Seen::Added, a.clone())], &mut at)
+            .await
+            .unwrap();
+        rec.settle_watch(&mut at).await.unwrap();
+        assert_eq!(at, rv(&a).to_string());
+        // From here on the journal refuses every write: `b`'s append fails on its thread.
+        j.clone().close().await.unwrap();
+        rec.record_watch_beside(vec![(Seen::Added, b)], &mut at)
+            .await
+            .unwrap();
+        let failed = rec
+            .record_watch_beside(vec![(Seen::Added, c)], &mut at)
+            .await;
+        assert!(
+            matches!(failed, Err(SyncError::JournalFailed(_))),
+            "{failed:?}"
+        );
+        assert_eq!(at, rv(&a).to_string());
+        // Nothing is left appending: `c` was never handed to the journal.
+        rec.settle_watch(&mut at).await.unwrap();
+        assert_eq!(at, rv(&a).to_string());
+    }
+    let j = journal(dir.path());
+    assert_eq!(
+        j.checkpoint(&resolved.stream).unwrap(),
+        Some(rv(&a).to_string())
+    );
+    let names: Vec<String> = events(&j).await.iter().map(name_and_op).collect();
+    assert_eq!(names, ["a:created"]);
+}
+
+/// A recorder dropped with a batch still appending (its watcher aborted for not stopping in time)
+/// returns only once the batch landed: the watcher that replaces it then finds the index and the
+/// checkpoint as the batch left them, and no write of the old one lands after.
+#[tokio::test]
+async fn a_recorder_dropped_with_a_batch_appending_waits_for_it_to_land() {
+    let (sim, resolved) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path());
+    let w = widgets();
+    let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
+    let mut batch = Vec::new();
+    for i in 0..200 {
+        batch.push((
+            Seen::Added,
+            sim.create(&w, widget(&format!("w{i}"), i)).unwrap(),
+        ));
+    }
+    let last = rv(&batch[199].1).to_string();
+    let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+    let mut at = String::new();
+    rec.record_watch_beside(batch, &mut at).await.unwrap();
+    drop(rec);
+    assert_eq!(j.checkpoint(&resolved.stream).unwrap(), Some(last));
+    assert_eq!(events(&j).await.len(), 200);
+}
