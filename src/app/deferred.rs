@@ -44,6 +44,7 @@ where
     C: SinkConfig + Send + Sync + 'static,
 {
     const NAME: &'static str = <C::Sink as Sink>::NAME;
+    const READS_ATTRIBUTES: bool = <C::Sink as Sink>::READS_ATTRIBUTES;
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
         self.sink().await?.healthcheck().await

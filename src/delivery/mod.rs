@@ -448,7 +448,7 @@ pub async fn run<S: Sink>(
     // with encoding and settling (it was over a third of this loop's CPU). It hands over a page
     // at a time: one wake-up of this loop per page, not per event.
     let (reads_tx, mut reads) = tokio::sync::mpsc::channel(1);
-    let _reader = AbortOnDropHandle::new(tokio::spawn(read_ahead(
+    let _reader = AbortOnDropHandle::new(tokio::spawn(read_ahead::<S>(
         name.clone(),
         journal.clone(),
         router.clone(),
@@ -789,7 +789,7 @@ fn settle_replays(
             Outcome::Reject { reason } => {
                 let p = Pending {
                     envelope: envelope.clone(),
-                    key: String::new(),
+                    key: Arc::from(""),
                     attempts: 1,
                     first_failure: None,
                     failing_since: None,
@@ -844,7 +844,7 @@ async fn wait_for_more(journal: &Journal, after: u64) {
 /// Reads durable events after `after` in order, `page` at a time, decodes them and hands each
 /// page over, for as long as the driver listens. The channel's bound (one page), the page being
 /// decoded and the driver's page in hand keep it at most about three pages ahead of the window.
-async fn read_ahead(
+async fn read_ahead<S: Sink>(
     name: String,
     journal: Journal,
     router: Arc<Router>,
@@ -869,12 +869,18 @@ async fn read_ahead(
         for (seq, bytes) in rows {
             after = seq;
             let len = bytes.len();
-            let read = match Journaled::from_structured_json(Arc::clone(&bytes)) {
+            // A sink that sends the stored bytes as they are needs no attribute decoded.
+            let event = if S::READS_ATTRIBUTES {
+                Journaled::from_structured_json(Arc::clone(&bytes))
+            } else {
+                Journaled::read_lazily(Arc::clone(&bytes))
+            };
+            let read = match event {
                 // Only a route `when` for this sink reads `data`: routing parses it for that alone.
                 Ok(event)
                     if router.wants_lazily(
                         &name,
-                        event.attributes(),
+                        &event,
                         || event.event(),
                         Some(&stats.route_filter_errors),
                     ) =>
@@ -946,7 +952,7 @@ fn take_read(
             let seq = stand_in.seq;
             let p = Pending {
                 envelope: stand_in,
-                key: String::new(),
+                key: Arc::from(""),
                 attempts: 1,
                 first_failure: None,
                 failing_since: None,
@@ -1001,7 +1007,7 @@ fn settle(
             Outcome::Ok => {
                 any_ok = true;
                 stats.delivered.fetch_add(1, Ordering::Relaxed);
-                if let Some(time) = envelope.event.attributes().time.as_deref() {
+                if let Some(time) = envelope.event.time() {
                     // A watch batch's events share their observation time (milliseconds): parse
                     // each distinct one once.
                     if observed.is_none_or(|(last, _)| last != time) {
@@ -1100,10 +1106,10 @@ fn settle(
     }
     breaker.failing_calls = breaker.failing_calls.saturating_add(1);
     for e in &batch {
-        let e = e.event.attributes();
+        let e = &e.event;
         breaker
             .failing_keys
-            .insert(e.partition_key().unwrap_or(&e.id).to_string());
+            .insert(e.partition_key().unwrap_or_else(|| e.id()).to_owned());
     }
     if breaker.failing_calls >= settings.pause_after && breaker.failing_keys.len() >= 2 {
         breaker.paused = true;

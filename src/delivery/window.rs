@@ -17,6 +17,7 @@
 //! sent.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use herald_sink_core::event::ExtensionValue;
@@ -29,7 +30,7 @@ pub struct Pending {
     /// The journaled event.
     pub envelope: Envelope,
     /// Its partition key (events with equal keys are delivered in order, one at a time).
-    pub key: String,
+    pub key: Arc<str>,
     /// Attempts that counted (probes of a paused sink do not).
     pub attempts: u32,
     /// When the first attempt failed (wall clock, for dead letters).
@@ -61,7 +62,7 @@ pub struct Window {
     /// object replaces ([`identity`]).
     newest: HashMap<String, u64>,
     /// Each key's pending events, oldest first: only the first may be in flight or sent.
-    keys: HashMap<String, VecDeque<u64>>,
+    keys: HashMap<Arc<str>, VecDeque<u64>>,
     /// The keys' first pending events that are not in flight, in sequence order: what
     /// [`Window::take_ready`], [`Window::take_probe`] and [`Window::next_due`] look at.
     idle: BTreeSet<u64>,
@@ -152,10 +153,9 @@ impl Window {
     /// Adds an event read from the journal.
     pub fn push(&mut self, envelope: Envelope, now: Instant) {
         let seq = envelope.seq;
-        let event = envelope.event.attributes();
-        let key = event.partition_key().unwrap_or(&event.id).to_string();
+        let key = ordering_key(&envelope);
         self.read_upto = self.read_upto.max(seq);
-        match self.keys.get_mut(key.as_str()) {
+        match self.keys.get_mut(&*key) {
             Some(queue) => {
                 // Events arrive in sequence order, so a key's queue stays sorted.
                 debug_assert!(queue.back().is_none_or(|&last| last < seq));
@@ -197,8 +197,7 @@ impl Window {
         debounce: Duration,
     ) -> Option<u64> {
         let seq = envelope.seq;
-        let event = envelope.event.attributes();
-        let key = event.partition_key().unwrap_or(&event.id).to_string();
+        let key = ordering_key(&envelope);
         let object = identity(&envelope, &key);
         let mut due = later(now, debounce);
         let replaced = self
@@ -259,7 +258,7 @@ impl Window {
         p.in_flight = false;
         if self
             .keys
-            .get(p.key.as_str())
+            .get(&*p.key)
             .is_some_and(|queue| queue.front() == Some(&seq))
         {
             self.idle.insert(seq);
@@ -271,7 +270,7 @@ impl Window {
     fn remove(&mut self, seq: u64) -> Option<Pending> {
         let p = self.pending.remove(&seq)?;
         self.idle.remove(&seq);
-        if let Some(queue) = self.keys.get_mut(p.key.as_str()) {
+        if let Some(queue) = self.keys.get_mut(&*p.key) {
             if queue.front() == Some(&seq) {
                 queue.pop_front();
                 if let Some(&next) = queue.front()
@@ -283,7 +282,7 @@ impl Window {
                 queue.retain(|&s| s != seq);
             }
             if queue.is_empty() {
-                self.keys.remove(p.key.as_str());
+                self.keys.remove(&*p.key);
             }
         }
         Some(p)
@@ -370,6 +369,13 @@ impl Window {
             None => self.read_upto,
         }
     }
+}
+
+/// The key an event is ordered by: its partition key, else its `id` (an event of its own).
+/// Shared by the event's entry and its key's queue: one allocation, not a copy for each.
+fn ordering_key(envelope: &Envelope) -> Arc<str> {
+    let event = &envelope.event;
+    Arc::from(event.partition_key().unwrap_or_else(|| event.id()))
 }
 
 /// The object an event is about, for `debounce`: its partition key, resource (`source`) and

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use herald_sink_core::Journaled;
 use herald_sink_core::event::{CloudEvent, ExtensionValue};
 
 use crate::config::{self, OnError, RouteConfig, When};
@@ -117,7 +118,7 @@ impl ResourcePattern {
     }
 
     /// Whether `event` is about a resource this pattern names.
-    pub fn matches(&self, event: &CloudEvent) -> bool {
+    pub fn matches(&self, event: &(impl Routed + ?Sized)) -> bool {
         match self {
             Self::Any => true,
             Self::Named { group, name } => {
@@ -141,17 +142,51 @@ pub struct Router {
     logged: Mutex<HashSet<(usize, String)>>,
 }
 
-fn ext<'a>(event: &'a CloudEvent, name: &str) -> &'a str {
-    match event.extensions.get(name) {
-        Some(ExtensionValue::String(s)) => s,
-        _ => "",
+/// What routing reads of an event's attributes: `type` (the op), `source` and extensions (the
+/// resource). An event read from the journal answers from its stored bytes
+/// ([`Journaled::read_lazily`]), so routing it decodes no attribute it does not read.
+pub trait Routed {
+    /// The `type` attribute.
+    fn ty(&self) -> &str;
+    /// The `source` attribute.
+    fn source(&self) -> &str;
+    /// The extension `name` when it is a string.
+    fn extension(&self, name: &str) -> Option<&str>;
+}
+
+impl Routed for CloudEvent {
+    fn ty(&self) -> &str {
+        &self.ty
     }
+    fn source(&self) -> &str {
+        &self.source
+    }
+    fn extension(&self, name: &str) -> Option<&str> {
+        self.extensions.get(name).and_then(ExtensionValue::as_str)
+    }
+}
+
+impl Routed for Journaled {
+    fn ty(&self) -> &str {
+        Journaled::ty(self)
+    }
+    fn source(&self) -> &str {
+        Journaled::source(self)
+    }
+    fn extension(&self, name: &str) -> Option<&str> {
+        // Only a pattern that names a kind gets here (after the plural did not match).
+        self.attributes().extension(name)
+    }
+}
+
+fn ext<'a>(event: &'a (impl Routed + ?Sized), name: &str) -> &'a str {
+    event.extension(name).unwrap_or("")
 }
 
 /// The group (`""` for core) and plural of the event's resource, from its `source`
 /// (`k8s://cluster/group/plural`), which every event carries by contract.
-fn group_and_plural(event: &CloudEvent) -> (&str, &str) {
-    let mut segments = event.source.rsplit('/');
+fn group_and_plural(event: &(impl Routed + ?Sized)) -> (&str, &str) {
+    let mut segments = event.source().rsplit('/');
     let plural = segments.next().unwrap_or("");
     let group = match segments.next() {
         Some("core") | None => "",
@@ -160,8 +195,8 @@ fn group_and_plural(event: &CloudEvent) -> (&str, &str) {
     (group, plural)
 }
 
-fn op_of(event: &CloudEvent) -> Option<Op> {
-    match event.ty.rsplit('.').next() {
+fn op_of(event: &(impl Routed + ?Sized)) -> Option<Op> {
+    match event.ty().rsplit('.').next() {
         Some("created") => Some(Op::Created),
         Some("updated") => Some(Op::Updated),
         Some("deleted") => Some(Op::Deleted),
@@ -214,14 +249,14 @@ impl Router {
         self.wants_lazily(sink, event, || event, errors)
     }
 
-    /// [`Router::wants_counting`] for an event whose `data` may still be unparsed: `attributes`
-    /// decide resource and op, and `whole` (the event with `data`) is asked for only when a `when`
+    /// [`Router::wants_counting`] for an event whose `data` may still be unparsed (and whose
+    /// attributes may still be in its stored bytes): `attributes` decide resource and op, and `whole` (the event with `data`) is asked for only when a `when`
     /// of a route for this sink, op and resource is evaluated. One snapshot of the routes decides,
     /// so a replacement cannot land between reading the attributes and reading `data`.
     pub fn wants_lazily<'a>(
         &self,
         sink: &str,
-        attributes: &'a CloudEvent,
+        attributes: &(impl Routed + ?Sized),
         whole: impl Fn() -> &'a CloudEvent,
         errors: Option<&AtomicU64>,
     ) -> bool {

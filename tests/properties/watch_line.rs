@@ -94,6 +94,26 @@ fn journal_and_read_back(
             String::from_utf8_lossy(&bytes)
         ),
     }
+    // The file sink's lazy read: the attributes it reads from the bytes, then the whole event.
+    match (
+        CloudEvent::from_structured_json(&bytes),
+        Journaled::read_lazily(bytes.clone()),
+    ) {
+        (Ok(read), Ok(lazy)) => {
+            assert_eq!(lazy.id(), read.id);
+            assert_eq!(lazy.source(), read.source);
+            assert_eq!(lazy.ty(), read.ty);
+            assert_eq!(lazy.partition_key(), read.partition_key());
+            assert_eq!(lazy.time(), read.time.as_deref());
+            assert_eq!(lazy, read, "the lazy read agrees");
+        }
+        (Err(read), Err(lazy)) => assert_eq!(lazy.to_string(), read.to_string()),
+        (read, lazy) => panic!(
+            "the lazy read disagrees: {read:?} vs {:?} for {}",
+            lazy.err(),
+            String::from_utf8_lossy(&bytes)
+        ),
+    }
     // The reference-only form (oversized events) is as valid as the event it stands for.
     assert_eq!(
         event::to_reference(&ev).validate().is_ok(),

@@ -309,42 +309,20 @@ impl CloudEvent {
     ///
     /// The first rule broken, in the order above, as a [`ValidationError`] naming the attribute.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        check_required("id", &self.id)?;
-        check_required("source", &self.source)?;
-        check_required("type", &self.ty)?;
-        if let Some(subject) = &self.subject {
-            check_required("subject", subject)?;
-        }
-        if let Some(time) = &self.time
-            && !is_rfc3339(time)
-        {
-            return Err(ValidationError::InvalidTimestamp {
-                value: time.clone(),
-            });
-        }
-        if let Some(ct) = &self.datacontenttype {
-            check_required("datacontenttype", ct)?;
-            check_header_text("datacontenttype", ct)?;
-            if !is_media_type(ct) {
-                return Err(ValidationError::InvalidMediaType { value: ct.clone() });
-            }
-        }
-        if let Some(schema) = &self.dataschema {
-            check_required("dataschema", schema)?;
-            if !has_uri_scheme(schema) {
-                return Err(ValidationError::NotAbsoluteUri {
-                    attribute: "dataschema".to_owned(),
-                });
-            }
-        }
-        for (name, value) in &self.extensions {
-            check_extension_name(name)?;
-            if let ExtensionValue::String(s) = value
-                && matches!(name.as_str(), "partitionkey" | "sequence")
-            {
-                check_required(name, s)?;
-            }
-        }
+        check_attributes(
+            &AttributeRefs {
+                id: &self.id,
+                source: &self.source,
+                ty: &self.ty,
+                subject: self.subject.as_deref(),
+                time: self.time.as_deref(),
+                datacontenttype: self.datacontenttype.as_deref(),
+                dataschema: self.dataschema.as_deref(),
+            },
+            self.extensions
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        )?;
         if let (Some(data), false) = (&self.data, self.has_json_data())
             && !data.is_string()
         {
@@ -354,6 +332,66 @@ impl CloudEvent {
         }
         Ok(())
     }
+}
+
+/// An event's attributes other than its extensions, borrowed: what [`check_attributes`] reads,
+/// from a [`CloudEvent`] or straight from stored bytes ([`crate::Journaled`]), so both are held
+/// to one set of rules.
+pub(crate) struct AttributeRefs<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) source: &'a str,
+    pub(crate) ty: &'a str,
+    pub(crate) subject: Option<&'a str>,
+    pub(crate) time: Option<&'a str>,
+    pub(crate) datacontenttype: Option<&'a str>,
+    pub(crate) dataschema: Option<&'a str>,
+}
+
+/// [`CloudEvent::validate`]'s rules for everything but `data`; `extensions` are the extensions'
+/// names with their values when they are strings.
+pub(crate) fn check_attributes<'a>(
+    a: &AttributeRefs<'a>,
+    extensions: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<(), ValidationError> {
+    check_required("id", a.id)?;
+    check_required("source", a.source)?;
+    check_required("type", a.ty)?;
+    if let Some(subject) = a.subject {
+        check_required("subject", subject)?;
+    }
+    if let Some(time) = a.time
+        && !is_rfc3339(time)
+    {
+        return Err(ValidationError::InvalidTimestamp {
+            value: time.to_owned(),
+        });
+    }
+    if let Some(ct) = a.datacontenttype {
+        check_required("datacontenttype", ct)?;
+        check_header_text("datacontenttype", ct)?;
+        if !is_media_type(ct) {
+            return Err(ValidationError::InvalidMediaType {
+                value: ct.to_owned(),
+            });
+        }
+    }
+    if let Some(schema) = a.dataschema {
+        check_required("dataschema", schema)?;
+        if !has_uri_scheme(schema) {
+            return Err(ValidationError::NotAbsoluteUri {
+                attribute: "dataschema".to_owned(),
+            });
+        }
+    }
+    for (name, value) in extensions {
+        check_extension_name(name)?;
+        if let Some(s) = value
+            && matches!(name, "partitionkey" | "sequence")
+        {
+            check_required(name, s)?;
+        }
+    }
+    Ok(())
 }
 
 /// A broken CloudEvents rule, naming the attribute (see [`ValidationError::attribute`]).

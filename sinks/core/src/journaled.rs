@@ -8,7 +8,6 @@
 //! stored bytes are what a structured sink sends and what a binary sink's body is cut from.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::{Deref, Range};
 use std::sync::{Arc, OnceLock};
@@ -19,7 +18,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::encode::DecodeError;
-use crate::event::{CORE_ATTRIBUTES, CloudEvent, ExtensionValue, SPEC_VERSION};
+use crate::event::{
+    AttributeRefs, CORE_ATTRIBUTES, CloudEvent, ExtensionValue, SPEC_VERSION, ValidationError,
+    check_attributes, is_json_content_type,
+};
 
 /// An event on its way to a sink: either built from a [`CloudEvent`], or read from the journal's
 /// bytes, whose `data` is parsed on first use only, once, and kept.
@@ -46,8 +48,9 @@ use crate::event::{CORE_ATTRIBUTES, CloudEvent, ExtensionValue, SPEC_VERSION};
 /// ```
 #[derive(Clone)]
 pub struct Journaled {
-    /// Every attribute; `data` too, unless [`Journaled::stored`] holds it unparsed.
-    head: CloudEvent,
+    /// Every attribute; `data` too, unless [`Journaled::stored`] holds it unparsed. Decoded on
+    /// first use for an event read with [`Journaled::read_lazily`].
+    head: OnceLock<CloudEvent>,
     /// The JSON-format bytes the event was read from.
     stored: Option<Stored>,
     /// The whole event, once `data` has been parsed.
@@ -60,6 +63,8 @@ struct Stored {
     /// Where the JSON `data` value lies in `bytes`, when it is left unparsed (JSON data only; a
     /// text `data` is in the head).
     data: Option<Range<usize>>,
+    /// Where the attributes delivery reads per event lie, while the head is not decoded.
+    marks: Option<Marks>,
 }
 
 impl Journaled {
@@ -67,7 +72,7 @@ impl Journaled {
     #[must_use]
     pub fn new(event: CloudEvent) -> Self {
         Self {
-            head: event,
+            head: OnceLock::from(event),
             stored: None,
             full: OnceLock::new(),
         }
@@ -81,40 +86,162 @@ impl Journaled {
     ///
     /// The [`DecodeError`] [`CloudEvent::from_structured_json`] gives for the same bytes.
     pub fn from_structured_json(bytes: impl Into<Arc<[u8]>>) -> Result<Self, DecodeError> {
-        let bytes: Arc<[u8]> = bytes.into();
-        match split(&bytes) {
-            Some((head, data)) => Ok(Self {
-                head,
-                stored: Some(Stored { bytes, data }),
-                full: OnceLock::new(),
-            }),
+        Self::read(bytes.into(), false)
+    }
+
+    /// [`Journaled::from_structured_json`], the attributes validated in place but not decoded:
+    /// [`Journaled::id`], [`Journaled::source`], [`Journaled::ty`], [`Journaled::partition_key`]
+    /// and [`Journaled::time`] read them from the bytes, and the head is decoded on the first call of anything else that reads
+    /// attributes. For a sink that sends the stored bytes as they are (the file sink), whose
+    /// events then never have their attributes copied out.
+    ///
+    /// # Errors
+    ///
+    /// The [`DecodeError`] [`CloudEvent::from_structured_json`] gives for the same bytes.
+    pub fn read_lazily(bytes: impl Into<Arc<[u8]>>) -> Result<Self, DecodeError> {
+        Self::read(bytes.into(), true)
+    }
+
+    fn read(bytes: Arc<[u8]>, lazily: bool) -> Result<Self, DecodeError> {
+        let Some(split) = split(&bytes) else {
             // The full decoder says exactly what is wrong, in the words it always used.
-            None => match CloudEvent::from_structured_json(&bytes) {
-                Ok(event) => Ok(Self {
-                    head: event,
-                    stored: Some(Stored { bytes, data: None }),
-                    full: OnceLock::new(),
+            let event = CloudEvent::from_structured_json(&bytes)?;
+            return Ok(Self {
+                head: OnceLock::from(event),
+                stored: Some(Stored {
+                    bytes,
+                    data: None,
+                    marks: None,
                 }),
-                Err(error) => Err(error),
-            },
-        }
+                full: OnceLock::new(),
+            });
+        };
+        // A text `data` was parsed into the head already: nothing is left to defer.
+        let marks = (lazily && split.text.is_none())
+            .then(|| split.view.marks(&bytes))
+            .flatten();
+        let head = match marks {
+            Some(_) => OnceLock::new(),
+            None => OnceLock::from(split.view.to_event(split.text)),
+        };
+        let data = split.data;
+        Ok(Self {
+            head,
+            stored: Some(Stored { bytes, data, marks }),
+            full: OnceLock::new(),
+        })
     }
 
     /// The event's attributes, without parsing `data`: `data` is `None` here when it is still
     /// unparsed, so read it through [`Journaled::event`] (or `*self`), never from this.
     #[must_use]
     pub fn attributes(&self) -> &CloudEvent {
-        &self.head
+        self.head.get_or_init(|| self.decode_head())
+    }
+
+    /// The head of an event read lazily, from its stored bytes with `data` cut out (it is read
+    /// on its own, when asked for).
+    fn decode_head(&self) -> CloudEvent {
+        let Some(stored) = &self.stored else {
+            // Only a stored event is without a head.
+            return CloudEvent::new(String::new(), String::new(), String::new());
+        };
+        let bytes = &stored.bytes[..];
+        let head: Cow<'_, [u8]> = match stored
+            .data
+            .as_ref()
+            .and_then(|r| Some((bytes.get(..r.start)?, bytes.get(r.end..)?)))
+        {
+            Some((before, after)) => {
+                let mut head = Vec::with_capacity(before.len() + 4 + after.len());
+                head.extend_from_slice(before);
+                head.extend_from_slice(b"null");
+                head.extend_from_slice(after);
+                Cow::Owned(head)
+            }
+            None => Cow::Borrowed(bytes),
+        };
+        // The same bytes were read and validated when the event was: this cannot fail, and if
+        // it did the full decoder would stand in (the stored bytes still go out whole).
+        match serde_json::from_slice::<View<'_>>(&head) {
+            Ok(view) => view.to_event(None),
+            Err(_) => CloudEvent::from_structured_json(bytes).map_or_else(
+                |_| CloudEvent::new(String::new(), String::new(), String::new()),
+                |mut event| {
+                    event.data = None;
+                    event
+                },
+            ),
+        }
+    }
+
+    /// The stored text at `range` (read where it was validated).
+    fn text(&self, range: &Range<usize>) -> &str {
+        self.stored
+            .as_ref()
+            .and_then(|s| s.bytes.get(range.clone()))
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or_default()
+    }
+
+    fn marks(&self) -> Option<&Marks> {
+        self.stored.as_ref().and_then(|s| s.marks.as_ref())
+    }
+
+    /// The `id` attribute, read without decoding the other attributes.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        match self.marks() {
+            Some(marks) => self.text(&marks.id),
+            None => &self.attributes().id,
+        }
+    }
+
+    /// The `source` attribute, read without decoding the other attributes.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        match self.marks() {
+            Some(marks) => self.text(&marks.source),
+            None => &self.attributes().source,
+        }
+    }
+
+    /// The `type` attribute, read without decoding the other attributes.
+    #[must_use]
+    pub fn ty(&self) -> &str {
+        match self.marks() {
+            Some(marks) => self.text(&marks.ty),
+            None => &self.attributes().ty,
+        }
+    }
+
+    /// The `partitionkey` extension when it is a string ([`CloudEvent::partition_key`]), read
+    /// without decoding the other attributes.
+    #[must_use]
+    pub fn partition_key(&self) -> Option<&str> {
+        match self.marks() {
+            Some(marks) => marks.partition_key.as_ref().map(|r| self.text(r)),
+            None => self.attributes().partition_key(),
+        }
+    }
+
+    /// The `time` attribute, read without decoding the other attributes.
+    #[must_use]
+    pub fn time(&self) -> Option<&str> {
+        match self.marks() {
+            Some(marks) => marks.time.as_ref().map(|r| self.text(r)),
+            None => self.attributes().time.as_deref(),
+        }
     }
 
     /// The whole event, `data` parsed on the first call (and kept for the next).
     #[must_use]
     pub fn event(&self) -> &CloudEvent {
         let Some(range) = self.unparsed() else {
-            return &self.head;
+            return self.attributes();
         };
         self.full.get_or_init(|| {
-            let mut event = self.head.clone();
+            let mut event = self.attributes().clone();
             let text = self
                 .stored
                 .as_ref()
@@ -139,7 +266,7 @@ impl Journaled {
     pub fn structured_json(&self) -> Cow<'_, [u8]> {
         match &self.stored {
             Some(stored) => Cow::Borrowed(&stored.bytes),
-            None => Cow::Owned(self.head.to_structured_json()),
+            None => Cow::Owned(self.attributes().to_structured_json()),
         }
     }
 
@@ -151,14 +278,15 @@ impl Journaled {
             (Some(range), Some(stored)) => {
                 Cow::Borrowed(stored.bytes.get(range).unwrap_or_default())
             }
-            _ => Cow::Owned(self.head.data_bytes()),
+            _ => Cow::Owned(self.attributes().data_bytes()),
         }
     }
 
     /// Whether the event came with `data`, without parsing it.
     #[must_use]
     pub fn has_data(&self) -> bool {
-        self.unparsed().is_some() || self.head.data.is_some()
+        // An event read lazily has no text `data` (that is parsed into an eager head).
+        self.unparsed().is_some() || (self.marks().is_none() && self.attributes().data.is_some())
     }
 }
 
@@ -213,8 +341,9 @@ impl Sendable for Journaled {
     }
     fn binding_attributes(&self) -> &CloudEvent {
         // Only an unset `datacontenttype` makes the headers depend on `data`.
-        if self.head.datacontenttype.is_some() || self.head.data.is_some() || !self.has_data() {
-            &self.head
+        let head = self.attributes();
+        if head.datacontenttype.is_some() || head.data.is_some() || !self.has_data() {
+            head
         } else {
             Journaled::event(self)
         }
@@ -270,16 +399,137 @@ impl PartialEq<Journaled> for CloudEvent {
     }
 }
 
-/// The JSON-format object read member by member: every attribute straight into the event's
-/// fields, `data` as raw text. No `Value` tree and no map of members is built: those were most
-/// of the delivery path's CPU per event (docs/operations.md, "Delivery CPU, round 3").
+/// The JSON-format object read member by member, every attribute borrowed from the bytes (owned
+/// only when it holds an escape), `data` as raw text. No `Value` tree, no map of members and,
+/// for an event without escapes, no allocation: a map of owned strings per event was most of
+/// what decoding cost (docs/operations.md, "Delivery's CPU per event").
 ///
 /// It only succeeds where the full decoder's rules make the answer plain: a member given twice,
 /// an attribute that is not a string, an extension that is not a string, a boolean or a 32-bit
 /// integer, a non-null `data_base64` make it fail, and the full decoder then decides.
-struct Head<'a> {
-    event: CloudEvent,
+struct View<'a> {
+    id: Cow<'a, str>,
+    source: Cow<'a, str>,
+    ty: Cow<'a, str>,
+    subject: Option<Cow<'a, str>>,
+    time: Option<Cow<'a, str>>,
+    datacontenttype: Option<Cow<'a, str>>,
+    dataschema: Option<Cow<'a, str>>,
+    extensions: Extensions<'a>,
     data: Option<&'a RawValue>,
+}
+
+impl View<'_> {
+    /// [`CloudEvent::validate`]'s rules for everything but `data`.
+    fn check(&self) -> Result<(), ValidationError> {
+        check_attributes(
+            &AttributeRefs {
+                id: &self.id,
+                source: &self.source,
+                ty: &self.ty,
+                subject: self.subject.as_deref(),
+                time: self.time.as_deref(),
+                datacontenttype: self.datacontenttype.as_deref(),
+                dataschema: self.dataschema.as_deref(),
+            },
+            self.extensions
+                .iter()
+                .map(|(name, value)| (&**name, value.as_str())),
+        )
+    }
+
+    fn has_json_data(&self) -> bool {
+        self.datacontenttype
+            .as_deref()
+            .is_none_or(is_json_content_type)
+    }
+
+    /// The attributes as an event, with `data` (a text `data`, or none).
+    fn to_event(&self, data: Option<Value>) -> CloudEvent {
+        let owned = |s: &Option<Cow<'_, str>>| s.as_deref().map(str::to_owned);
+        let mut event = CloudEvent::new(&*self.id, &*self.source, &*self.ty);
+        event.subject = owned(&self.subject);
+        event.time = owned(&self.time);
+        event.datacontenttype = owned(&self.datacontenttype);
+        event.dataschema = owned(&self.dataschema);
+        event.extensions = self
+            .extensions
+            .iter()
+            .filter_map(|(name, value)| Some(((**name).to_owned(), value.to_extension()?)))
+            .collect();
+        event.data = data;
+        event
+    }
+
+    /// Where the attributes delivery reads of every event lie in `base` (the bytes this view
+    /// was read from); `None` when one of them holds an escape, and so is not there as it reads.
+    fn marks(&self, base: &[u8]) -> Option<Marks> {
+        let at = |text: &Cow<'_, str>| match text {
+            Cow::Borrowed(s) => {
+                let start = s.as_ptr().addr().checked_sub(base.as_ptr().addr())?;
+                Some(start..start + s.len())
+            }
+            Cow::Owned(_) => None,
+        };
+        let partition_key = match self.extensions.get("partitionkey") {
+            Some(Scalar::Text(key)) => Some(at(key)?),
+            _ => None,
+        };
+        let time = match &self.time {
+            Some(time) => Some(at(time)?),
+            None => None,
+        };
+        Some(Marks {
+            id: at(&self.id)?,
+            source: at(&self.source)?,
+            ty: at(&self.ty)?,
+            partition_key,
+            time,
+        })
+    }
+}
+
+/// Extensions held inline, so reading an event allocates nothing for them: herald's events carry
+/// eleven.
+const INLINE_EXTENSIONS: usize = 16;
+
+/// A [`View`]'s extensions in the order they came, nulls left out.
+#[derive(Default)]
+struct Extensions<'a> {
+    inline: [(Cow<'a, str>, Scalar<'a>); INLINE_EXTENSIONS],
+    len: usize,
+    more: Vec<(Cow<'a, str>, Scalar<'a>)>,
+}
+
+impl<'a> Extensions<'a> {
+    fn iter(&self) -> impl Iterator<Item = &(Cow<'a, str>, Scalar<'a>)> {
+        self.inline.iter().take(self.len).chain(&self.more)
+    }
+
+    fn get(&self, name: &str) -> Option<&Scalar<'a>> {
+        self.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    fn push(&mut self, name: Cow<'a, str>, value: Scalar<'a>) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = (name, value);
+                self.len += 1;
+            }
+            None => self.more.push((name, value)),
+        }
+    }
+}
+
+/// The attributes delivery reads of every event, located in the stored bytes: what routing reads,
+/// the ordering window's key and the latency's start, without decoding the rest.
+#[derive(Clone)]
+struct Marks {
+    id: Range<usize>,
+    source: Range<usize>,
+    ty: Range<usize>,
+    partition_key: Option<Range<usize>>,
+    time: Option<Range<usize>>,
 }
 
 /// The core attributes in the order of [`CORE_ATTRIBUTES`], then `data` and `data_base64`: a
@@ -324,48 +574,73 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// A member other than `data`, as the cheap path takes it: arrays, objects and numbers that are
-/// not 32-bit integers fail (the full decoder then gives its answer).
-enum Scalar {
+/// A member other than `data`, as the cheap path takes it, a string borrowed unless it holds an
+/// escape: arrays, objects and numbers that are not 32-bit integers fail (the full decoder then
+/// gives its answer).
+#[derive(Default)]
+enum Scalar<'a> {
+    #[default]
     Null,
-    Text(String),
+    Text(Cow<'a, str>),
     Bool(bool),
     Integer(i32),
 }
 
-impl<'de> Deserialize<'de> for Scalar {
+impl Scalar<'_> {
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Scalar::Text(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    fn to_extension(&self) -> Option<ExtensionValue> {
+        match self {
+            Scalar::Null => None,
+            Scalar::Text(text) => Some(ExtensionValue::String((**text).to_owned())),
+            Scalar::Bool(b) => Some(ExtensionValue::Bool(*b)),
+            Scalar::Integer(i) => Some(ExtensionValue::Integer(*i)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Member;
-        impl Visitor<'_> for Member {
-            type Value = Scalar;
+        impl<'de> Visitor<'de> for Member {
+            type Value = Scalar<'de>;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("null, a string, a boolean or a 32-bit integer")
             }
 
-            fn visit_unit<E>(self) -> Result<Scalar, E> {
+            fn visit_unit<E>(self) -> Result<Scalar<'de>, E> {
                 Ok(Scalar::Null)
             }
 
-            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
-                Ok(Scalar::Text(v.to_owned()))
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Borrowed(v)))
             }
 
-            fn visit_string<E>(self, v: String) -> Result<Scalar, E> {
-                Ok(Scalar::Text(v))
+            fn visit_str<E>(self, v: &str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Owned(v.to_owned())))
             }
 
-            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+            fn visit_string<E>(self, v: String) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Owned(v)))
+            }
+
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar<'de>, E> {
                 Ok(Scalar::Bool(v))
             }
 
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar, E> {
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar<'de>, E> {
                 i32::try_from(v)
                     .map(Scalar::Integer)
                     .map_err(|_| E::custom("not a 32-bit integer"))
             }
 
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar<'de>, E> {
                 i32::try_from(v)
                     .map(Scalar::Integer)
                     .map_err(|_| E::custom("not a 32-bit integer"))
@@ -375,22 +650,22 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-impl<'de> Deserialize<'de> for Head<'de> {
+impl<'de> Deserialize<'de> for View<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Members;
         impl<'de> Visitor<'de> for Members {
-            type Value = Head<'de>;
+            type Value = View<'de>;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON-format event")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Head<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<View<'de>, A::Error> {
                 use serde::de::Error as _;
-                let mut core: [Option<String>; CORE_ATTRIBUTES.len()] = Default::default();
+                let mut core: [Option<Cow<'de, str>>; CORE_ATTRIBUTES.len()] = Default::default();
                 let mut seen = [false; DATA_BASE64_SLOT + 1];
                 let mut data = None;
-                let mut extensions = BTreeMap::new();
+                let mut extensions = Extensions::default();
                 while let Some(Key(name)) = map.next_key()? {
                     let slot = slot(&name);
                     if let Some(i) = slot
@@ -402,28 +677,19 @@ impl<'de> Deserialize<'de> for Head<'de> {
                         data = Some(map.next_value::<&RawValue>()?);
                         continue;
                     }
-                    let value = map.next_value::<Scalar>()?;
+                    let value = map.next_value::<Scalar<'de>>()?;
                     match (slot, value) {
                         (Some(DATA_BASE64_SLOT), Scalar::Null) => {}
                         (Some(i), Scalar::Null) if i < DATA_SLOT => {}
                         (Some(i), Scalar::Text(text)) if i < DATA_SLOT => core[i] = Some(text),
                         (Some(_), _) => return Err(A::Error::custom("not a string attribute")),
-                        // A later member of the same name would replace it: the full decoder's call.
-                        (None, Scalar::Null) if extensions.contains_key(&*name) => {
+                        // A later member of the same name would replace an earlier one (or a
+                        // null take it away): the full decoder's call.
+                        (None, _) if extensions.get(&name).is_some() => {
                             return Err(A::Error::custom("a member given twice"));
                         }
                         (None, Scalar::Null) => {}
-                        (None, value) => {
-                            let value = match value {
-                                Scalar::Text(s) => ExtensionValue::String(s),
-                                Scalar::Bool(b) => ExtensionValue::Bool(b),
-                                Scalar::Integer(i) => ExtensionValue::Integer(i),
-                                Scalar::Null => continue,
-                            };
-                            if extensions.insert(name.into_owned(), value).is_some() {
-                                return Err(A::Error::custom("a member given twice"));
-                            }
-                        }
+                        (None, value) => extensions.push(name, value),
                     }
                 }
                 let [
@@ -442,13 +708,17 @@ impl<'de> Deserialize<'de> for Head<'de> {
                 if specversion.as_deref() != Some(SPEC_VERSION) {
                     return Err(A::Error::custom("not a 1.0 event"));
                 }
-                let mut event = CloudEvent::new(id, source, ty);
-                event.subject = subject;
-                event.time = time;
-                event.datacontenttype = datacontenttype;
-                event.dataschema = dataschema;
-                event.extensions = extensions;
-                Ok(Head { event, data })
+                Ok(View {
+                    id,
+                    source,
+                    ty,
+                    subject,
+                    time,
+                    datacontenttype,
+                    dataschema,
+                    extensions,
+                    data,
+                })
             }
         }
         deserializer.deserialize_map(Members)
@@ -592,37 +862,42 @@ fn plain(raw: &str) -> bool {
     true
 }
 
+/// A JSON-format event the cheap path read: its attributes, where its JSON `data` lies, and a
+/// text `data`, parsed.
+struct Split<'a> {
+    view: View<'a>,
+    data: Option<Range<usize>>,
+    text: Option<Value>,
+}
+
 /// The attributes of the JSON-format `bytes` and where their JSON `data` lies; `None` when the
 /// cheap path cannot decide or finds an error (the full decoder then gives the answer or the
 /// error, in its words).
-fn split(bytes: &[u8]) -> Option<(CloudEvent, Option<Range<usize>>)> {
-    let Head { mut event, data } = serde_json::from_slice::<Head<'_>>(bytes).ok()?;
-    let text = data.map(RawValue::get);
-    if let Some(raw) = text.filter(|raw| !plain(raw)) {
+fn split(bytes: &[u8]) -> Option<Split<'_>> {
+    let view = serde_json::from_slice::<View<'_>>(bytes).ok()?;
+    let raw = view.data.map(RawValue::get);
+    if let Some(raw) = raw.filter(|raw| !plain(raw)) {
         // A raw value is only checked for syntax, deeper than the full decoder nests and with
         // numbers and escapes it refuses; those go to it, to be refused in its words.
         let mut de = serde_json::Deserializer::from_str(raw);
         Check { left: DATA_DEPTH }.deserialize(&mut de).ok()?;
     }
     // What `data` means to the decoder's rules: JSON data stays text, located; any other
-    // content type takes a string (or `null`, meaning unset), parsed into the head.
-    let range = match text {
-        None => None,
-        Some(raw) if event.has_json_data() => {
+    // content type takes a string (or `null`, meaning unset), parsed.
+    let (data, text) = match raw {
+        None => (None, None),
+        Some(raw) if view.has_json_data() => {
             let start = raw.as_ptr().addr().checked_sub(bytes.as_ptr().addr())?;
-            Some(start..start + raw.len())
+            (Some(start..start + raw.len()), None)
         }
-        Some(raw) => {
-            match serde_json::from_str::<Value>(raw).ok()? {
-                Value::Null => {}
-                text @ Value::String(_) => event.data = Some(text),
-                _ => return None,
-            }
-            None
-        }
+        Some(raw) => match serde_json::from_str::<Value>(raw).ok()? {
+            Value::Null => (None, None),
+            text @ Value::String(_) => (None, Some(text)),
+            _ => return None,
+        },
     };
-    event.validate().ok()?;
-    Some((event, range))
+    view.check().ok()?;
+    Some(Split { view, data, text })
 }
 
 #[cfg(test)]
@@ -663,6 +938,95 @@ mod tests {
         assert_eq!(&*j.structured_json(), &event.to_structured_json()[..]);
         assert_eq!(&*j.data_bytes(), &event.data_bytes()[..]);
         assert_eq!(j, event);
+    }
+
+    /// [`Journaled::read_lazily`] gives what the full decoder gives, or its error: each
+    /// attribute it reads from the bytes, the head decoded later, the whole event, `data`.
+    fn assert_lazy_read_agrees(bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        match (
+            CloudEvent::from_structured_json(bytes),
+            Journaled::read_lazily(bytes.to_vec()),
+        ) {
+            (Ok(full), Ok(lazy)) => {
+                assert_eq!(lazy.id(), full.id, "{text}");
+                assert_eq!(lazy.source(), full.source, "{text}");
+                assert_eq!(lazy.ty(), full.ty, "{text}");
+                assert_eq!(lazy.partition_key(), full.partition_key(), "{text}");
+                assert_eq!(lazy.time(), full.time.as_deref(), "{text}");
+                assert_eq!(lazy.has_data(), full.data.is_some(), "{text}");
+                assert_eq!(&*lazy.structured_json(), bytes, "{text}");
+                assert_eq!(&*lazy.data_bytes(), &full.data_bytes()[..], "{text}");
+                // `data` is in the head only when it was not left unparsed.
+                let (mut head, mut attributes) = (full.clone(), lazy.attributes().clone());
+                (head.data, attributes.data) = (None, None);
+                assert_eq!(attributes, head, "{text}");
+                assert_eq!(lazy, full, "{text}");
+            }
+            (Err(full), Err(lazy)) => assert_eq!(lazy.to_string(), full.to_string(), "{text}"),
+            (full, lazy) => panic!("{text}: {full:?} vs {lazy:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lazy_read_decodes_no_attribute_until_one_is_asked_for() {
+        let event = widget();
+        let bytes = event.to_structured_json();
+        let lazy = Journaled::read_lazily(bytes.clone()).unwrap();
+        assert_eq!(lazy.id(), "u:7:updated");
+        assert_eq!(lazy.partition_key(), Some("ns/a"));
+        assert_eq!(lazy.time(), Some("2026-01-02T03:04:05.678Z"));
+        assert_eq!(lazy.source(), "k8s://prod/example.com/widgets");
+        assert_eq!(lazy.ty(), "t.updated");
+        assert_eq!(&*lazy.structured_json(), &bytes[..]);
+        assert!(lazy.head.get().is_none(), "nothing above decoded the head");
+        assert!(lazy.has_data());
+        assert!(
+            lazy.head.get().is_none(),
+            "nor did asking whether it has data"
+        );
+        assert_eq!(lazy.attributes().subject.as_deref(), Some("ns/a\u{0}b"));
+        assert!(lazy.attributes().data.is_none(), "data is left unparsed");
+        assert_eq!(lazy, event);
+        // The eager read decodes the head at once.
+        let eager = Journaled::from_structured_json(bytes).unwrap();
+        assert!(eager.head.get().is_some());
+    }
+
+    #[test]
+    fn lazy_and_eager_reads_agree_on_escapes_and_many_extensions() {
+        let mut many = widget().extension("partitionkey", "ns/\"quoted\"\n");
+        for i in 0..40 {
+            many = many.extension(format!("x{i}"), if i % 2 == 0 { "v" } else { "" });
+        }
+        let cases = [
+            many.to_structured_json(),
+            CloudEvent::new("u:\u{7f}:é", "k8s://p/\"g\"/w", "t\\x")
+                .time("2026-01-02T03:04:05Z")
+                .extension("partitionkey", "ns/a")
+                .to_structured_json(),
+            widget().datacontenttype("text/plain").data(json!("hi")).to_structured_json(),
+            CloudEvent::new("1", "/s", "t")
+                .extension("partitionkey", true)
+                .to_structured_json(),
+            br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","partitionkey":"a\u0062"}"#
+                .to_vec(),
+            br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","partitionkey":""}"#
+                .to_vec(),
+            br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","x1":"a","x2":"b","x3":"c","x4":"d","x5":"e","x6":"f","x7":"g","x8":"h","x9":"i","x10":"j","x11":"k","x12":"l","x13":"m","x14":"n","x15":"o","x16":"p","x17":"q","x1":"r"}"#
+                .to_vec(),
+        ];
+        for bytes in cases {
+            assert_lazy_read_agrees(&bytes);
+            match (
+                CloudEvent::from_structured_json(&bytes),
+                Journaled::from_structured_json(bytes.clone()),
+            ) {
+                (Ok(full), Ok(cheap)) => assert_eq!(cheap, full),
+                (Err(full), Err(cheap)) => assert_eq!(cheap.to_string(), full.to_string()),
+                (full, cheap) => panic!("{full:?} vs {cheap:?}"),
+            }
+        }
     }
 
     #[test]
@@ -757,6 +1121,7 @@ mod tests {
                     panic!("{}: {full:?} vs {cheap:?}", String::from_utf8_lossy(&bytes))
                 }
             }
+            assert_lazy_read_agrees(&bytes);
         }
     }
 }

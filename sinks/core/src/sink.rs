@@ -91,6 +91,13 @@ pub trait Sink: Send + Sync + 'static {
     /// Stable name: config `type`, metric label `sink`, log field ("kafka", "nats", "webhook", "file").
     const NAME: &'static str;
 
+    /// Whether [`Sink::send`] reads the events' attributes ([`Journaled::attributes`], what
+    /// derefs to the event, the binding headers). A sink that sends only the stored JSON
+    /// ([`Journaled::structured_json`]) says `false`, and delivery then reads each event with
+    /// [`Journaled::read_lazily`]: validated, but with no attribute copied out of the bytes.
+    /// Saying `false` and reading them anyway is correct, only slower (they are decoded then).
+    const READS_ATTRIBUTES: bool = true;
+
     /// Checks that the destination is usable. Called at startup and by `herald check`; never per
     /// batch.
     ///

@@ -267,6 +267,9 @@ fn rotate(path: &Path, max_files: usize) -> io::Result<()> {
 
 impl Sink for FileSink {
     const NAME: &'static str = "file";
+    // `send` writes the stored bytes as they are; dead letters and anything else that reads
+    // attributes has them decoded on first use.
+    const READS_ATTRIBUTES: bool = false;
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
         self.write_batch(&mut [])
