@@ -972,7 +972,15 @@ impl Journal {
     /// observed change is never dropped here); the watch side is expected to stop pulling and
     /// herald to report it.
     pub fn over_backlog_bound(&self) -> bool {
-        !self.inner.standby.load(Ordering::SeqCst) && self.backlog() > self.inner.max_backlog
+        self.over_backlog_bound_with(0)
+    }
+
+    /// [`over_backlog_bound`](Journal::over_backlog_bound) once `pending` more events are
+    /// appended: a watch whose batch is still appending asks this, so it pauses where it would
+    /// have had the batch landed before it asked.
+    pub fn over_backlog_bound_with(&self, pending: u64) -> bool {
+        !self.inner.standby.load(Ordering::SeqCst)
+            && self.backlog().saturating_add(pending) > self.inner.max_backlog
     }
 
     /// Marks this journal as a standby's (leader election, ADR 0013): its cursors move only with

@@ -493,9 +493,18 @@ async fn read_batches(
     let r = rec.resolved;
     let mut last_batch = 0usize;
     loop {
-        if rec.journal.over_backlog_bound() {
-            tracing::warn!(message = "Journal backlog at its bound; pausing watches.", resource = %r.display());
-            return Exit::Paused;
+        // The batch still appending may take the backlog over its bound (or have done so
+        // already): it lands first, so the watch pauses right after the batch that crossed the
+        // bound, as when each batch landed before the next was read. Away from the bound the
+        // append stays beside the reading.
+        if rec.journal.over_backlog_bound_with(rec.events_appending()) {
+            if let Err(error) = rec.settle_watch(rv).await {
+                return Exit::Failed(error);
+            }
+            if rec.journal.over_backlog_bound() {
+                tracing::warn!(message = "Journal backlog at its bound; pausing watches.", resource = %r.display());
+                return Exit::Paused;
+            }
         }
         let first = tokio::select! {
             () = stop.cancelled() => return Exit::Stopped,

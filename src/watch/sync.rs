@@ -140,6 +140,8 @@ struct Appending {
     sizes: HashMap<String, usize>,
     /// Where the watch resumes once the batch landed.
     next: String,
+    /// How many events the batch appends (for the backlog bound).
+    events: u64,
 }
 
 /// Closed once a watch batch's append returned (or its thread panicked). Dropping it waits for
@@ -800,6 +802,7 @@ impl<'a> Recorder<'a> {
             *rv = next;
             return Ok(());
         };
+        let events = batch.events.len() as u64;
         let journal = self.journal.clone();
         let (done, landed) = std::sync::mpsc::channel::<()>();
         let task = tokio::task::spawn_blocking(move || {
@@ -813,8 +816,14 @@ impl<'a> Recorder<'a> {
             overlay,
             sizes,
             next,
+            events,
         });
         Ok(())
+    }
+
+    /// How many events the watch batch still appending holds (0 when none is).
+    pub fn events_appending(&self) -> u64 {
+        self.lock_appending().as_ref().map_or(0, |a| a.events)
     }
 
     /// Waits for the run of watch events appending, if any, and moves `rv` past it once it landed.
