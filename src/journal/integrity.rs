@@ -256,7 +256,7 @@ pub(super) struct Checker {
 /// The events of an event entry (`k` under `e/`, `v` its value, either form) that read back as
 /// stored CloudEvents: its append time and `(seq, payload)` of each, or `None` when the entry
 /// itself cannot be split into the events its key names. The one rule `verify` and `salvage` share.
-pub(super) fn readable_events<'a>(k: &[u8], v: &'a [u8]) -> Option<(u64, Vec<(u64, &'a [u8])>)> {
+pub(super) fn readable_events<'a>(k: &[u8], v: &'a [u8]) -> Option<keys::Stored<'a>> {
     let (at, mut events) = keys::split_events(k, v).ok()?;
     events.retain(|(_, payload)| is_json_object(payload));
     Some((at, events))

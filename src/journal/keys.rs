@@ -247,9 +247,12 @@ pub(super) fn append_time(key: &[u8], value: &[u8]) -> Result<u64> {
     decode_u64(key, time)
 }
 
+/// What an `e/` entry holds: its append time and each `(seq, rendered CloudEvent)` in order.
+pub(super) type Stored<'a> = (u64, Vec<(u64, &'a [u8])>);
+
 /// The events an `e/` entry holds, either form: its append time and each `(seq, rendered
 /// CloudEvent)` in order. A segment must hold exactly the events its key names, nothing after them.
-pub(super) fn split_events<'a>(key: &[u8], value: &'a [u8]) -> Result<(u64, Vec<(u64, &'a [u8])>)> {
+pub(super) fn split_events<'a>(key: &[u8], value: &'a [u8]) -> Result<Stored<'a>> {
     let (first, last) = event_span(key)?;
     let rest = key.get(EVENT_PREFIX.len()..).unwrap_or_default();
     if rest.len() == 8 {
@@ -322,7 +325,7 @@ mod tests {
 
     #[test]
     fn segments_sort_between_single_events_by_their_first_sequence_number() {
-        let mut keys = vec![
+        let mut keys = [
             event(5),
             segment(6, 9),
             event(10),
@@ -368,7 +371,10 @@ mod tests {
         assert_eq!(segment_runs(&events), [0..6, 6..12, 12..13]);
         let events = vec![small.clone(), big.clone(), small.clone()];
         assert_eq!(segment_runs(&events), [0..1, 1..2, 2..3]);
-        assert_eq!(segment_runs(&[big]), [0..1]);
+        assert_eq!(
+            segment_runs(&[big]),
+            std::iter::once(0..1).collect::<Vec<_>>()
+        );
         assert!(segment_runs(&[]).is_empty());
         for run in segment_runs(&vec![small; 40]) {
             let v = segment_value(0, vec![&[0u8; 1_000][..]; run.len()]).unwrap();
