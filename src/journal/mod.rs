@@ -1278,6 +1278,41 @@ fn compact_at_open(path: &Path, disk: u64, live: u64, timeout: Duration) {
     }
 }
 
+/// Test support: the closed store at `dir` as sled's recovery leaves it after a truncation that
+/// lost every event from `from` on: those events removed (a segment that straddles `from` keeps
+/// the events before it) and `meta/head` at `from - 1`. Other modules' tests cannot spell the
+/// layout of `e/` keys.
+#[cfg(test)]
+pub(crate) fn roll_back_events(dir: &Path, from: u64) {
+    let raw = sled::Config::new().path(dir).open().unwrap();
+    let stored: Vec<(sled::IVec, sled::IVec)> = raw
+        .scan_prefix(keys::EVENT_PREFIX)
+        .map(|entry| entry.unwrap())
+        .collect();
+    for (k, v) in stored {
+        let (first, last) = keys::event_span(&k).unwrap();
+        if last < from {
+            continue;
+        }
+        raw.remove(&k).unwrap();
+        if first < from {
+            let (at, events) = keys::split_events(&k, &v).unwrap();
+            let kept = events
+                .iter()
+                .filter(|(seq, _)| *seq < from)
+                .map(|(_, e)| *e);
+            raw.insert(
+                keys::segment(first, from - 1),
+                keys::segment_value(at, kept).unwrap(),
+            )
+            .unwrap();
+        }
+    }
+    raw.insert(keys::HEAD_KEY, &(from - 1).to_be_bytes()[..])
+        .unwrap();
+    raw.flush().unwrap();
+}
+
 /// Reads and checks the whole store on a guarded thread (`integrity.rs`): a store written by
 /// something else or a newer herald is refused, a damaged one is reported with what is wrong.
 fn open_checked(
