@@ -4,7 +4,8 @@
 //! nothing lost, never silently rolled back; `herald journal verify` says so, and
 //! `herald journal salvage` followed by `herald run` delivers every change. Also: a journal written
 //! by an earlier layout (schema 1, `tests/fixtures/journal-v1`; schema 2,
-//! `tests/fixtures/journal-v2`; schema 3, `tests/fixtures/journal-v3`) opens, is upgraded and delivers its events; a journal of a newer
+//! `tests/fixtures/journal-v2`; schema 3, `tests/fixtures/journal-v3`; schema 4,
+//! `tests/fixtures/journal-v4`) opens, is upgraded and delivers its events; a journal of a newer
 //! layout is refused with exit 12.
 
 use std::collections::BTreeSet;
@@ -443,7 +444,7 @@ async fn a_journal_written_by_schema_1_is_upgraded_and_delivers_its_events() {
     .await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
 
     // And `run` delivers them (sink `out` kept its cursor at 0).
     delivers_the_fixture(dir.path(), &config, &ids).await;
@@ -476,7 +477,7 @@ async fn a_journal_written_by_schema_2_is_upgraded_and_delivers_its_events() {
     .await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
 
     delivers_the_fixture(dir.path(), &config, &ids).await;
@@ -521,11 +522,60 @@ async fn a_journal_written_by_schema_3_is_upgraded_and_delivers_its_events() {
     assert_eq!(doc["journal"]["head"], 6, "{doc}");
     assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
     let report = verify().await;
-    assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
     assert_eq!(
         report["report"]["checkpoints"].as_object().map(|c| c.len()),
         Some(1),
+        "{report}"
+    );
+
+    delivers_the_fixture(dir.path(), &config, &ids).await;
+}
+
+/// Schema 4 stored one event per `e/` key; schema 5 stores an append's events in segments. The
+/// fixture's six single-event keys stay as they are beside the segments appended after the upgrade.
+#[tokio::test]
+async fn a_journal_written_by_schema_4_is_upgraded_and_delivers_its_events() {
+    let sim = sim().await;
+    Raw::new(&sim).install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ids) = fixture("journal-v4", dir.path());
+    assert_eq!(ids.len(), 6);
+    let verify = async || {
+        let (code, stdout, stderr) = herald(&[
+            "journal",
+            "verify",
+            "--journal",
+            journal.to_str().unwrap(),
+            "--json",
+        ])
+        .await;
+        assert_eq!(code, 0, "{stdout}\n{stderr}");
+        serde_json::from_str::<Value>(&stdout).unwrap()
+    };
+    let report = verify().await;
+    assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
+    assert_eq!(report["report"]["events"], 6, "{report}");
+    let config = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
+    let config_path = dir.path().join("herald.yaml");
+    std::fs::write(&config_path, &config).unwrap();
+
+    let (code, stdout, stderr) =
+        herald(&["status", "-c", config_path.to_str().unwrap(), "--json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["journal"]["head"], 6, "{doc}");
+    assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
+    let report = verify().await;
+    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
+    assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
+    assert_eq!(
+        (
+            report["report"]["firstEvent"].as_u64(),
+            report["report"]["lastEvent"].as_u64()
+        ),
+        (Some(1), Some(6)),
         "{report}"
     );
 
@@ -538,7 +588,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
     let (journal, _) = v1_fixture(dir.path());
     {
         let db = sled::Config::new().path(&journal).open().unwrap();
-        db.insert(b"meta/schema_version", b"5").unwrap();
+        db.insert(b"meta/schema_version", b"6").unwrap();
         db.flush().unwrap();
     }
     for args in [
@@ -548,7 +598,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
         let (code, stdout, stderr) = herald(&args).await;
         assert_eq!(code, 12, "{args:?}: {stdout}\n{stderr}");
         assert!(
-            stdout.contains("schema version 5") || stderr.contains("\"5\""),
+            stdout.contains("schema version 6") || stderr.contains("\"6\""),
             "{stdout}\n{stderr}"
         );
     }
@@ -559,7 +609,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
     let (code, _, stderr) = herald(&["status", "-c", config_path.to_str().unwrap()]).await;
     assert_eq!(code, 12, "{stderr}");
     assert!(
-        stderr.contains("schema version Some(\"5\")") || stderr.contains("\"5\""),
+        stderr.contains("schema version Some(\"6\")") || stderr.contains("\"6\""),
         "{stderr}"
     );
 }

@@ -161,18 +161,25 @@ impl Journal {
     pub fn events_from(&self, from_seq: u64, max: usize) -> Result<Vec<(u64, Vec<u8>)>> {
         let after = from_seq.saturating_sub(1);
         let mut out = Vec::new();
-        for entry in self
-            .inner
-            .db
-            .range(keys::event(after.saturating_add(1))..)
-            .take(max)
-        {
+        if max == 0 {
+            return Ok(out);
+        }
+        let start = self.events_start(after).map_err(Self::dlq_err("*"))?;
+        'scan: for entry in self.inner.db.range(start..) {
             let (k, v) = entry.map_err(Self::dlq_err("*"))?;
             if !k.starts_with(keys::EVENT_PREFIX) {
                 break;
             }
-            let (_, event) = keys::split_event(&k, &v)?;
-            out.push((seq_of(&k), event.to_vec()));
+            let (_, events) = keys::split_events(&k, &v)?;
+            for (seq, event) in events {
+                if seq <= after {
+                    continue;
+                }
+                out.push((seq, event.to_vec()));
+                if out.len() == max {
+                    break 'scan;
+                }
+            }
         }
         Ok(out)
     }

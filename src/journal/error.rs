@@ -17,6 +17,12 @@ pub type Result<T, E = JournalError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
+    /// An appended event too large for a segment's 32-bit length (4 GiB).
+    #[error("an event of {bytes} bytes is too large for the journal (at most 4 GiB)")]
+    EventTooLarge {
+        /// The event's size.
+        bytes: usize,
+    },
     /// Storing, reading or removing a dead letter or a replay entry failed.
     #[error("dead-letter queue operation for sink {sink:?} failed")]
     DeadLetterFailed {

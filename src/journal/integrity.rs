@@ -253,10 +253,13 @@ pub(super) struct Checker {
     acked_last: BTreeMap<String, u64>,
 }
 
-/// Whether an event entry (`k` under `e/`, `v` its value) reads back as a stored CloudEvent: the
-/// one rule `verify` and `salvage` share.
-pub(super) fn event_readable(k: &[u8], v: &[u8]) -> bool {
-    keys::split_event(k, v).is_ok_and(|(_, payload)| is_json_object(payload))
+/// The events of an event entry (`k` under `e/`, `v` its value, either form) that read back as
+/// stored CloudEvents: its append time and `(seq, payload)` of each, or `None` when the entry
+/// itself cannot be split into the events its key names. The one rule `verify` and `salvage` share.
+pub(super) fn readable_events<'a>(k: &[u8], v: &'a [u8]) -> Option<keys::Stored<'a>> {
+    let (at, mut events) = keys::split_events(k, v).ok()?;
+    events.retain(|(_, payload)| is_json_object(payload));
+    Some((at, events))
 }
 
 /// Whether an index key's part after `i/` is `<stream>\0<object key>` in UTF-8.
@@ -296,26 +299,54 @@ impl Checker {
     pub(super) fn entry(&mut self, k: &[u8], v: &[u8]) -> bool {
         self.store_empty = false;
         self.report.live_bytes += (k.len() + v.len()) as u64;
-        if let Some(seq_bytes) = k.strip_prefix(keys::EVENT_PREFIX) {
-            let Ok(seq) = keys::decode_u64(k, seq_bytes) else {
+        if k.starts_with(keys::EVENT_PREFIX) {
+            let Ok((first, last)) = keys::event_span(k) else {
                 self.problem(format!("event key {} is malformed", keys::printable(k)));
                 return true;
             };
-            if !event_readable(k, v) {
-                self.report.events_lost = true;
-                self.problem(format!(
-                    "event {seq} is unreadable (not a stored CloudEvent)"
-                ));
+            let count = last - first + 1;
+            match readable_events(k, v) {
+                None if first == last => {
+                    self.report.events_lost = true;
+                    self.problem(format!(
+                        "event {first} is unreadable (not a stored CloudEvent)"
+                    ));
+                }
+                None => {
+                    self.report.events_lost = true;
+                    self.problem(format!(
+                        "the segment of events {first}..={last} is unreadable (not the events its key names)"
+                    ));
+                }
+                Some((_, readable)) if readable.len() as u64 != count => {
+                    self.report.events_lost = true;
+                    let mut expected = first;
+                    for seq in readable.iter().map(|(seq, _)| *seq).chain([last + 1]) {
+                        for lost in expected..seq {
+                            self.problem(format!(
+                                "event {lost} is unreadable (not a stored CloudEvent)"
+                            ));
+                        }
+                        expected = seq + 1;
+                    }
+                }
+                Some(_) => {}
             }
             if let Some(next) = self.expected_next
-                && seq != next
+                && first != next
             {
-                self.gaps.push((next, seq - 1));
+                if first > next {
+                    self.gaps.push((next, first - 1));
+                } else {
+                    self.problem(format!(
+                        "the events {first}..={last} overlap events stored before them"
+                    ));
+                }
             }
-            self.expected_next = Some(seq.saturating_add(1));
-            self.report.events += 1;
-            self.report.first_event.get_or_insert(seq);
-            self.report.last_event = Some(seq);
+            self.expected_next = Some(last.saturating_add(1));
+            self.report.events += count;
+            self.report.first_event.get_or_insert(first);
+            self.report.last_event = Some(last);
         } else if let Some(rest) = k.strip_prefix(keys::INDEX_PREFIX) {
             if !index_key_readable(rest) {
                 self.problem(format!("index key {} is malformed", keys::printable(k)));
@@ -467,8 +498,9 @@ impl Checker {
         let version = self.report.schema_version.clone();
         let current = SCHEMA_VERSION.to_string();
         match version.as_deref() {
-            // Versions 2 and 3 differ only by having no `a/` or no `f/` keys; opening upgrades them.
-            Some(v) if v == current || v == "2" || v == "3" => match record {
+            // Versions 2, 3 and 4 differ only by having no `a/`, no `f/` or no segment keys;
+            // opening upgrades them.
+            Some(v) if v == current || v == "2" || v == "3" || v == "4" => match record {
                 Stored::Head(h) if *h > head => {
                     self.report.events_lost = true;
                     self.problem(format!(

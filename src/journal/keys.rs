@@ -1,12 +1,14 @@
-//! The key layout of the journal's single sled tree (schema version 4; version 3 had no `f/` keys,
-//! version 2 no `a/` keys either, version 1 neither those nor the head record file).
+//! The key layout of the journal's single sled tree (schema version 5; version 4 had single-event
+//! `e/` keys only, version 3 no `f/` keys either, version 2 no `a/` keys either, version 1 neither
+//! those nor the head record file).
 //!
 //! | prefix | key | value |
 //! |---|---|---|
-//! | `meta/schema_version` | | ASCII decimal, `4` |
+//! | `meta/schema_version` | | ASCII decimal, `5` |
 //! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
 //! | `meta/redaction_key` | | 32 random bytes: the key of the index's digests of redacted values |
-//! | `e/` | u64 BE sequence number | u64 BE append time (ms since the epoch) + rendered CloudEvent |
+//! | `e/` | u64 BE first + u64 BE last sequence number: a segment (schema 5) | u64 BE append time (ms since the epoch), then per event (first, first + 1 … last) u32 BE length + rendered CloudEvent |
+//! | `e/` | u64 BE sequence number: one event (schemas 1–4, still read) | u64 BE append time + rendered CloudEvent |
 //! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen |
 //! | `c/` | stream | resourceVersion (UTF-8) |
 //! | `f/` | stream | `skip`: the stream's first sync is under way and records the existing objects silently (`initialState: skip`); written with its first index entries, removed by the append that writes its first checkpoint (schema 4) |
@@ -17,7 +19,12 @@
 //!
 //! Beside the tree, `herald.head` (`head.rs`) holds the last durable sequence number.
 //!
-//! Big-endian sequence numbers make key order sequence order, so reads and retention are range scans.
+//! Big-endian sequence numbers make key order sequence order, so reads and retention are range scans:
+//! `e/<n>` sorts before `e/<n><m>`, which sorts before `e/<n + 1>`, so both event forms sort by their
+//! first sequence number, and [`event`]`(n)` is the lower bound of every key whose events start at
+//! `n` or later. A segment holds the events of one append (several when it has more than
+//! [`SEGMENT_BYTES`]): sled pays per key (an insert clones the leaf it changes, the rightmost leaf
+//! splits every ~8 keys), not per byte (docs/adr/0020-event-segments.md).
 //! The NUL after the stream keeps `i/a\0…` from matching a prefix scan of stream `a` for stream `ab`.
 
 use super::error::{JournalError, Result};
@@ -36,8 +43,18 @@ pub(super) const ACKED_PREFIX: &[u8] = b"a/";
 pub(super) const DEAD_PREFIX: &[u8] = b"d/";
 pub(super) const REPLAY_PREFIX: &[u8] = b"r/";
 
-/// Bytes of the append time in front of each stored event.
+/// Bytes of the append time in front of each stored event or segment.
 const TIME_LEN: usize = 8;
+
+/// Bytes of the length in front of each event of a segment.
+const LEN_LEN: usize = 4;
+
+/// An append's events go into one segment until its value would pass this many bytes (an event
+/// bigger than this gets a segment of its own). sled rewrites a leaf of up to 17 entries whole, and
+/// writes a log message over a quarter of its 512 KiB segment as a separate blob file: 17 values
+/// must stay well under that. 6 KiB cost less CPU per event but raised the idle RSS at 100,000
+/// objects past the 100 MiB (104–105 MiB); 3 KiB kept it below main's (ADR 0020).
+pub(super) const SEGMENT_BYTES: usize = 3 * 1024;
 
 pub(super) fn check_name(what: &'static str, name: &str) -> Result<()> {
     if name.is_empty() || name.contains('\0') {
@@ -54,10 +71,6 @@ fn prefixed(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
     k.extend_from_slice(prefix);
     k.extend_from_slice(rest);
     k
-}
-
-pub(super) fn event(seq: u64) -> Vec<u8> {
-    prefixed(EVENT_PREFIX, &seq.to_be_bytes())
 }
 
 pub(super) fn index_prefix(stream: &str) -> Vec<u8> {
@@ -147,16 +160,135 @@ pub(super) fn decode_u64(key: &[u8], bytes: &[u8]) -> Result<u64> {
     Ok(u64::from_be_bytes(arr))
 }
 
-/// The sequence number of an `e/` key.
-pub(super) fn event_seq(key: &[u8]) -> Result<u64> {
-    decode_u64(key, key.get(EVENT_PREFIX.len()..).unwrap_or_default())
+/// The sequence number of a single-event `e/` key (schema 4), and the lower bound of the keys of
+/// events from `seq` on in a range scan.
+pub(super) fn event(seq: u64) -> Vec<u8> {
+    prefixed(EVENT_PREFIX, &seq.to_be_bytes())
 }
 
+/// The key of a segment: the events `first..=last`.
+pub(super) fn segment(first: u64, last: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(EVENT_PREFIX.len() + 16);
+    k.extend_from_slice(EVENT_PREFIX);
+    k.extend_from_slice(&first.to_be_bytes());
+    k.extend_from_slice(&last.to_be_bytes());
+    k
+}
+
+/// The first and last sequence numbers an `e/` key holds: both the same for a single event.
+pub(super) fn event_span(key: &[u8]) -> Result<(u64, u64)> {
+    let rest = key.get(EVENT_PREFIX.len()..).unwrap_or_default();
+    if rest.len() == 16 {
+        let (first, last) = rest.split_at(8);
+        let (first, last) = (decode_u64(key, first)?, decode_u64(key, last)?);
+        if first > last {
+            return Err(JournalError::CorruptEntry {
+                key: printable(key),
+                reason: "segment ends before it starts",
+            });
+        }
+        return Ok((first, last));
+    }
+    decode_u64(key, rest).map(|seq| (seq, seq))
+}
+
+/// A single event's value (schema 4; salvage still writes them).
 pub(super) fn event_value(append_ms: u64, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(TIME_LEN + payload.len());
     v.extend_from_slice(&append_ms.to_be_bytes());
     v.extend_from_slice(payload);
     v
+}
+
+/// A segment's value: the append time once, then each event with its length.
+pub(super) fn segment_value<'a>(
+    append_ms: u64,
+    events: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Vec<u8>> {
+    let mut v = Vec::with_capacity(SEGMENT_BYTES);
+    v.extend_from_slice(&append_ms.to_be_bytes());
+    for event in events {
+        let len = u32::try_from(event.len())
+            .map_err(|_| JournalError::EventTooLarge { bytes: event.len() })?;
+        v.extend_from_slice(&len.to_be_bytes());
+        v.extend_from_slice(event);
+    }
+    Ok(v)
+}
+
+/// Splits an append's events into runs of consecutive events whose segment stays within
+/// [`SEGMENT_BYTES`] (one event per run at least): the index range of each run.
+pub(super) fn segment_runs(events: &[Vec<u8>]) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::with_capacity(1 + events.len() / 4);
+    let mut start = 0;
+    let mut bytes = TIME_LEN;
+    for (i, event) in events.iter().enumerate() {
+        let len = LEN_LEN + event.len();
+        if i > start && bytes + len > SEGMENT_BYTES {
+            runs.push(start..i);
+            start = i;
+            bytes = TIME_LEN;
+        }
+        bytes += len;
+    }
+    if start < events.len() {
+        runs.push(start..events.len());
+    }
+    runs
+}
+
+/// The append time of a stored event or segment (its first 8 bytes in both forms).
+pub(super) fn append_time(key: &[u8], value: &[u8]) -> Result<u64> {
+    let time = value
+        .get(..TIME_LEN)
+        .ok_or_else(|| JournalError::CorruptEntry {
+            key: printable(key),
+            reason: "event shorter than its timestamp",
+        })?;
+    decode_u64(key, time)
+}
+
+/// What an `e/` entry holds: its append time and each `(seq, rendered CloudEvent)` in order.
+pub(super) type Stored<'a> = (u64, Vec<(u64, &'a [u8])>);
+
+/// The events an `e/` entry holds, either form: its append time and each `(seq, rendered
+/// CloudEvent)` in order. A segment must hold exactly the events its key names, nothing after them.
+pub(super) fn split_events<'a>(key: &[u8], value: &'a [u8]) -> Result<Stored<'a>> {
+    let (first, last) = event_span(key)?;
+    let rest = key.get(EVENT_PREFIX.len()..).unwrap_or_default();
+    if rest.len() == 8 {
+        let (at, payload) = split_event(key, value)?;
+        return Ok((at, vec![(first, payload)]));
+    }
+    let corrupt = |reason| JournalError::CorruptEntry {
+        key: printable(key),
+        reason,
+    };
+    let at = append_time(key, value)?;
+    let mut body = &value[TIME_LEN..];
+    let count = usize::try_from(last - first).map_or(usize::MAX, |n| n.saturating_add(1));
+    let mut out = Vec::with_capacity(count.min(body.len() / LEN_LEN + 1));
+    let mut seq = first;
+    while !body.is_empty() {
+        if seq > last {
+            return Err(corrupt("segment holds more events than its key names"));
+        }
+        let (len, after) = body
+            .split_first_chunk::<LEN_LEN>()
+            .ok_or_else(|| corrupt("segment ends inside an event's length"))?;
+        let len = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX);
+        if after.len() < len {
+            return Err(corrupt("segment ends inside an event"));
+        }
+        let (payload, after) = after.split_at(len);
+        out.push((seq, payload));
+        body = after;
+        seq = seq.saturating_add(1);
+    }
+    if out.len() != count {
+        return Err(corrupt("segment holds fewer events than its key names"));
+    }
+    Ok((at, out))
 }
 
 /// Whether a `d/` or `r/` key has its shape: a non-empty sink name, NUL, an 8-byte sequence number.
@@ -188,8 +320,67 @@ mod tests {
             .map(event)
             .collect();
         keys.sort();
-        let seqs: Vec<u64> = keys.iter().map(|k| event_seq(k).unwrap()).collect();
+        let seqs: Vec<u64> = keys.iter().map(|k| event_span(k).unwrap().0).collect();
         assert_eq!(seqs, [1, 2, 255, 256, u64::from(u32::MAX) + 1]);
+    }
+
+    #[test]
+    fn segments_sort_between_single_events_by_their_first_sequence_number() {
+        let mut keys = [
+            event(5),
+            segment(6, 9),
+            event(10),
+            segment(1, 4),
+            event(256),
+        ];
+        keys.sort();
+        let spans: Vec<(u64, u64)> = keys.iter().map(|k| event_span(k).unwrap()).collect();
+        assert_eq!(spans, [(1, 4), (5, 5), (6, 9), (10, 10), (256, 256)]);
+        // `event(n)` is the lower bound of a scan of the keys from `n` on.
+        assert!(event(6) < segment(6, 9) && segment(6, 9) < event(7));
+        assert!(event_span(&segment(9, 6)).is_err());
+    }
+
+    #[test]
+    fn a_segment_round_trips_its_events_and_a_damaged_one_is_corrupt() {
+        let events: [&[u8]; 3] = [b"{\"a\":1}", b"", b"{}"];
+        let v = segment_value(42, events).unwrap();
+        let (at, read) = split_events(&segment(7, 9), &v).unwrap();
+        assert_eq!(at, 42);
+        assert_eq!(read, [(7, events[0]), (8, events[1]), (9, events[2])]);
+        assert_eq!(append_time(&segment(7, 9), &v).unwrap(), 42);
+        // A single event reads as before.
+        let single = event_value(3, b"{}");
+        assert_eq!(
+            split_events(&event(4), &single).unwrap(),
+            (3, vec![(4, &b"{}"[..])])
+        );
+        // The key names more or fewer events than the value holds, or the value is cut.
+        assert!(split_events(&segment(7, 10), &v).is_err());
+        assert!(split_events(&segment(7, 8), &v).is_err());
+        assert!(split_events(&segment(7, 9), &v[..v.len() - 1]).is_err());
+        assert!(split_events(&segment(7, 9), &v[..10]).is_err());
+        assert!(split_events(&segment(7, 9), &v[..4]).is_err());
+    }
+
+    #[test]
+    fn an_append_is_cut_into_segments_of_at_most_segment_bytes() {
+        let small = vec![0u8; 1_000];
+        let big = vec![0u8; SEGMENT_BYTES * 2];
+        // Three 1,004-byte entries and the time fill 3,020 bytes: the 4th starts a new segment.
+        let events = vec![small.clone(); 13];
+        assert_eq!(segment_runs(&events), [0..3, 3..6, 6..9, 9..12, 12..13]);
+        let events = vec![small.clone(), big.clone(), small.clone()];
+        assert_eq!(segment_runs(&events), [0..1, 1..2, 2..3]);
+        assert_eq!(
+            segment_runs(&[big]),
+            std::iter::once(0..1).collect::<Vec<_>>()
+        );
+        assert!(segment_runs(&[]).is_empty());
+        for run in segment_runs(&vec![small; 40]) {
+            let v = segment_value(0, vec![&[0u8; 1_000][..]; run.len()]).unwrap();
+            assert!(v.len() <= SEGMENT_BYTES);
+        }
     }
 
     #[test]

@@ -111,9 +111,10 @@ pub use salvage::{Salvaged, salvage, take_unconfirmed_mark};
 
 /// The journal layout this build writes (`meta/schema_version`). Version 2 added the head record
 /// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys),
-/// version 4 the first-sync markers (`f/` keys, [`FirstSync`]); a journal of an earlier version is
-/// upgraded when opened. See ADR 0002.
-pub const SCHEMA_VERSION: u32 = 4;
+/// version 4 the first-sync markers (`f/` keys, [`FirstSync`]), version 5 the event segments (one
+/// `e/` key for several events of an append, ADR 0020); a journal of an earlier version is upgraded
+/// when opened. See ADR 0002.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Acknowledged ranges kept above a sink's cursor at most (16 bytes each, rewritten with every
 /// acknowledgement). Past the bound the ranges furthest from the cursor are forgotten: a crash then
@@ -474,8 +475,10 @@ impl Journal {
         let head = self.inner.flush.head.load(Ordering::Acquire);
         let at = now_ms().max(*last_ms);
         let mut b = sled::Batch::default();
-        for (seq, event) in (head + 1..).zip(&events) {
-            b.insert(keys::event(seq), keys::event_value(at, event));
+        for run in keys::segment_runs(&events) {
+            let (first, last) = (head + 1 + run.start as u64, head + run.end as u64);
+            let value = keys::segment_value(at, events[run].iter().map(Vec::as_slice))?;
+            b.insert(keys::segment(first, last), value);
         }
         for update in index {
             match update {
@@ -745,7 +748,7 @@ impl Journal {
             match self.inner.db.scan_prefix(keys::EVENT_PREFIX).next() {
                 Some(entry) => {
                     let (k, _) = entry.map_err(failed)?;
-                    keys::event_seq(&k)?.saturating_sub(1)
+                    keys::event_span(&k)?.0.saturating_sub(1)
                 }
                 None => head,
             }
@@ -823,19 +826,49 @@ impl Journal {
         if after >= durable || max == 0 {
             return Ok(Vec::new());
         }
+        let failed = |source| JournalError::ReadFailed {
+            sink: sink.to_owned(),
+            source,
+        };
         let mut out = Vec::with_capacity(max.min(1_024));
-        let range = keys::event(after + 1)..=keys::event(durable);
-        for entry in self.inner.db.range(range).take(max) {
-            let (k, v) = entry.map_err(|source| JournalError::ReadFailed {
-                sink: sink.to_owned(),
-                source,
-            })?;
-            let seq = keys::event_seq(&k)?;
-            let (_, payload) = keys::split_event(&k, &v)?;
-            out.push((seq, own(payload)));
+        let start = self.events_start(after).map_err(failed)?;
+        let range = start..keys::event(durable.saturating_add(1));
+        'scan: for entry in self.inner.db.range(range) {
+            let (k, v) = entry.map_err(failed)?;
+            let (_, events) = keys::split_events(&k, &v)?;
+            for (seq, payload) in events {
+                if seq <= after {
+                    continue;
+                }
+                if seq > durable {
+                    break 'scan;
+                }
+                out.push((seq, own(payload)));
+                if out.len() == max {
+                    break 'scan;
+                }
+            }
         }
         garbage::release();
         Ok(out)
+    }
+
+    /// Where a scan of the events after `after` starts: at the segment that holds `after + 1` when
+    /// one began before it (a cursor may stop inside a segment), else at `after + 1`.
+    fn events_start(&self, after: u64) -> std::result::Result<Vec<u8>, sled::Error> {
+        let from = keys::event(after.saturating_add(1));
+        if let Some(entry) = self
+            .inner
+            .db
+            .range(keys::event(0)..from.clone())
+            .next_back()
+        {
+            let (k, _) = entry?;
+            if keys::event_span(&k).is_ok_and(|(_, last)| last > after) {
+                return Ok(k.to_vec());
+            }
+        }
+        Ok(from)
     }
 
     /// Moves the sink's cursor to `upto`: every event up to it is delivered or dead-lettered (the
@@ -998,7 +1031,8 @@ impl Journal {
 
     /// Deletes the events every sink has passed and that are older than `retain`; returns how
     /// many were removed. With no sink registered, every durable event older than `retain` goes:
-    /// register the configured sinks before the first pass.
+    /// register the configured sinks before the first pass. A segment goes whole, once every
+    /// event of it may go: until then its events before the slowest cursor stay readable.
     ///
     /// sled reclaims the space later, in the background.
     pub fn apply_retention(&self) -> Result<u64> {
@@ -1013,31 +1047,34 @@ impl Journal {
         let write_failed = |source: sled::Error| self.note_write_error("retention", &source);
 
         let mut removed = 0u64;
+        let mut in_chunk_events = 0u64;
         let mut last_removed = 0u64;
         let mut chunk = sled::Batch::default();
         let mut in_chunk = 0usize;
         // Append times grow with sequence numbers, so the deletable events are a prefix.
-        for entry in self.inner.db.range(keys::event(0)..=keys::event(bound)) {
+        let range = keys::event(0)..keys::event(bound.saturating_add(1));
+        for entry in self.inner.db.range(range) {
             let (k, v) = entry.map_err(failed)?;
-            let (at, _) = keys::split_event(&k, &v)?;
-            if at > cutoff {
+            let (first, last) = keys::event_span(&k)?;
+            if last > bound || keys::append_time(&k, &v)? > cutoff {
                 break;
             }
-            last_removed = keys::event_seq(&k)?;
+            last_removed = last;
             chunk.remove(k);
             in_chunk += 1;
+            in_chunk_events += last - first + 1;
             if in_chunk == RETENTION_CHUNK {
                 self.inner
                     .db
                     .apply_batch(std::mem::take(&mut chunk))
                     .map_err(write_failed)?;
-                removed += in_chunk as u64;
-                in_chunk = 0;
+                removed += in_chunk_events;
+                (in_chunk, in_chunk_events) = (0, 0);
             }
         }
         if in_chunk > 0 {
             self.inner.db.apply_batch(chunk).map_err(write_failed)?;
-            removed += in_chunk as u64;
+            removed += in_chunk_events;
         }
         if removed > 0 {
             self.inner.trimmed.fetch_max(last_removed, Ordering::SeqCst);
@@ -1249,6 +1286,41 @@ fn compact_at_open(path: &Path, disk: u64, live: u64, timeout: Duration) {
     }
 }
 
+/// Test support: the closed store at `dir` as sled's recovery leaves it after a truncation that
+/// lost every event from `from` on: those events removed (a segment that straddles `from` keeps
+/// the events before it) and `meta/head` at `from - 1`. Other modules' tests cannot spell the
+/// layout of `e/` keys.
+#[cfg(test)]
+pub(crate) fn roll_back_events(dir: &Path, from: u64) {
+    let raw = sled::Config::new().path(dir).open().unwrap();
+    let stored: Vec<(sled::IVec, sled::IVec)> = raw
+        .scan_prefix(keys::EVENT_PREFIX)
+        .map(|entry| entry.unwrap())
+        .collect();
+    for (k, v) in stored {
+        let (first, last) = keys::event_span(&k).unwrap();
+        if last < from {
+            continue;
+        }
+        raw.remove(&k).unwrap();
+        if first < from {
+            let (at, events) = keys::split_events(&k, &v).unwrap();
+            let kept = events
+                .iter()
+                .filter(|(seq, _)| *seq < from)
+                .map(|(_, e)| *e);
+            raw.insert(
+                keys::segment(first, from - 1),
+                keys::segment_value(at, kept).unwrap(),
+            )
+            .unwrap();
+        }
+    }
+    raw.insert(keys::HEAD_KEY, &(from - 1).to_be_bytes()[..])
+        .unwrap();
+    raw.flush().unwrap();
+}
+
 /// Reads and checks the whole store on a guarded thread (`integrity.rs`): a store written by
 /// something else or a newer herald is refused, a damaged one is reported with what is wrong.
 fn open_checked(
@@ -1316,9 +1388,9 @@ fn scan(
 }
 
 /// Makes the store's layout the current one: a new store gets the schema version and its head
-/// record; a version-1 store (no head record) is upgraded by writing one; a version-2 or version-3
+/// record; a version-1 store (no head record) is upgraded by writing one; a version-2, 3 or 4
 /// store needs nothing but the new version (its sinks have no acknowledged ranges yet, its streams
-/// no first-sync markers).
+/// no first-sync markers, its events are single-event keys, which stay readable beside segments).
 fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) -> Result<()> {
     let meta_failed = |source| JournalError::MetaFailed {
         path: path.to_owned(),
@@ -1328,13 +1400,13 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     if found == Some(current.as_str()) {
         return Ok(());
     }
-    // Versions 2 → 3 → 4 only add keys (`a/`, then `f/`) an older store does not have: setting the
-    // version is the whole upgrade. A version-3 store has no marker for a first sync a version-3
+    // Versions 2 → 3 → 4 → 5 only add keys (`a/`, then `f/`, then segment `e/` keys) an older
+    // store does not have: setting the version is the whole upgrade. A version-3 store has no marker for a first sync a version-3
     // herald left half-way: that sync is finished as a relist, which reports what it had not
     // reached (as version 3 did), never less. Before version 2 there was no head record: the record first, so a crash
     // before the version is written leaves a store that opens as before (a version-1 store with a
     // valid record, or an empty one), never a current store without a record.
-    if !matches!(found, Some("2" | "3")) {
+    if !matches!(found, Some("2" | "3" | "4")) {
         // What recovery found may sit in the OS cache only: it must be durable before a record
         // claims it, or a power cut would leave a record that leads the store.
         db.flush().map_err(meta_failed)?;
@@ -1348,7 +1420,7 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     db.flush().map_err(meta_failed)?;
     if let Some(old) = found {
         tracing::info!(
-            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors and first-sync markers.",
+            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors, first-sync markers and event segments.",
             path = %path.display(),
             from = old,
             to = SCHEMA_VERSION,

@@ -6,6 +6,9 @@
 //!   numbers above every number the old journal may have used (its head, its head record, its
 //!   cursors), in their old order, so nothing ever reuses a number a dead letter or a replay still
 //!   carries, and the new journal has no hole; each cursor moves to the same place among them.
+//!   Events are kept one by one: a segment (schema 5) with an unreadable event keeps its readable
+//!   ones, and the new journal holds each kept event under a single-event key (the schema-4 form,
+//!   which schema 5 reads beside segments).
 //! - **Cursors**, so each sink resumes where it was (at worst it gets an event again), and the
 //!   readable **acknowledged ranges** above them (`a/`), renumbered with the events they cover.
 //! - **Checkpoints**, only when nothing a sink still needed was lost (the store read to its end,
@@ -258,20 +261,23 @@ fn rebuild(
     let mut checker = Checker::new(dir);
     let ended = integrity::read_store(dir, 64 * 1024 * 1024, timeout, |k, v| {
         checker.entry(k, v);
-        let kept = if let Some(seq) = k.strip_prefix(keys::EVENT_PREFIX) {
-            let readable = keys::decode_u64(k, seq).is_ok() && integrity::event_readable(k, v);
-            if readable {
-                if let Some(state) = keys::split_event(k, v)
-                    .ok()
-                    .and_then(|(_, payload)| event_state(payload))
-                {
+        let kept = if k.starts_with(keys::EVENT_PREFIX) {
+            // Staged one event a key, either form: a segment with an unreadable event keeps the
+            // others, and the renumbering below needs no segment boundaries.
+            let stored = keys::event_span(k).map_or(1, |(first, last)| last - first + 1);
+            let (at, readable) = integrity::readable_events(k, v).unwrap_or_default();
+            out.events_dropped += stored - readable.len() as u64;
+            let mut staging = Ok(!readable.is_empty());
+            for (seq, payload) in readable {
+                if let Some(state) = event_state(payload) {
                     confirmed.insert(state);
                 }
-                staged.insert(k, v).map(|_| true)
-            } else {
-                out.events_dropped += 1;
-                Ok(false)
+                if let Err(e) = staged.insert(keys::event(seq), keys::event_value(at, payload)) {
+                    staging = Err(e);
+                    break;
+                }
             }
+            staging
         } else if let Some(rest) = k.strip_prefix(keys::INDEX_PREFIX) {
             let readable = integrity::index_key_readable(rest) && integrity::is_json(v);
             if readable {
@@ -391,7 +397,7 @@ fn rebuild(
     let mut next = base;
     for item in staged.iter() {
         let (k, v) = item.map_err(sled_failed(dir))?;
-        let old = keys::event_seq(&k)?;
+        let (old, _) = keys::event_span(&k)?;
         if slowest.is_some_and(|s| old <= s) {
             // Every sink has it already; it was only kept for replay.
             out.events_dropped += 1;

@@ -197,17 +197,17 @@ async fn writes_and_checks_the_schema_version() {
         .unwrap();
     {
         let raw = sled::Config::new().path(&dir).open().unwrap();
-        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"4");
-        raw.insert(b"meta/schema_version", b"5").unwrap();
+        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
+        raw.insert(b"meta/schema_version", b"6").unwrap();
         raw.flush().unwrap();
     }
     // A newer herald's journal is refused, naming its version.
     let err = Journal::open(cfg(tmp.path())).unwrap_err();
     assert!(
-        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 4, .. } if v == "5"),
+        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 5, .. } if v == "6"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("\"5\""), "{err}");
+    assert!(err.to_string().contains("\"6\""), "{err}");
 
     // A store with data but no version was not written by herald.
     let other = tmp.path().join("other");
@@ -242,7 +242,7 @@ async fn a_version_1_store_is_upgraded_with_a_head_record() {
     assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
     j.close().await.unwrap();
     let raw = sled::Config::new().path(&dir).open().unwrap();
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"4");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
 }
 
 /// Schema 4: a first sync's marker is written and removed with the appends that carry it, read
@@ -339,7 +339,7 @@ async fn a_version_3_store_is_upgraded_in_place() {
     assert!(!j.first_sync_skipping("pods").unwrap());
     j.close().await.unwrap();
     let raw = sled::Config::new().path(&dir).open().unwrap();
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"4");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
 }
 
 #[tokio::test]
@@ -439,7 +439,12 @@ async fn a_store_behind_its_head_record_is_damaged_and_salvage_rebuilds_it() {
     // The store rolled back by one committed event (as sled's recovery does after a truncation).
     {
         let raw = sled::Config::new().path(&dir).open().unwrap();
-        raw.remove(keys::event(2)).unwrap();
+        // Events 1 and 2 share a segment: it is rewritten with event 1 alone.
+        let both = keys::segment(1, 2);
+        let value = raw.remove(&both).unwrap().unwrap();
+        let (at, events) = keys::split_events(&both, &value).unwrap();
+        let first = keys::segment_value(at, [events[0].1]).unwrap();
+        raw.insert(keys::segment(1, 1), first).unwrap();
         raw.insert(keys::HEAD_KEY, &1u64.to_be_bytes()[..]).unwrap();
         raw.flush().unwrap();
     }
@@ -921,8 +926,10 @@ async fn a_standby_ignores_the_backlog_bound_and_retention_can_be_held() {
     })
     .unwrap();
     j.register_sink("a", true).unwrap();
-    j.append(batch("pods", 1, &["ns/a", "ns/b", "ns/c"]))
-        .unwrap();
+    // One append each: retention removes a segment (the events of one append) whole.
+    for key in ["ns/a", "ns/b", "ns/c"] {
+        j.append(batch("pods", 1, &[key])).unwrap();
+    }
     j.durable(u64::MAX).await.unwrap();
     assert!(j.over_backlog_bound());
     j.set_standby(true);
@@ -1178,4 +1185,211 @@ async fn index_keys_walks_one_stream_lazily() {
     assert_eq!(j.index_keys("podsx").unwrap().count(), 1);
     assert!(j.index_keys("").is_err());
     j.close().await.unwrap();
+}
+
+fn seqs(events: &[(u64, Vec<u8>)]) -> Vec<u64> {
+    events.iter().map(|(s, _)| *s).collect()
+}
+
+/// Schema 5: the events of one append share an `e/` key (a segment); a read, a replay or a new
+/// sink starting inside one gets the events after its position only, in order, as they were.
+#[tokio::test]
+async fn reads_from_the_middle_of_a_segment_return_only_the_events_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", false).unwrap();
+    let keys: Vec<String> = (1..=5).map(|i| format!("ns/{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let sent = batch("pods", 7, &keys);
+    assert_eq!(j.append(sent.clone()).unwrap(), [1, 2, 3, 4, 5]);
+    j.append(batch("pods", 8, &["ns/6", "ns/7"])).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    let stored: Vec<Vec<u8>> = j
+        .inner
+        .db
+        .scan_prefix(keys::EVENT_PREFIX)
+        .keys()
+        .map(|k| k.unwrap().to_vec())
+        .collect();
+    assert_eq!(stored, [keys::segment(1, 5), keys::segment(6, 7)]);
+
+    let all = j.read("out", 0, 100).unwrap();
+    assert_eq!(seqs(&all), [1, 2, 3, 4, 5, 6, 7]);
+    let bytes: Vec<&[u8]> = all[..5].iter().map(|(_, e)| e.as_slice()).collect();
+    let expected: Vec<&[u8]> = sent.events.iter().map(Vec::as_slice).collect();
+    assert_eq!(bytes, expected, "the event bytes are unchanged");
+    assert_eq!(seqs(&j.read("out", 2, 100).unwrap()), [3, 4, 5, 6, 7]);
+    assert_eq!(seqs(&j.read("out", 2, 2).unwrap()), [3, 4]);
+    assert_eq!(seqs(&j.read("out", 4, 2).unwrap()), [5, 6]);
+    assert_eq!(seqs(&j.read("out", 5, 100).unwrap()), [6, 7]);
+    assert_eq!(seqs(&j.read("out", 6, 100).unwrap()), [7]);
+    assert!(j.read("out", 7, 100).unwrap().is_empty());
+    let shared = j.read_shared("out", 3, 1).unwrap();
+    assert_eq!((shared[0].0, &shared[0].1[..]), (4, &sent.events[3][..]));
+    assert_eq!(seqs(&j.events_from(4, 100).unwrap()), [4, 5, 6, 7]);
+    assert_eq!(seqs(&j.events_from(2, 3).unwrap()), [2, 3, 4]);
+    assert!(j.events_from(9, 100).unwrap().is_empty());
+    assert_eq!(j.register_sink("late", true).unwrap(), 0);
+    j.close().await.unwrap();
+}
+
+/// A segment goes once every event of it may go; until then the events of it a slow sink has not
+/// passed stay readable, and the journal counts them from the segment's first event.
+#[tokio::test]
+async fn retention_keeps_a_segment_until_all_of_its_events_may_go() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", true).unwrap();
+    j.append(batch("pods", 1, &["ns/a", "ns/b", "ns/c"]))
+        .unwrap();
+    j.append(batch("pods", 2, &["ns/d", "ns/e"])).unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.ack("out", 2).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 0, "event 3 is not delivered");
+    assert_eq!(seqs(&j.read("out", 2, 100).unwrap()), [3, 4, 5]);
+    assert_eq!(j.retained_events(), 5);
+    j.ack("out", 4).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 3);
+    assert_eq!(j.retained_events(), 2);
+    assert_eq!(seqs(&j.read("out", 4, 100).unwrap()), [5]);
+    assert_eq!(seqs(&j.read("out", 0, 100).unwrap()), [4, 5]);
+    assert_eq!(j.register_sink("late", true).unwrap(), 3);
+    j.remove_sink("late").unwrap();
+    j.close().await.unwrap();
+    // Reopened: the first kept segment begins at 4.
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.retained_events(), 2);
+    j.ack("out", 5).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 2);
+    assert_eq!(j.retained_events(), 0);
+    j.close().await.unwrap();
+}
+
+/// A schema-4 store's single-event keys stay readable beside the segments appended after the
+/// upgrade: reads, retention and verify see one sequence.
+#[tokio::test]
+async fn a_version_4_store_keeps_its_single_events_beside_new_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    Journal::open(cfg(tmp.path()))
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    {
+        // What a schema-4 herald wrote for an append of two events and one of one.
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        for (seq, key) in [(1, "ns/a"), (2, "ns/b"), (3, "ns/c")] {
+            let value = keys::event_value(now_ms(), &event("pods", seq, key));
+            raw.insert(keys::event(seq), value).unwrap();
+        }
+        raw.insert(keys::HEAD_KEY, &3u64.to_be_bytes()[..]).unwrap();
+        raw.insert(b"meta/schema_version", b"4").unwrap();
+        raw.flush().unwrap();
+    }
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.schema_version.as_deref(), Some("4"));
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.register_sink("out", true).unwrap(), 0);
+    assert_eq!(
+        j.append(batch("pods", 4, &["ns/d", "ns/e"])).unwrap(),
+        [4, 5]
+    );
+    j.durable(u64::MAX).await.unwrap();
+    let all = j.read("out", 0, 100).unwrap();
+    assert_eq!(seqs(&all), [1, 2, 3, 4, 5]);
+    let rvs: Vec<u64> = all.iter().map(|(_, e)| rv_of(e)).collect();
+    assert_eq!(rvs, [1, 2, 3, 4, 4]);
+    assert_eq!(seqs(&j.read("out", 2, 2).unwrap()), [3, 4]);
+    assert_eq!(seqs(&j.read("out", 4, 2).unwrap()), [5]);
+    j.ack("out", 3).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 3);
+    assert_eq!(seqs(&j.read("out", 0, 100).unwrap()), [4, 5]);
+    j.close().await.unwrap();
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.schema_version.as_deref(), Some("5"));
+    assert_eq!(
+        (report.events, report.first_event, report.last_event),
+        (2, Some(4), Some(5))
+    );
+}
+
+/// Verify names an unreadable event inside a segment, and a segment that does not hold the events
+/// its key names; salvage keeps the readable events of both kinds of damage, renumbered in order.
+#[tokio::test]
+async fn verify_and_salvage_see_into_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", false).unwrap();
+    j.append(batch("pods", 1, &["ns/a", "ns/b", "ns/c"]))
+        .unwrap();
+    j.append(batch("pods", 2, &["ns/d", "ns/e"])).unwrap();
+    j.append(batch("pods", 3, &["ns/f"])).unwrap();
+    j.close().await.unwrap();
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(
+        (report.events, report.first_event, report.last_event),
+        (6, Some(1), Some(6))
+    );
+    {
+        let raw = sled::Config::new().path(&dir).open().unwrap();
+        // Event 2's bytes no longer a CloudEvent; the segment of 4 and 5 cut short.
+        let first = keys::segment(1, 3);
+        let value = raw.get(&first).unwrap().unwrap();
+        let (at, events) = keys::split_events(&first, &value).unwrap();
+        let broken = keys::segment_value(at, [events[0].1, b"{not json", events[2].1]).unwrap();
+        raw.insert(&first, broken).unwrap();
+        let second = keys::segment(4, 5);
+        let value = raw.get(&second).unwrap().unwrap();
+        raw.insert(&second, &value[..value.len() - 3]).unwrap();
+        raw.flush().unwrap();
+    }
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(!report.intact());
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p == "event 2 is unreadable (not a stored CloudEvent)"),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.starts_with("the segment of events 4..=5 is unreadable")),
+        "{report:?}"
+    );
+    assert_eq!(report.events, 6);
+    assert!(matches!(
+        Journal::open(cfg(tmp.path())),
+        Err(JournalError::Damaged { .. })
+    ));
+
+    let out = salvage(&dir, OPEN_TIMEOUT, false).unwrap();
+    assert_eq!(
+        (out.events_kept, out.events_dropped, out.head),
+        (3, 3, 9),
+        "{out:?}"
+    );
+    assert_eq!(out.cursors.get("out"), Some(&6));
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let read = j.read("out", 6, 100).unwrap();
+    assert_eq!(seqs(&read), [7, 8, 9]);
+    let kept: Vec<String> = read
+        .iter()
+        .map(|(_, e)| {
+            serde_json::from_slice::<Value>(e).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kept, ["ns/a", "ns/c", "ns/f"]);
+    j.close().await.unwrap();
+    assert!(verify(&dir, OPEN_TIMEOUT).unwrap().intact());
 }

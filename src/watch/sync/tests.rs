@@ -376,15 +376,7 @@ async fn a_salvage_that_lost_events_makes_the_relist_send_them_again() {
     j.close().await.unwrap();
     // The store rolls back by two committed events, as sled's recovery does after a truncation.
     let dir = tmp.path().join("journal");
-    {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
-        for seq in [3u64, 4] {
-            raw.remove([b"e/".as_slice(), &seq.to_be_bytes()].concat())
-                .unwrap();
-        }
-        raw.insert(b"meta/head", &2u64.to_be_bytes()[..]).unwrap();
-        raw.flush().unwrap();
-    }
+    crate::journal::roll_back_events(&dir, 3);
     let out = crate::journal::salvage(&dir, Duration::from_secs(30), false).unwrap();
     assert_eq!(out.index_entries_unconfirmed, 2, "{out:?}");
     sim.delete(&w, "d").unwrap();
@@ -857,13 +849,7 @@ async fn a_skipping_stream_whose_checkpoint_a_salvage_dropped_reports_the_differ
     j.close().await.unwrap();
     // The store loses its one event (sled rolled back): the salvage drops every checkpoint.
     let dir = tmp.path().join("journal");
-    {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
-        raw.remove([b"e/".as_slice(), &1u64.to_be_bytes()].concat())
-            .unwrap();
-        raw.insert(b"meta/head", &0u64.to_be_bytes()[..]).unwrap();
-        raw.flush().unwrap();
-    }
+    crate::journal::roll_back_events(&dir, 1);
     let out = crate::journal::salvage(&dir, Duration::from_secs(30), false).unwrap();
     assert_eq!(
         out.checkpoints_dropped,
