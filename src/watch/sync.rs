@@ -634,7 +634,7 @@ impl<'a> Recorder<'a> {
     /// unsettled chunk may hold.
     async fn append_beside(
         &self,
-        inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+        inflight: &mut Option<Chunk>,
         p: Pending,
         first_sync: FirstSync,
     ) -> Result<(), SyncError> {
@@ -643,9 +643,16 @@ impl<'a> Recorder<'a> {
             return Ok(());
         };
         let journal = self.journal.clone();
-        *inflight = Some(tokio::task::spawn_blocking(move || {
-            append_batch(&journal, batch, first_sync)
-        }));
+        let (done, landed) = std::sync::mpsc::channel::<()>();
+        let task = tokio::task::spawn_blocking(move || {
+            let appended = append_batch(&journal, batch, first_sync);
+            drop(done);
+            appended
+        });
+        *inflight = Some(Chunk {
+            task,
+            _landed: Landed(landed),
+        });
         Ok(())
     }
 
@@ -986,12 +993,18 @@ fn append_batch(journal: &Journal, batch: Batch, first_sync: FirstSync) -> Resul
         .map_err(SyncError::JournalFailed)
 }
 
+/// A relist's chunk appending on a blocking thread (see [`Recorder::append_beside`]).
+struct Chunk {
+    task: tokio::task::JoinHandle<Result<(), SyncError>>,
+    /// A relist aborted with its watcher waits here for the chunk, as a watch batch does
+    /// ([`Landed`]): otherwise the chunk could land after the next watcher read the index.
+    _landed: Landed,
+}
+
 /// Waits for the chunk [`Recorder::append_beside`] left appending, if any.
-async fn settle(
-    inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
-) -> Result<(), SyncError> {
+async fn settle(inflight: &mut Option<Chunk>) -> Result<(), SyncError> {
     match inflight.take() {
-        Some(appending) => appending.await.map_err(|_| SyncError::AppendAborted)?,
+        Some(chunk) => chunk.task.await.map_err(|_| SyncError::AppendAborted)?,
         None => Ok(()),
     }
 }
@@ -1068,7 +1081,7 @@ pub async fn relist_until(
 async fn relist_with(
     rec: &Recorder<'_>,
     page_size: u32,
-    inflight: &mut Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+    inflight: &mut Option<Chunk>,
 ) -> Result<String, SyncError> {
     let r = rec.resolved;
     // A relist rewrites the index: what a watch of this recorder remembered of it goes.
