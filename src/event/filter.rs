@@ -963,6 +963,40 @@ mod tests {
     }
 
     #[test]
+    fn ignored_fields_are_found_whatever_order_the_two_states_keep_their_members_in() {
+        // `differ_outside` walks the two states side by side while their orders agree and looks
+        // members up by key once they part: each case below leaves that walk at another point.
+        let beat = FieldPath::parse("status.lastHeartbeatTime").unwrap();
+        let ignore = std::slice::from_ref(&beat);
+        let old = json!({"metadata": {"name": "w", "resourceVersion": "1"}, "a": 1, "b": {"x": [1, 2]},
+                         "status": {"phase": "Ready", "lastHeartbeatTime": "t1"}});
+        // The same members in another order, only the heartbeat changed: no change.
+        let reordered = json!({"b": {"x": [1, 2]}, "status": {"lastHeartbeatTime": "t2", "phase": "Ready"},
+                               "a": 1, "metadata": {"resourceVersion": "2", "name": "w"}});
+        assert!(!meaningful_update(&old, &reordered, &[], ignore));
+        assert!(!meaningful_update(&reordered, &old, &[], ignore));
+        // Reordered, and a member only the new state has: a change, in either direction.
+        let mut more = reordered.clone();
+        more["c"] = json!(3);
+        assert!(meaningful_update(&old, &more, &[], ignore));
+        assert!(meaningful_update(&more, &old, &[], ignore));
+        // In step all along, and one more member at the end of the new state: a change.
+        let mut appended = old.clone();
+        appended["status"]["lastHeartbeatTime"] = json!("t2");
+        appended["d"] = json!(null);
+        assert!(meaningful_update(&old, &appended, &[], ignore));
+        // Reordered, and a value changed behind the point where the orders parted: a change.
+        let mut changed = reordered.clone();
+        changed["b"]["x"] = json!([1, 3]);
+        assert!(meaningful_update(&old, &changed, &[], ignore));
+        // Reordered, and a member gone: a change.
+        let mut fewer = reordered;
+        fewer.as_object_mut().unwrap().remove("a");
+        assert!(meaningful_update(&old, &fewer, &[], ignore));
+        assert!(meaningful_update(&fewer, &old, &[], ignore));
+    }
+
+    #[test]
     fn bookkeeping_and_ignored_fields_are_not_changes() {
         let old = json!({"metadata": {"resourceVersion": "1", "managedFields": [{"a": 1}], "labels": {"a": "1"}},
                          "spec": {"v": 1}, "status": {"phase": "Ready", "lastHeartbeatTime": "t1"}});
