@@ -304,7 +304,8 @@ impl Checker {
                 self.problem(format!("event key {} is malformed", keys::printable(k)));
                 return true;
             };
-            let count = last - first + 1;
+            // A span of every number (0..=u64::MAX) counts as many as a u64 holds.
+            let count = (last - first).saturating_add(1);
             match readable_events(k, v) {
                 None if first == last => {
                     self.report.events_lost = true;
@@ -320,14 +321,21 @@ impl Checker {
                 }
                 Some((_, readable)) if readable.len() as u64 != count => {
                     self.report.events_lost = true;
-                    let mut expected = first;
-                    for seq in readable.iter().map(|(seq, _)| *seq).chain([last + 1]) {
-                        for lost in expected..seq {
-                            self.problem(format!(
-                                "event {lost} is unreadable (not a stored CloudEvent)"
-                            ));
-                        }
-                        expected = seq + 1;
+                    // The numbers between the readable events, and after the last of them up
+                    // to the segment's end (none after u64::MAX).
+                    let mut expected = Some(first);
+                    let mut lost = Vec::new();
+                    for seq in readable.iter().map(|(seq, _)| *seq) {
+                        lost.extend(expected.map_or(0..0, |e| e..seq));
+                        expected = seq.checked_add(1);
+                    }
+                    if let Some(e) = expected.filter(|e| *e <= last) {
+                        lost.extend(e..=last);
+                    }
+                    for lost in lost {
+                        self.problem(format!(
+                            "event {lost} is unreadable (not a stored CloudEvent)"
+                        ));
                     }
                 }
                 Some(_) => {}

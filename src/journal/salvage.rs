@@ -264,7 +264,8 @@ fn rebuild(
         let kept = if k.starts_with(keys::EVENT_PREFIX) {
             // Staged one event a key, either form: a segment with an unreadable event keeps the
             // others, and the renumbering below needs no segment boundaries.
-            let stored = keys::event_span(k).map_or(1, |(first, last)| last - first + 1);
+            let stored =
+                keys::event_span(k).map_or(1, |(first, last)| (last - first).saturating_add(1));
             let (at, readable) = integrity::readable_events(k, v).unwrap_or_default();
             out.events_dropped += stored - readable.len() as u64;
             let mut staging = Ok(!readable.is_empty());

@@ -948,6 +948,28 @@ async fn a_standby_ignores_the_backlog_bound_and_retention_can_be_held() {
     j.close().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_held_floor_inside_a_segment_keeps_the_whole_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("a", true).unwrap();
+    // One append, one segment: events 1..=3.
+    j.append(batch("pods", 1, &["ns/a", "ns/b", "ns/c"]))
+        .unwrap();
+    j.durable(u64::MAX).await.unwrap();
+    j.ack("a", 3).unwrap();
+    j.hold_retention_after(2);
+    assert_eq!(
+        j.apply_retention().unwrap(),
+        0,
+        "event 3 is held, and its segment with it"
+    );
+    assert_eq!(j.retained_events(), 3);
+    j.hold_retention_after(u64::MAX);
+    assert_eq!(j.apply_retention().unwrap(), 3);
+    j.close().await.unwrap();
+}
+
 #[test]
 fn concurrent_appenders_get_disjoint_consecutive_seqs() {
     let tmp = tempfile::tempdir().unwrap();
