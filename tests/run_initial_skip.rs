@@ -250,7 +250,7 @@ async fn a_first_list_killed_half_way_with_initial_state_skip_reports_only_later
 
     // The kill came right after the second event reached the file, possibly before its
     // acknowledgement was durable: at least once, what was delivered before may come again after
-    // the restart (with its own id). Those are not reports of the initial state; every other event is.
+    // the restart (with the same id). Those are not reports of the initial state; every other event is.
     let before_ids: Vec<String> = ids(&before);
     let fresh = |all: &[Value]| -> Vec<String> {
         ids(&all[before.len()..])
