@@ -379,6 +379,20 @@ async fn a_journal_that_makes_sled_panic_is_refused_with_exit_12_and_salvaged() 
     assert_eq!(code, 0, "{stdout}\n{stderr}");
 }
 
+/// `herald journal verify --json` of an intact journal: its report.
+async fn verify_report(journal: &Path) -> Value {
+    let (code, stdout, stderr) = herald(&[
+        "journal",
+        "verify",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+    ])
+    .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    serde_json::from_str::<Value>(&stdout).unwrap()
+}
+
 /// Runs herald on an upgraded fixture and checks that each of its six undelivered events arrives.
 async fn delivers_the_fixture(dir: &Path, config: &str, ids: &[String]) {
     let run = Herald::start(dir, config);
@@ -490,18 +504,7 @@ async fn a_journal_written_by_schema_3_is_upgraded_and_delivers_its_events() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, ids) = fixture("journal-v3", dir.path());
     assert_eq!(ids.len(), 6);
-    let verify = async || {
-        let (code, stdout, stderr) = herald(&[
-            "journal",
-            "verify",
-            "--journal",
-            journal.to_str().unwrap(),
-            "--json",
-        ])
-        .await;
-        assert_eq!(code, 0, "{stdout}\n{stderr}");
-        serde_json::from_str::<Value>(&stdout).unwrap()
-    };
+    let verify = async || verify_report(&journal).await;
     // Verify reads it as it is (no upgrade): version 3, intact, no first-sync marker.
     let report = verify().await;
     assert_eq!(report["report"]["schemaVersion"], "3", "{report}");
@@ -542,18 +545,7 @@ async fn a_journal_written_by_schema_4_is_upgraded_and_delivers_its_events() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, ids) = fixture("journal-v4", dir.path());
     assert_eq!(ids.len(), 6);
-    let verify = async || {
-        let (code, stdout, stderr) = herald(&[
-            "journal",
-            "verify",
-            "--journal",
-            journal.to_str().unwrap(),
-            "--json",
-        ])
-        .await;
-        assert_eq!(code, 0, "{stdout}\n{stderr}");
-        serde_json::from_str::<Value>(&stdout).unwrap()
-    };
+    let verify = async || verify_report(&journal).await;
     let report = verify().await;
     assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
     assert_eq!(report["report"]["events"], 6, "{report}");
