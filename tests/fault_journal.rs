@@ -379,6 +379,22 @@ async fn a_journal_that_makes_sled_panic_is_refused_with_exit_12_and_salvaged() 
     assert_eq!(code, 0, "{stdout}\n{stderr}");
 }
 
+/// Opens a fixture journal of six undelivered events the way an operator's first command after an
+/// upgrade would (`herald status` with a configuration on it): the open upgrades it, and the six
+/// events are there, undelivered. Returns the configuration.
+async fn upgrade_by_status(sim: &herald_sim::Simulator, dir: &Path) -> String {
+    let config = herald_config(sim, dir, "  - group: example.com\n    kind: Widget");
+    let config_path = dir.join("herald.yaml");
+    std::fs::write(&config_path, &config).unwrap();
+    let (code, stdout, stderr) =
+        herald(&["status", "-c", config_path.to_str().unwrap(), "--json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["journal"]["head"], 6, "{doc}");
+    assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
+    config
+}
+
 /// `herald journal verify --json` of an intact journal: its report.
 async fn verify_report(journal: &Path) -> Value {
     let (code, stdout, stderr) = herald(&[
@@ -435,29 +451,11 @@ async fn a_journal_written_by_schema_1_is_upgraded_and_delivers_its_events() {
     let (journal, ids) = v1_fixture(dir.path());
     assert_eq!(ids.len(), 6);
     assert!(!journal.join("herald.head").exists());
-    let config = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
-    let config_path = dir.path().join("herald.yaml");
-    std::fs::write(&config_path, &config).unwrap();
-
     // Opening upgrades it: the six events are there, undelivered, and the head record is written.
-    let (code, stdout, stderr) =
-        herald(&["status", "-c", config_path.to_str().unwrap(), "--json"]).await;
-    assert_eq!(code, 0, "{stderr}");
-    let doc: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(doc["journal"]["head"], 6, "{doc}");
-    assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
+    let config = upgrade_by_status(&sim, dir.path()).await;
     let record = std::fs::read_to_string(journal.join("herald.head")).unwrap();
     assert!(record.contains("00000000000000000006"), "{record}");
-    let (code, stdout, stderr) = herald(&[
-        "journal",
-        "verify",
-        "--journal",
-        journal.to_str().unwrap(),
-        "--json",
-    ])
-    .await;
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let report = verify_report(&journal).await;
     assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
 
     // And `run` delivers them (sink `out` kept its cursor at 0).
@@ -471,26 +469,8 @@ async fn a_journal_written_by_schema_2_is_upgraded_and_delivers_its_events() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, ids) = fixture("journal-v2", dir.path());
     assert_eq!(ids.len(), 6);
-    let config = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
-    let config_path = dir.path().join("herald.yaml");
-    std::fs::write(&config_path, &config).unwrap();
-
-    let (code, stdout, stderr) =
-        herald(&["status", "-c", config_path.to_str().unwrap(), "--json"]).await;
-    assert_eq!(code, 0, "{stderr}");
-    let doc: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(doc["journal"]["head"], 6, "{doc}");
-    assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
-    let (code, stdout, stderr) = herald(&[
-        "journal",
-        "verify",
-        "--journal",
-        journal.to_str().unwrap(),
-        "--json",
-    ])
-    .await;
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let config = upgrade_by_status(&sim, dir.path()).await;
+    let report = verify_report(&journal).await;
     assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
 
@@ -514,16 +494,7 @@ async fn a_journal_written_by_schema_3_is_upgraded_and_delivers_its_events() {
         "{report}"
     );
     assert_eq!(report["report"]["indexEntries"], 6, "{report}");
-    let config = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
-    let config_path = dir.path().join("herald.yaml");
-    std::fs::write(&config_path, &config).unwrap();
-
-    let (code, stdout, stderr) =
-        herald(&["status", "-c", config_path.to_str().unwrap(), "--json"]).await;
-    assert_eq!(code, 0, "{stderr}");
-    let doc: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(doc["journal"]["head"], 6, "{doc}");
-    assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
+    let config = upgrade_by_status(&sim, dir.path()).await;
     let report = verify().await;
     assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
@@ -549,16 +520,7 @@ async fn a_journal_written_by_schema_4_is_upgraded_and_delivers_its_events() {
     let report = verify().await;
     assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
     assert_eq!(report["report"]["events"], 6, "{report}");
-    let config = herald_config(&sim, dir.path(), "  - group: example.com\n    kind: Widget");
-    let config_path = dir.path().join("herald.yaml");
-    std::fs::write(&config_path, &config).unwrap();
-
-    let (code, stdout, stderr) =
-        herald(&["status", "-c", config_path.to_str().unwrap(), "--json"]).await;
-    assert_eq!(code, 0, "{stderr}");
-    let doc: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(doc["journal"]["head"], 6, "{doc}");
-    assert_eq!(doc["journal"]["backlog"], 6, "{doc}");
+    let config = upgrade_by_status(&sim, dir.path()).await;
     let report = verify().await;
     assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
