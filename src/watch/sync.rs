@@ -129,9 +129,7 @@ pub struct Recorder<'a> {
 /// turns. Only one is ever in flight, and the next batch's append waits for it, so batches land in
 /// order, a failed one stops every later one, and the checkpoint moves only with its events.
 struct Appending {
-    task: tokio::task::JoinHandle<Result<(), SyncError>>,
-    /// Waited for when the batch is dropped unsettled.
-    _landed: Landed,
+    append: Chunk,
     /// What the batch leaves in the object index for each key it changes: the next batch diffs
     /// against these (taking them out as it reads them), since the store may not hold them yet;
     /// the rest goes to [`Known`] once the batch landed.
@@ -144,7 +142,7 @@ struct Appending {
     events: u64,
 }
 
-/// Closed once a watch batch's append returned (or its thread panicked). Dropping it waits for
+/// Closed once a [`Chunk`]'s append returned (or its thread panicked). Dropping it waits for
 /// that: at once after [`Recorder::settle_watch`], which every way out of a watch goes through; but
 /// a watcher aborted between handing a batch over and settling it (one that did not stop in time)
 /// drops its recorder, and this, with the append still running, which would otherwise land on its
@@ -642,17 +640,7 @@ impl<'a> Recorder<'a> {
         let Some(batch) = self.batch(p, None) else {
             return Ok(());
         };
-        let journal = self.journal.clone();
-        let (done, landed) = std::sync::mpsc::channel::<()>();
-        let task = tokio::task::spawn_blocking(move || {
-            let appended = append_batch(&journal, batch, first_sync);
-            drop(done);
-            appended
-        });
-        *inflight = Some(Chunk {
-            task,
-            _landed: Landed(landed),
-        });
+        *inflight = Some(Chunk::spawn(self.journal, batch, first_sync));
         Ok(())
     }
 
@@ -810,16 +798,8 @@ impl<'a> Recorder<'a> {
             return Ok(());
         };
         let events = batch.events.len() as u64;
-        let journal = self.journal.clone();
-        let (done, landed) = std::sync::mpsc::channel::<()>();
-        let task = tokio::task::spawn_blocking(move || {
-            let appended = append_batch(&journal, batch, FirstSync::Keep);
-            drop(done);
-            appended
-        });
         *self.lock_appending() = Some(Appending {
-            task,
-            _landed: Landed(landed),
+            append: Chunk::spawn(self.journal, batch, FirstSync::Keep),
             overlay,
             sizes,
             next,
@@ -842,10 +822,7 @@ impl<'a> Recorder<'a> {
         let Some(appending) = self.lock_appending().take() else {
             return Ok(());
         };
-        appending
-            .task
-            .await
-            .map_err(|_| SyncError::AppendAborted)??;
+        appending.append.landed().await?;
         // In the index now: the next change of these objects is diffed against them as they are.
         self.lock_known()
             .remember(appending.overlay, &appending.sizes);
@@ -993,18 +970,39 @@ fn append_batch(journal: &Journal, batch: Batch, first_sync: FirstSync) -> Resul
         .map_err(SyncError::JournalFailed)
 }
 
-/// A relist's chunk appending on a blocking thread (see [`Recorder::append_beside`]).
+/// A batch appending on a blocking thread while the next is recorded: a relist's chunk
+/// ([`Recorder::append_beside`]) or a watch batch ([`Appending`]).
 struct Chunk {
     task: tokio::task::JoinHandle<Result<(), SyncError>>,
-    /// A relist aborted with its watcher waits here for the chunk, as a watch batch does
-    /// ([`Landed`]): otherwise the chunk could land after the next watcher read the index.
+    /// Waited for when the chunk is dropped unsettled (its watcher aborted): see [`Landed`].
     _landed: Landed,
+}
+
+impl Chunk {
+    fn spawn(journal: &Journal, batch: Batch, first_sync: FirstSync) -> Self {
+        let journal = journal.clone();
+        let (done, landed) = std::sync::mpsc::channel::<()>();
+        let task = tokio::task::spawn_blocking(move || {
+            let appended = append_batch(&journal, batch, first_sync);
+            drop(done);
+            appended
+        });
+        Self {
+            task,
+            _landed: Landed(landed),
+        }
+    }
+
+    /// Waits for the append and returns what it ran into.
+    async fn landed(self) -> Result<(), SyncError> {
+        self.task.await.map_err(|_| SyncError::AppendAborted)?
+    }
 }
 
 /// Waits for the chunk [`Recorder::append_beside`] left appending, if any.
 async fn settle(inflight: &mut Option<Chunk>) -> Result<(), SyncError> {
     match inflight.take() {
-        Some(chunk) => chunk.task.await.map_err(|_| SyncError::AppendAborted)?,
+        Some(chunk) => chunk.landed().await,
         None => Ok(()),
     }
 }
