@@ -270,7 +270,8 @@ pub(super) fn split_events<'a>(key: &[u8], value: &'a [u8]) -> Result<Stored<'a>
     let mut out = Vec::with_capacity(count.min(body.len() / LEN_LEN + 1));
     let mut seq = first;
     while !body.is_empty() {
-        if seq > last {
+        // Counted, not compared with `last`: `seq` cannot pass u64::MAX.
+        if out.len() == count {
             return Err(corrupt("segment holds more events than its key names"));
         }
         let (len, after) = body
