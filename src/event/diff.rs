@@ -17,10 +17,18 @@ pub fn diff(old: &Value, new: &Value) -> Vec<Value> {
 
 /// [`diff`] written as JSON into `out`, the bytes `serde_json` writes for [`diff`]'s value, without
 /// building it (a map and a copy of the new value per operation, for the journaled bytes alone).
-pub(super) fn write_diff(out: &mut Vec<u8>, old: &Value, new: &Value) {
+///
+/// Returns whether an operation touches anything but the bookkeeping every write moves
+/// (`metadata.resourceVersion`, `metadata.managedFields`:
+/// [`ALWAYS_IGNORED`](super::filter::ALWAYS_IGNORED)): for two objects with `metadata` objects,
+/// what [`meaningful_update`](super::filter::meaningful_update) answers without `changed` or
+/// `ignoreFields`, so the recorder walks the two states once for both.
+pub fn write_diff(out: &mut Vec<u8>, old: &Value, new: &Value) -> bool {
     out.push(b'[');
     let mut first = true;
+    let mut outside = false;
     walk(old, new, &mut String::new(), &mut |op, path, value| {
+        outside = outside || !bookkeeping(path);
         if !std::mem::take(&mut first) {
             out.push(b',');
         }
@@ -36,6 +44,18 @@ pub(super) fn write_diff(out: &mut Vec<u8>, old: &Value, new: &Value) {
         out.push(b'}');
     });
     out.push(b']');
+    outside
+}
+
+/// Whether a patch path is `metadata.resourceVersion` or `metadata.managedFields`, or below
+/// either.
+fn bookkeeping(path: &str) -> bool {
+    path.strip_prefix("/metadata/").is_some_and(|rest| {
+        ["resourceVersion", "managedFields"].iter().any(|field| {
+            rest.strip_prefix(field)
+                .is_some_and(|below| below.is_empty() || below.starts_with('/'))
+        })
+    })
 }
 
 /// Appends `key` to `path` as one JSON pointer token (RFC 6901), escaped only when it needs it:

@@ -155,7 +155,7 @@ fn odd_object() -> impl Strategy<Value = Value> {
 proptest! {
     #[test]
     fn arbitrary_bytes_give_a_line_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-        if let Ok(Line::Change(seen, raw)) = Line::of(decode(&bytes))
+        if let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&bytes))
             && seen != Seen::Bookmark
         {
             journal_and_read_back(&resource(true), seen, raw, None);
@@ -170,7 +170,7 @@ proptest! {
         namespaced in any::<bool>(),
     ) {
         let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
-        if let Ok(Line::Change(seen, raw)) = Line::of(decode(&line))
+        if let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&line))
             && seen != Seen::Bookmark
         {
             journal_and_read_back(&resource(namespaced), seen, raw, old);
@@ -188,7 +188,7 @@ proptest! {
         let namespace = object["metadata"]["namespace"].as_str().unwrap().to_owned();
         let rv = object["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
         let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
-        let Ok(Line::Change(seen, raw)) = Line::of(decode(&line)) else {
+        let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&line)) else {
             panic!("a well-formed watch line must decode: {}", String::from_utf8_lossy(&line));
         };
         // The redaction of `/metadata/name` must not change what the event says about the object.
