@@ -138,7 +138,11 @@ pub struct Observed<'a> {
 /// The recorded form of an object: `managedFields` stripped (unless kept) and redactions applied.
 pub fn prepare(resource: &Resource, object: Value) -> Value {
     let mut out = object;
+    // Looked for by a scan first: the watch's decoder has skipped them already, and a lookup by
+    // key hashes it.
     if !resource.keep_managed_fields
+        && members::get(&out, "metadata")
+            .is_some_and(|m| members::get(m, "managedFields").is_some())
         && let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut)
     {
         // `remove` swaps the last member into the hole; the event keeps the server's key order.

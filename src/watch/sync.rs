@@ -133,9 +133,9 @@ struct Appending {
     /// What the batch leaves in the object index for each key it changes: the next batch diffs
     /// against these (taking them out as it reads them), since the store may not hold them yet;
     /// the rest goes to [`Known`] once the batch landed.
-    overlay: HashMap<String, Option<Value>>,
+    overlay: Keyed<Option<Value>>,
     /// The size of each overlay state's index entry (for [`Known`]'s bound).
-    sizes: HashMap<String, usize>,
+    sizes: Keyed<usize>,
     /// Where the watch resumes once the batch landed.
     next: String,
     /// How many events the batch appends (for the backlog bound).
@@ -164,7 +164,7 @@ impl Drop for Landed {
 /// for one watch). Bounded by [`KNOWN_BYTES`]; anything missing is read from the store.
 #[derive(Default)]
 struct Known {
-    objects: HashMap<String, (Value, usize)>,
+    objects: Keyed<(Value, usize)>,
     bytes: usize,
 }
 
@@ -176,11 +176,7 @@ impl Known {
     }
 
     /// Remembers what a successful append left in the index for these keys.
-    fn remember(
-        &mut self,
-        overlay: HashMap<String, Option<Value>>,
-        sizes: &HashMap<String, usize>,
-    ) {
+    fn remember(&mut self, overlay: Keyed<Option<Value>>, sizes: &Keyed<usize>) {
         for (key, state) in overlay {
             self.take(&key);
             let (Some(object), Some(&size)) = (state, sizes.get(&key)) else {
@@ -203,15 +199,21 @@ impl Known {
 /// and its bytes when the decoder wrote them.
 pub type Change = (Seen, Value, Option<Vec<u8>>);
 
+/// A map by object key, hashed with foldhash rather than std's SipHash: the recorder looks every
+/// change's key up in four of them (the batch's overlay and sizes, the one appending, [`Known`]),
+/// and SipHash of each key was most of those lookups. foldhash's seed is random per process, and
+/// keys are the names of objects in the watched resources.
+type Keyed<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// A batch being built: rendered events and index updates.
 #[derive(Default)]
 struct Pending {
     events: Vec<Vec<u8>>,
     index: Vec<IndexUpdate>,
     /// Index state changed within this batch, so a second change to the same object sees the first.
-    overlay: HashMap<String, Option<Value>>,
+    overlay: Keyed<Option<Value>>,
     /// The size of each overlay state's index entry (for [`Known`]'s bound).
-    sizes: HashMap<String, usize>,
+    sizes: Keyed<usize>,
 }
 
 /// `v` without the index's [`REDACTED_DIGESTS`] (borrowed when it has none).
