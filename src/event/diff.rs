@@ -27,22 +27,28 @@ pub fn write_diff(out: &mut Vec<u8>, old: &Value, new: &Value) -> bool {
     out.push(b'[');
     let mut first = true;
     let mut outside = false;
-    walk(old, new, &mut String::new(), &mut |op, path, value| {
-        outside = outside || !bookkeeping(path);
-        if !std::mem::take(&mut first) {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"op\":\"");
-        out.extend_from_slice(op.as_bytes());
-        out.extend_from_slice(b"\",\"path\":\"");
-        super::write_escaped(out, path);
-        out.push(b'"');
-        if let Some(value) = value {
-            out.extend_from_slice(b",\"value\":");
-            super::write_json(out, value);
-        }
-        out.push(b'}');
-    });
+    // Room for a deep path at once, rather than growing it key by key.
+    walk(
+        old,
+        new,
+        &mut String::with_capacity(128),
+        &mut |op, path, value| {
+            outside = outside || !bookkeeping(path);
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"op\":\"");
+            out.extend_from_slice(op.as_bytes());
+            out.extend_from_slice(b"\",\"path\":\"");
+            super::write_escaped(out, path);
+            out.push(b'"');
+            if let Some(value) = value {
+                out.extend_from_slice(b",\"value\":");
+                super::write_json(out, value);
+            }
+            out.push(b'}');
+        },
+    );
     out.push(b']');
     outside
 }

@@ -138,22 +138,30 @@ pub struct Observed<'a> {
 /// The recorded form of an object: `managedFields` stripped (unless kept) and redactions applied.
 pub fn prepare(resource: &Resource, object: Value) -> Value {
     let mut out = object;
+    prepare_in_place(resource, &mut out);
+    out
+}
+
+/// [`prepare`] in place; says whether it changed anything (the recorder keeps the bytes the
+/// watch's decoder wrote for the object only when it did not).
+pub fn prepare_in_place(resource: &Resource, out: &mut Value) -> bool {
+    let mut changed = false;
     // Looked for by a scan first: the watch's decoder has skipped them already, and a lookup by
     // key hashes it.
     if !resource.keep_managed_fields
-        && members::get(&out, "metadata")
-            .is_some_and(|m| members::get(m, "managedFields").is_some())
+        && members::get(out, "metadata").is_some_and(|m| members::get(m, "managedFields").is_some())
         && let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut)
     {
         // `remove` swaps the last member into the hole; the event keeps the server's key order.
-        meta.shift_remove("managedFields");
+        changed |= meta.shift_remove("managedFields").is_some();
     }
     for pointer in &resource.redact {
         if let Some(v) = out.pointer_mut(pointer) {
             *v = Value::String(REDACTED.into());
+            changed = true;
         }
     }
-    out
+    changed
 }
 
 use members::meta_str;

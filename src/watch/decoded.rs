@@ -170,7 +170,12 @@ impl<'de> Visitor<'de> for Tee<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Value, A::Error> {
-        let mut members = Map::new();
+        // The object and its `metadata` hold several members each: room for them at once rather
+        // than a map grown (and its index rehashed) as they arrive.
+        let mut members = match self.level {
+            Level::Top | Level::Metadata => Map::with_capacity(8),
+            Level::Inner => Map::new(),
+        };
         self.out.push(b'{');
         while let Some(key) = map.next_key::<String>()? {
             let level = match (self.level, key.as_str()) {

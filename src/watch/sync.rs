@@ -323,20 +323,19 @@ impl<'a> Recorder<'a> {
 
     /// [`prepare`](Self::prepare) of an object the decoder also serialized (`json`): the bytes
     /// stay only while they are still the recorded form's, that is when preparing changes nothing
-    /// (no redaction; managedFields already skipped, or kept).
+    /// (no redaction, whose digests go in too; managedFields already skipped, or kept).
     fn prepare_json(
         &self,
         raw: Value,
         json: Option<Vec<u8>>,
     ) -> Result<(Value, Option<Vec<u8>>), SyncError> {
         let resource = &self.resolved.resource;
-        let unchanged = resource.redact.is_empty()
-            && (resource.keep_managed_fields
-                || event::members::get(&raw, "metadata")
-                    .and_then(|m| event::members::get(m, "managedFields"))
-                    .is_none());
-        let json = json.filter(|_| unchanged);
-        Ok((self.prepare(raw)?, json))
+        if !resource.redact.is_empty() {
+            return Ok((self.prepare(raw)?, None));
+        }
+        let mut obj = raw;
+        let changed = event::prepare_in_place(resource, &mut obj);
+        Ok((obj, json.filter(|_| !changed)))
     }
 
     /// Whether a redacted value within one of the `changed` fields (any, without them) differs
@@ -624,7 +623,7 @@ impl<'a> Recorder<'a> {
             Some(old) if self.patch_decides(&old, &new) => {
                 // The patch the event carries is written first: it says whether the update is
                 // meaningful, so the two states are walked once, not twice.
-                let mut patch = Vec::new();
+                let mut patch = Vec::with_capacity(256);
                 if event::write_diff(&mut patch, &old, &new) {
                     self.emit_json(
                         p,
