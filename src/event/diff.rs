@@ -91,9 +91,6 @@ fn objects(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, em
     let mut beside = b.iter();
     let mut in_step = true;
     for (k, va) in a {
-        let len = path.len();
-        path.push('/');
-        push_token(path, k);
         let vb = match in_step.then(|| beside.next()).flatten() {
             Some((kb, vb)) if kb == k => Some(vb),
             _ => {
@@ -101,9 +98,23 @@ fn objects(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, em
                 super::members::member(b, k)
             }
         };
+        // Equal members (most of them) are passed over before their token goes into the path:
+        // writing it for every member compared was a tenth of the patch. What `walk` does, with
+        // the comparison first.
+        let nested = vb.is_some_and(|vb| va.is_object() && vb.is_object());
+        if let Some(vb) = vb
+            && !nested
+            && super::members::same(va, vb)
+        {
+            continue;
+        }
+        let len = path.len();
+        path.push('/');
+        push_token(path, k);
         match vb {
             None => emit("remove", path, None),
-            Some(vb) => walk(va, vb, path, emit),
+            Some(vb) if nested => walk(va, vb, path, emit),
+            Some(vb) => emit("replace", path, Some(vb)),
         }
         path.truncate(len);
     }
