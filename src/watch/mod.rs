@@ -757,6 +757,23 @@ mod tests {
         );
     }
 
+    /// Through the watch's own decoder (`Stripped`), a change carries the object's bytes, which
+    /// are what serializing the object writes, managedFields left out of both.
+    #[test]
+    fn a_change_decoded_by_the_watchs_decoder_carries_the_objects_bytes() {
+        let text = r#"{"type":"ADDED","object":{"kind":"Widget","metadata":{"name":"a\u003cb","managedFields":[{"m":1}],"resourceVersion":"7"},"spec":{"n":1.50}}}"#;
+        let decoded =
+            serde_json::from_str::<WatchEvent<Stripped>>(text).map_err(kube::Error::SerdeError);
+        let Ok(Line::Change(Seen::Added, object, Some(json))) = Line::of(decoded) else {
+            panic!("a change with its bytes");
+        };
+        assert_eq!(json, serde_json::to_vec(&object).unwrap());
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            r#"{"kind":"Widget","metadata":{"name":"a<b","resourceVersion":"7"},"spec":{"n":1.5}}"#
+        );
+    }
+
     #[test]
     fn objects_that_are_not_kubernetes_objects_are_broken_lines_bookmarks_and_410_as_before() {
         for text in [
