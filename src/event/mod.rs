@@ -12,7 +12,7 @@ use std::io::Write as _;
 use herald_sink_core::event::{CloudEvent, ExtensionValue};
 use serde_json::{Map, Value, json};
 
-pub use diff::diff;
+pub use diff::{diff, write_diff};
 
 /// The `dataschema` of herald's change payload.
 pub const DATASCHEMA: &str = "urn:herald:change:v1";
@@ -138,18 +138,30 @@ pub struct Observed<'a> {
 /// The recorded form of an object: `managedFields` stripped (unless kept) and redactions applied.
 pub fn prepare(resource: &Resource, object: Value) -> Value {
     let mut out = object;
+    prepare_in_place(resource, &mut out);
+    out
+}
+
+/// [`prepare`] in place; says whether it changed anything (the recorder keeps the bytes the
+/// watch's decoder wrote for the object only when it did not).
+pub fn prepare_in_place(resource: &Resource, out: &mut Value) -> bool {
+    let mut changed = false;
+    // Looked for by a scan first: the watch's decoder has skipped them already, and a lookup by
+    // key hashes it.
     if !resource.keep_managed_fields
+        && members::get(out, "metadata").is_some_and(|m| members::get(m, "managedFields").is_some())
         && let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut)
     {
         // `remove` swaps the last member into the hole; the event keeps the server's key order.
-        meta.shift_remove("managedFields");
+        changed |= meta.shift_remove("managedFields").is_some();
     }
     for pointer in &resource.redact {
         if let Some(v) = out.pointer_mut(pointer) {
             *v = Value::String(REDACTED.into());
+            changed = true;
         }
     }
-    out
+    changed
 }
 
 use members::meta_str;
@@ -158,7 +170,13 @@ use members::meta_str;
 pub fn object_key(resource: &Resource, object: &Value) -> String {
     let name = meta_str(object, "name");
     if resource.namespaced {
-        format!("{}/{name}", meta_str(object, "namespace"))
+        // Twice per change: concatenated without `format!`'s machinery.
+        let namespace = meta_str(object, "namespace");
+        let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+        key.push_str(namespace);
+        key.push('/');
+        key.push_str(name);
+        key
     } else {
         name.to_string()
     }
@@ -167,9 +185,61 @@ pub fn object_key(resource: &Resource, object: &Value) -> String {
 /// The resourceVersion zero-padded to 20 digits, so string order is change order.
 pub fn sequence(resource_version: &str) -> String {
     match resource_version.parse::<u64>() {
-        Ok(n) => format!("{n:020}"),
+        Ok(n) => String::from_utf8_lossy(&padded(n)).into_owned(),
         Err(_) => resource_version.to_string(),
     }
+}
+
+/// `n` in decimal, zero-padded to 20 digits (`u64::MAX` has 20): `format!("{n:020}")` without
+/// the formatter, which was a good part of writing each event's attributes.
+fn padded(mut n: u64) -> [u8; 20] {
+    let mut digits = [b'0'; 20];
+    for d in digits.iter_mut().rev() {
+        // `n % 10` is below 10: the cast cannot truncate.
+        #[allow(clippy::cast_possible_truncation)]
+        let digit = (n % 10) as u8;
+        *d = b'0' + digit;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits
+}
+
+/// Appends `time` as [`TIME_FORMAT`] writes it, from its civil fields instead of through
+/// `strftime`'s parser of the format (years outside 0..=9999, which `%Y` writes otherwise, go
+/// through `strftime`).
+fn write_time(out: &mut Vec<u8>, time: jiff::Timestamp) {
+    let t = jiff::tz::Offset::UTC.to_datetime(time);
+    let Ok(year) = u16::try_from(t.year()) else {
+        let _ = write!(out, "{}", time.strftime(TIME_FORMAT));
+        return;
+    };
+    if year > 9999 {
+        let _ = write!(out, "{}", time.strftime(TIME_FORMAT));
+        return;
+    }
+    let two = |out: &mut Vec<u8>, v: i8| {
+        let v = v.unsigned_abs();
+        out.extend_from_slice(&[b'0' + v / 10, b'0' + v % 10]);
+    };
+    let year = padded(u64::from(year));
+    out.extend_from_slice(&year[16..]);
+    out.push(b'-');
+    two(out, t.month());
+    out.push(b'-');
+    two(out, t.day());
+    out.push(b'T');
+    two(out, t.hour());
+    out.push(b':');
+    two(out, t.minute());
+    out.push(b':');
+    two(out, t.second());
+    out.push(b'.');
+    let ms = padded(u64::from(t.millisecond().unsigned_abs()));
+    out.extend_from_slice(&ms[17..]);
+    out.push(b'Z');
 }
 
 /// The resourceVersion of a synthesized `deleted` for an object that another one (another uid)
@@ -224,12 +294,14 @@ pub fn normalize_structured<'a>(
     resource: &'a Resource,
     ob: Observed<'a>,
 ) -> (Attributes<'a>, Vec<u8>) {
-    normalize_structured_with(resource, ob, None)
+    normalize_structured_with(resource, ob, None, None)
 }
 
 /// [`normalize_structured`], given the object already serialized (`serde_json::to_vec` of
 /// `ob.object`, which the recorder writes to the object index anyway): its bytes go into `data` as
-/// they are, so each object is serialized once per change, not twice.
+/// they are, so each object is serialized once per change, not twice. Likewise `patch_json`, the
+/// patch from `ob.old` already written by [`write_diff`] (the recorder writes it to decide whether
+/// an update is worth an event).
 ///
 /// # Panics
 ///
@@ -238,6 +310,7 @@ pub fn normalize_structured_with<'a>(
     resource: &'a Resource,
     ob: Observed<'a>,
     object_json: Option<&[u8]>,
+    patch_json: Option<&[u8]>,
 ) -> (Attributes<'a>, Vec<u8>) {
     let (attributes, data) = normalize_parts(resource, ob);
     let raw = object_json.filter(|_| data.object.is_some());
@@ -262,9 +335,12 @@ pub fn normalize_structured_with<'a>(
     }
     if let Some(old) = data.patch {
         out.extend_from_slice(b",\"patch\":");
-        match old {
-            Some(old) => diff::write_diff(&mut out, old, ob.object),
-            None => out.extend_from_slice(b"[]"),
+        match (old, patch_json) {
+            (Some(_), Some(patch)) => out.extend_from_slice(patch),
+            (Some(old), None) => {
+                diff::write_diff(&mut out, old, ob.object);
+            }
+            (None, _) => out.extend_from_slice(b"[]"),
         }
     }
     out.extend_from_slice(if data.resync {
@@ -286,7 +362,7 @@ fn write_json(out: &mut Vec<u8>, value: &impl serde::Serialize) {
 /// Appends `text` as the inside of a JSON string, escaped as `serde_json` escapes it (`"` and `\`,
 /// the short escapes `\b \t \n \f \r`, other control characters as `\u00xx`), so the bytes are
 /// those the event's serializer writes.
-fn write_escaped(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_escaped(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
     let mut start = 0;
@@ -466,10 +542,27 @@ impl<'a> Attributes<'a> {
     fn write_json(&self, out: &mut Vec<u8>) {
         let resource = self.resource;
         let op = self.op.as_str();
+        // `id` and `source` written from their parts (`:` and `/` need no escaping), as
+        // [`id`](Self::id) and [`Resource::source`] make them.
         out.extend_from_slice(b"{\"specversion\":\"1.0\",\"id\":\"");
-        write_escaped(out, &self.id());
-        out.extend_from_slice(b"\",\"source\":\"");
-        write_escaped(out, &resource.source());
+        write_escaped(out, self.uid);
+        out.push(b':');
+        write_escaped(out, self.rv);
+        out.push(b':');
+        out.extend_from_slice(op.as_bytes());
+        out.extend_from_slice(b"\",\"source\":\"k8s://");
+        write_escaped(out, &resource.cluster);
+        out.push(b'/');
+        write_escaped(
+            out,
+            if resource.group.is_empty() {
+                "core"
+            } else {
+                &resource.group
+            },
+        );
+        out.push(b'/');
+        write_escaped(out, &resource.plural);
         out.extend_from_slice(b"\",\"type\":\"");
         write_escaped(out, &resource.type_prefix);
         out.push(b'.');
@@ -478,13 +571,15 @@ impl<'a> Attributes<'a> {
         write_member(out, "subject", &self.key);
         out.extend_from_slice(b",\"time\":\"");
         // Digits and separators only: nothing to escape.
-        let _ = write!(out, "{}", self.observed_at.strftime(TIME_FORMAT));
+        write_time(out, self.observed_at);
         out.extend_from_slice(b"\",\"datacontenttype\":\"application/json\",\"dataschema\":\"");
         out.extend_from_slice(DATASCHEMA.as_bytes());
         out.push(b'"');
         // The extensions in name order (the event's `BTreeMap`).
         if let Some(g) = self.generation {
-            let _ = write!(out, ",\"generation\":\"{g}\"");
+            out.extend_from_slice(b",\"generation\":\"");
+            write_json(out, &g);
+            out.push(b'"');
         }
         write_member(out, "k8sgroup", &resource.group);
         write_member(out, "k8skind", &resource.kind);
@@ -501,7 +596,14 @@ impl<'a> Attributes<'a> {
         } else {
             b",\"resync\":false"
         });
-        write_member(out, "sequence", &sequence(self.rv));
+        match self.rv.parse::<u64>() {
+            Ok(n) => {
+                out.extend_from_slice(b",\"sequence\":\"");
+                out.extend_from_slice(&padded(n));
+                out.push(b'"');
+            }
+            Err(_) => write_member(out, "sequence", self.rv),
+        }
     }
 }
 

@@ -445,3 +445,99 @@ fn the_attributes_written_directly_are_the_serialized_events_attributes() {
         }
     }
 }
+
+/// `time` and `sequence` written without the formatter are what `strftime` and `format!` write,
+/// at the edges of their fields (milliseconds truncated, not rounded; years padded to four digits;
+/// resourceVersions that `u64` parses with a sign or leading zeros, or at its maximum).
+#[test]
+fn time_and_sequence_written_directly_are_what_the_formatters_write() {
+    for time in [
+        "2026-01-02T03:04:05.678912Z",
+        "2026-12-31T23:59:59.999999999Z",
+        "1970-01-01T00:00:00Z",
+        "0005-03-04T05:06:07.001Z",
+        "9999-12-30T21:59:59.999Z",
+        "1969-12-31T23:59:59.5Z",
+        "-000001-01-01T00:00:00Z",
+        "2000-02-29T12:00:00.0999Z",
+    ] {
+        let t: jiff::Timestamp = time.parse().unwrap();
+        let mut out = Vec::new();
+        write_time(&mut out, t);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            t.strftime(TIME_FORMAT).to_string(),
+            "{time}"
+        );
+    }
+    for rv in [
+        "0",
+        "1",
+        "42",
+        "0012",
+        "+5",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-1",
+        "",
+        "abc",
+    ] {
+        let expected = match rv.parse::<u64>() {
+            Ok(n) => format!("{n:020}"),
+            Err(_) => rv.to_owned(),
+        };
+        assert_eq!(sequence(rv), expected, "{rv}");
+        let object = json!({"metadata": {"name": "n", "namespace": "ns", "uid": "u", "resourceVersion": rv}});
+        let ob = observed(Op::Created, &object, None);
+        let whole = normalize(&resource(), ob);
+        let (_, bytes) = normalize_structured(&resource(), ob);
+        assert_eq!(bytes, whole.to_structured_json(), "{rv}");
+    }
+}
+
+/// Whether the patch has an operation outside `metadata.resourceVersion` and
+/// `metadata.managedFields` is `meaningful_update`'s answer without `changed` or `ignoreFields`,
+/// for every pair of objects with `metadata` objects: the recorder decides updates by the patch
+/// it writes for the event.
+#[test]
+fn the_patch_outside_the_bookkeeping_is_what_meaningful_update_says() {
+    let states = [
+        json!({"metadata": {}}),
+        json!({"metadata": {"resourceVersion": "1"}}),
+        json!({"metadata": {"resourceVersion": "2"}}),
+        json!({"metadata": {"resourceVersion": "2", "managedFields": [{"m": 1}]}}),
+        json!({"metadata": {"resourceVersion": "2", "managedFields": [{"m": 2}]}}),
+        json!({"metadata": {"managedFields": {"a": {"b": 1}}}}),
+        json!({"metadata": {"managedFields": {"a": {"b": 2}}}}),
+        json!({"metadata": {"resourceVersion": {"x": 1}}}),
+        json!({"metadata": {"resourceVersionX": "1"}}),
+        json!({"metadata": {"managedFieldsX": [1]}}),
+        json!({"metadata": {"name": "a", "resourceVersion": "1"}}),
+        json!({"metadata": {"resourceVersion": "1", "name": "a"}}),
+        json!({"metadata": {"name": "b", "resourceVersion": "1"}}),
+        json!({"metadata": {"labels": {"a/b": "x"}, "resourceVersion": "3"}}),
+        json!({"metadata": {"labels": {"a/b": "y"}, "resourceVersion": "4"}}),
+        json!({"metadata": {"resourceVersion": "5"}, "spec": {"x": [1, 2]}}),
+        json!({"metadata": {"resourceVersion": "6"}, "spec": {"x": [1, 3]}}),
+        json!({"metadata": {"resourceVersion": "6"}, "spec": null}),
+        json!({"metadata": {"resourceVersion": "6"}, "status": {}}),
+        json!({"metadata": {"resourceVersion": "6"}, "status": {"resourceVersion": "1"}}),
+        json!({"metadata": {"resourceVersion": "7"}, "resourceVersion": "1"}),
+        json!({"metadata": {"resourceVersion": "7", "managedFields": null}, "spec": {"metadata": {"resourceVersion": "1"}}}),
+        json!({"metadata": {"resourceVersion": "8"}, "spec": {"metadata": {"resourceVersion": "2"}}}),
+    ];
+    for old in &states {
+        for new in &states {
+            let mut patch = Vec::new();
+            assert_eq!(
+                write_diff(&mut patch, old, new),
+                filter::meaningful_update(old, new, &[], &[]),
+                "{old} -> {new}"
+            );
+            assert_eq!(
+                String::from_utf8(patch).unwrap(),
+                serde_json::to_string(&diff(old, new)).unwrap()
+            );
+        }
+    }
+}

@@ -5,11 +5,11 @@
 //! Every batch of changes is appended to the journal atomically with the object index and the new
 //! checkpoint, so the checkpoint never passes an event that is not in the journal.
 
+mod decoded;
 pub mod pattern;
 pub mod problem;
 pub mod resolve;
 mod spec;
-mod stripped;
 mod sync;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,10 +25,10 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::backoff::{self, Backoff};
 use crate::journal::Journal;
 
+pub use decoded::{Decoded, Stripped, Whole};
 pub use problem::ApiProblem;
 pub use resolve::{Resolved, resolve};
 pub use spec::WatchSpec;
-pub use stripped::Stripped;
 pub use sync::{NamespaceCache, Recorder, Seen, SyncError, report_gone};
 
 /// A watch that lasted this long ended normally and resets the backoff (nothing else does); a shorter
@@ -404,7 +404,7 @@ async fn watch(
     let (tx, mut rx) = tokio::sync::mpsc::channel(tuning.max_batch.max(1) * 4);
     // managedFields are skipped while each line is parsed, unless the resource keeps them.
     let reader = if r.resource.keep_managed_fields {
-        spawn_reader::<Value>(r, &api, &wp, &rv, tx).await
+        spawn_reader::<Whole>(r, &api, &wp, &rv, tx).await
     } else {
         spawn_reader::<Stripped>(r, &api, &wp, &rv, tx).await
     };
@@ -541,7 +541,7 @@ async fn read_batches(
         let mut changes = Vec::with_capacity(lines.len());
         for line in lines {
             match line {
-                Line::Change(seen, value) => changes.push((seen, value)),
+                Line::Change(seen, value, json) => changes.push((seen, value, json)),
                 Line::Expired => {
                     // Record what came before the gap, then relist.
                     if let Err(error) = rec.record_watch_beside(changes, rv).await {
@@ -569,8 +569,9 @@ async fn read_batches(
     }
 }
 
-/// Opens a watch whose objects are decoded straight into [`Value`]s (through `K`: [`Value`], or
-/// [`Stripped`] without managedFields), in the API server's key order, and starts the task that
+/// Opens a watch whose objects are decoded straight into [`Value`]s and their serialized bytes
+/// (through `K`: [`Whole`], or [`Stripped`] without managedFields), in the API server's key order,
+/// and starts the task that
 /// reads its lines into `tx`: the request `Api::watch` would send, decoded by kube's line reader,
 /// without the `DynamicObject` detour (a typed `ObjectMeta` decoded and serialised again per line
 /// was a fifth of herald's CPU in a catch-up; ADR 0014).
@@ -598,14 +599,24 @@ where
 
 /// A watched object as a watch line's decoder yields it, turned into the [`Value`] the recorder
 /// works on.
-pub trait WatchedObject {
-    /// The object as a JSON value.
+pub trait WatchedObject: Sized {
+    /// The object as a JSON value, and `serde_json::to_vec` of it when the decoder wrote that
+    /// already.
     ///
     /// # Errors
     ///
     /// A decoding error when the object is not shaped like a Kubernetes object (a JSON object
     /// with a `metadata` object), as the typed decoding would have refused it.
-    fn into_value(self) -> Result<Value, kube::Error>;
+    fn into_parts(self) -> Result<(Value, Option<Vec<u8>>), kube::Error>;
+
+    /// The object as a JSON value.
+    ///
+    /// # Errors
+    ///
+    /// As [`into_parts`](Self::into_parts).
+    fn into_value(self) -> Result<Value, kube::Error> {
+        self.into_parts().map(|(value, _)| value)
+    }
 }
 
 /// Whether `value` is shaped like a Kubernetes object: a JSON object with a `metadata` object whose
@@ -622,9 +633,9 @@ pub(crate) fn shaped(value: &Value) -> bool {
 }
 
 impl WatchedObject for Value {
-    fn into_value(self) -> Result<Value, kube::Error> {
+    fn into_parts(self) -> Result<(Value, Option<Vec<u8>>), kube::Error> {
         if shaped(&self) {
-            Ok(self)
+            Ok((self, None))
         } else {
             Err(kube::Error::SerdeError(serde::de::Error::custom(
                 "a watch event's object is not a Kubernetes object (no metadata object)",
@@ -633,23 +644,19 @@ impl WatchedObject for Value {
     }
 }
 
-impl WatchedObject for Stripped {
-    fn into_value(self) -> Result<Value, kube::Error> {
-        self.0.into_value()
-    }
-}
-
-impl From<Stripped> for Value {
-    fn from(Stripped(value): Stripped) -> Self {
-        value
+impl<const STRIP: bool> WatchedObject for Decoded<STRIP> {
+    fn into_parts(self) -> Result<(Value, Option<Vec<u8>>), kube::Error> {
+        let (value, _) = self.value.into_parts()?;
+        Ok((value, self.json))
     }
 }
 
 /// One decoded watch line, as the reader task hands it to the recorder.
 #[derive(Debug)]
 pub enum Line {
-    /// A change or a bookmark (whose value is its resourceVersion).
-    Change(sync::Seen, Value),
+    /// A change or a bookmark (whose value is its resourceVersion), with the object serialized
+    /// when the decoder wrote that (see [`Decoded`]).
+    Change(sync::Seen, Value, Option<Vec<u8>>),
     /// 410 Gone: the resume point expired.
     Expired,
     /// A line that did not decode.
@@ -667,8 +674,8 @@ impl Line {
     pub fn of<K: WatchedObject>(
         line: kube::Result<WatchEvent<K>>,
     ) -> Result<Self, Box<kube::core::Status>> {
-        let change = |seen, o: K| match o.into_value() {
-            Ok(v) => Self::Change(seen, v),
+        let change = |seen, o: K| match o.into_parts() {
+            Ok((v, json)) => Self::Change(seen, v, json),
             Err(error) => Self::Broken(error),
         };
         Ok(match line {
@@ -678,6 +685,7 @@ impl Line {
             Ok(WatchEvent::Bookmark(b)) => Self::Change(
                 sync::Seen::Bookmark,
                 Value::String(b.metadata.resource_version),
+                None,
             ),
             Ok(WatchEvent::Error(status)) if status.code == 410 => Self::Expired,
             Ok(WatchEvent::Error(status)) => return Err(status),
@@ -738,7 +746,7 @@ mod tests {
 
     #[test]
     fn a_watch_line_is_decoded_into_the_object_in_the_servers_key_order() {
-        let Ok(Line::Change(Seen::Modified, object)) = line(
+        let Ok(Line::Change(Seen::Modified, object, _)) = line(
             r#"{"type":"MODIFIED","object":{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"uid":"u","name":"a","resourceVersion":"7","namespace":"ns","zz":1},"spec":{"b":1,"a":2}}}"#,
         ) else {
             panic!("a change");
@@ -746,6 +754,23 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&object).unwrap(),
             r#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"uid":"u","name":"a","resourceVersion":"7","namespace":"ns","zz":1},"spec":{"b":1,"a":2}}"#
+        );
+    }
+
+    /// Through the watch's own decoder (`Stripped`), a change carries the object's bytes, which
+    /// are what serializing the object writes, managedFields left out of both.
+    #[test]
+    fn a_change_decoded_by_the_watchs_decoder_carries_the_objects_bytes() {
+        let text = r#"{"type":"ADDED","object":{"kind":"Widget","metadata":{"name":"a\u003cb","managedFields":[{"m":1}],"resourceVersion":"7"},"spec":{"n":1.50}}}"#;
+        let decoded =
+            serde_json::from_str::<WatchEvent<Stripped>>(text).map_err(kube::Error::SerdeError);
+        let Ok(Line::Change(Seen::Added, object, Some(json))) = Line::of(decoded) else {
+            panic!("a change with its bytes");
+        };
+        assert_eq!(json, serde_json::to_vec(&object).unwrap());
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            r#"{"kind":"Widget","metadata":{"name":"a<b","resourceVersion":"7"},"spec":{"n":1.5}}"#
         );
     }
 
@@ -761,7 +786,7 @@ mod tests {
         }
         assert!(matches!(
             line(r#"{"type":"BOOKMARK","object":{"kind":"Widget","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#),
-            Ok(Line::Change(Seen::Bookmark, Value::String(rv))) if rv == "9"
+            Ok(Line::Change(Seen::Bookmark, Value::String(rv), None)) if rv == "9"
         ));
         assert!(matches!(
             line(

@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{Health, Resolved, Stripped, WatchSpec};
+use super::{Decoded, Health, Resolved, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
 use crate::event::members::meta_str as meta;
@@ -133,9 +133,9 @@ struct Appending {
     /// What the batch leaves in the object index for each key it changes: the next batch diffs
     /// against these (taking them out as it reads them), since the store may not hold them yet;
     /// the rest goes to [`Known`] once the batch landed.
-    overlay: HashMap<String, Option<Value>>,
+    overlay: Keyed<Option<Value>>,
     /// The size of each overlay state's index entry (for [`Known`]'s bound).
-    sizes: HashMap<String, usize>,
+    sizes: Keyed<usize>,
     /// Where the watch resumes once the batch landed.
     next: String,
     /// How many events the batch appends (for the backlog bound).
@@ -164,7 +164,7 @@ impl Drop for Landed {
 /// for one watch). Bounded by [`KNOWN_BYTES`]; anything missing is read from the store.
 #[derive(Default)]
 struct Known {
-    objects: HashMap<String, (Value, usize)>,
+    objects: Keyed<(Value, usize)>,
     bytes: usize,
 }
 
@@ -176,11 +176,7 @@ impl Known {
     }
 
     /// Remembers what a successful append left in the index for these keys.
-    fn remember(
-        &mut self,
-        overlay: HashMap<String, Option<Value>>,
-        sizes: &HashMap<String, usize>,
-    ) {
+    fn remember(&mut self, overlay: Keyed<Option<Value>>, sizes: &Keyed<usize>) {
         for (key, state) in overlay {
             self.take(&key);
             let (Some(object), Some(&size)) = (state, sizes.get(&key)) else {
@@ -199,15 +195,25 @@ impl Known {
     }
 }
 
+/// One watch line's change as the recorder takes it: the object (a bookmark's resourceVersion)
+/// and its bytes when the decoder wrote them.
+pub type Change = (Seen, Value, Option<Vec<u8>>);
+
+/// A map by object key, hashed with foldhash rather than std's SipHash: the recorder looks every
+/// change's key up in four of them (the batch's overlay and sizes, the one appending, [`Known`]),
+/// and SipHash of each key was most of those lookups. foldhash's seed is random per process, and
+/// keys are the names of objects in the watched resources.
+type Keyed<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// A batch being built: rendered events and index updates.
 #[derive(Default)]
 struct Pending {
     events: Vec<Vec<u8>>,
     index: Vec<IndexUpdate>,
     /// Index state changed within this batch, so a second change to the same object sees the first.
-    overlay: HashMap<String, Option<Value>>,
+    overlay: Keyed<Option<Value>>,
     /// The size of each overlay state's index entry (for [`Known`]'s bound).
-    sizes: HashMap<String, usize>,
+    sizes: Keyed<usize>,
 }
 
 /// `v` without the index's [`REDACTED_DIGESTS`] (borrowed when it has none).
@@ -315,6 +321,23 @@ impl<'a> Recorder<'a> {
         Ok(out)
     }
 
+    /// [`prepare`](Self::prepare) of an object the decoder also serialized (`json`): the bytes
+    /// stay only while they are still the recorded form's, that is when preparing changes nothing
+    /// (no redaction, whose digests go in too; managedFields already skipped, or kept).
+    fn prepare_json(
+        &self,
+        raw: Value,
+        json: Option<Vec<u8>>,
+    ) -> Result<(Value, Option<Vec<u8>>), SyncError> {
+        let resource = &self.resolved.resource;
+        if !resource.redact.is_empty() {
+            return Ok((self.prepare(raw)?, None));
+        }
+        let mut obj = raw;
+        let changed = event::prepare_in_place(resource, &mut obj);
+        Ok((obj, json.filter(|_| !changed)))
+    }
+
     /// Whether a redacted value within one of the `changed` fields (any, without them) differs
     /// between `old` and `new`, by their digests.
     fn redacted_value_changed(&self, old: &Value, new: &Value) -> bool {
@@ -383,8 +406,9 @@ impl<'a> Recorder<'a> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn put(&self, p: &mut Pending, key: &str, obj: Value) {
-        let json = serde_json::to_vec(&obj).unwrap_or_default();
+    /// [`put_json`](Self::put_json), serializing `obj` unless the decoder did (`json`).
+    fn put(&self, p: &mut Pending, key: &str, obj: Value, json: Option<Vec<u8>>) {
+        let json = json.unwrap_or_else(|| serde_json::to_vec(&obj).unwrap_or_default());
         self.put_json(p, key, obj, json);
     }
 
@@ -454,11 +478,13 @@ impl<'a> Recorder<'a> {
         resync: bool,
         rv: Option<&str>,
     ) {
-        self.emit_json(p, op, obj, None, old, prior, resync, rv);
+        self.emit_json(p, op, obj, None, None, old, prior, resync, rv);
     }
 
     /// [`emit`](Self::emit), given `obj` serialized (`obj_json`), which the event then carries as
-    /// it is (unless the index's digests of redacted values have to come out of it first).
+    /// it is (unless the index's digests of redacted values have to come out of it first), and
+    /// the patch from `old` to `obj` already written (`patch_json`; `old` and `obj` without
+    /// digests then).
     #[allow(clippy::too_many_arguments)]
     fn emit_json(
         &self,
@@ -466,6 +492,7 @@ impl<'a> Recorder<'a> {
         op: Op,
         obj: &Value,
         obj_json: Option<&[u8]>,
+        patch_json: Option<&[u8]>,
         old: Option<&Value>,
         prior: Option<&Value>,
         resync: bool,
@@ -495,6 +522,7 @@ impl<'a> Recorder<'a> {
                 observed_at: jiff::Timestamp::now(),
             },
             obj_json,
+            patch_json,
         );
         if resync {
             self.health
@@ -530,13 +558,15 @@ impl<'a> Recorder<'a> {
         p.events.push(bytes);
     }
 
-    /// An object that exists now, against what was recorded. `rv` is the list's revision during a
-    /// relist.
+    /// An object that exists now, against what was recorded. `json` is `new` serialized, when the
+    /// decoder wrote that already. `rv` is the list's revision during a relist.
+    #[allow(clippy::too_many_arguments)]
     fn present(
         &self,
         p: &mut Pending,
         key: &str,
         new: Value,
+        json: Option<Vec<u8>>,
         old: Option<Value>,
         resync: bool,
         rv: Option<&str>,
@@ -549,10 +579,23 @@ impl<'a> Recorder<'a> {
             p.overlay.insert(key.to_string(), old);
             return;
         }
-        // Serialized once, for the index entry and the event's `data.object` both.
-        let json = serde_json::to_vec(&new).unwrap_or_default();
+        // Serialized once (while it was parsed, where it could be), for the index entry and the
+        // event's `data.object` both.
+        let json = json.unwrap_or_else(|| serde_json::to_vec(&new).unwrap_or_default());
         match old {
-            None => self.emit_json(p, Op::Created, &new, Some(&json), None, None, resync, None),
+            None => {
+                self.emit_json(
+                    p,
+                    Op::Created,
+                    &new,
+                    Some(&json),
+                    None,
+                    None,
+                    None,
+                    resync,
+                    None,
+                );
+            }
             Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
                 // Deleted and re-created under the same name while we were not looking: the
                 // deletion first, dated just before the new object, so `sequence` keeps rising
@@ -565,7 +608,39 @@ impl<'a> Recorder<'a> {
                     .or(rv)
                     .or(Some(meta(&new, "resourceVersion")));
                 self.emit(p, Op::Deleted, &old, None, Some(&old), resync, deleted_at);
-                self.emit_json(p, Op::Created, &new, Some(&json), None, None, resync, None);
+                self.emit_json(
+                    p,
+                    Op::Created,
+                    &new,
+                    Some(&json),
+                    None,
+                    None,
+                    None,
+                    resync,
+                    None,
+                );
+            }
+            Some(old) if self.patch_decides(&old, &new) => {
+                // The patch the event carries is written first: it says whether the update is
+                // meaningful, so the two states are walked once, not twice.
+                let mut patch = Vec::with_capacity(256);
+                if event::write_diff(&mut patch, &old, &new) {
+                    self.emit_json(
+                        p,
+                        Op::Updated,
+                        &new,
+                        Some(&json),
+                        Some(&patch),
+                        Some(&old),
+                        Some(&old),
+                        resync,
+                        None,
+                    );
+                } else {
+                    self.health
+                        .filtered
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             Some(old) => {
                 // Filtered or not, `new` is recorded below: it is the state the next change is
@@ -587,6 +662,7 @@ impl<'a> Recorder<'a> {
                         Op::Updated,
                         &new,
                         Some(&json),
+                        None,
                         Some(&old),
                         Some(&old),
                         resync,
@@ -596,6 +672,26 @@ impl<'a> Recorder<'a> {
             }
         }
         self.put_json(p, key, new, json);
+    }
+
+    /// Whether an update from `old` to `new` (of the same uid) is decided by the patch the event
+    /// carries: whether [`event::write_diff`] writes an operation outside the bookkeeping is then
+    /// exactly [`filter::meaningful_update`]'s answer. So when the update's event has a patch and
+    /// nothing else filters updates: no `changed`, no `ignoreFields`, no status-only skip, no
+    /// redaction (whose digests `meaningful_update` compares and the patch leaves out).
+    fn patch_decides(&self, old: &Value, new: &Value) -> bool {
+        let spec = self.spec;
+        let resource = &self.resolved.resource;
+        resource.payload.patch
+            && spec.ops.contains(&Op::Updated)
+            && spec.changed.is_empty()
+            && spec.ignore_fields.is_empty()
+            && !spec.skip_status_only_updates
+            && resource.redact.is_empty()
+            && event::members::get(old, REDACTED_DIGESTS).is_none()
+            && [old, new]
+                .iter()
+                .all(|o| event::members::get(o, "metadata").is_some_and(Value::is_object))
     }
 
     /// [`append`](Self::append), with what the append does to the stream's first-sync marker.
@@ -763,6 +859,7 @@ impl<'a> Recorder<'a> {
         changes: Vec<(Seen, Value)>,
         rv: &mut String,
     ) -> Result<(), SyncError> {
+        let changes = changes.into_iter().map(|(s, v)| (s, v, None)).collect();
         self.record_watch_beside(changes, rv).await?;
         self.settle_watch(rv).await
     }
@@ -779,7 +876,7 @@ impl<'a> Recorder<'a> {
     /// later one is appended then, and `rv` stays where the last landed run left it.
     pub async fn record_watch_beside(
         &self,
-        changes: Vec<(Seen, Value)>,
+        changes: Vec<Change>,
         rv: &mut String,
     ) -> Result<(), SyncError> {
         let from = match self.lock_appending().as_ref() {
@@ -834,19 +931,19 @@ impl<'a> Recorder<'a> {
     /// appending lands), and the resourceVersion the run ends at (`rv` when it has none).
     async fn record_changes(
         &self,
-        changes: Vec<(Seen, Value)>,
+        changes: Vec<Change>,
         rv: String,
     ) -> Result<(Pending, String), SyncError> {
         let mut p = Pending::default();
         let mut next = rv;
-        for (seen, raw) in changes {
+        for (seen, raw, json) in changes {
             if seen == Seen::Bookmark {
                 if let Some(b) = raw.as_str().filter(|b| !b.is_empty()) {
                     next = b.to_string();
                 }
                 continue;
             }
-            let obj = self.prepare(raw)?;
+            let (obj, json) = self.prepare_json(raw, json)?;
             let obj_rv = meta(&obj, "resourceVersion").to_string();
             if !obj_rv.is_empty() {
                 next.clone_from(&obj_rv);
@@ -867,10 +964,12 @@ impl<'a> Recorder<'a> {
             }
             let old = self.recorded(&mut p, &key)?;
             match seen {
-                Seen::Added | Seen::Modified => self.present(&mut p, &key, obj, old, false, None),
+                Seen::Added | Seen::Modified => {
+                    self.present(&mut p, &key, obj, json, old, false, None);
+                }
                 Seen::Deleted if self.selective() => match self.still_exists(&obj).await? {
                     // It stopped matching but lives on: an update if it changed, then nothing more.
-                    Some(current) => self.present(&mut p, &key, current, old, false, None),
+                    Some(current) => self.present(&mut p, &key, current, None, old, false, None),
                     None => {
                         self.emit(&mut p, Op::Deleted, &obj, None, old.as_ref(), false, None);
                         self.remove(&mut p, &key);
@@ -888,8 +987,8 @@ impl<'a> Recorder<'a> {
 }
 
 /// One LIST page as the API server sends it, its items decoded straight into `Value`s (no typed
-/// object in between, and each object keeps the key order the server sent), through `T`:
-/// [`Value`], or [`Stripped`] without managedFields.
+/// object in between, and each object keeps the key order the server sent) and their bytes,
+/// through `T`: [`Decoded`], with or without managedFields.
 #[derive(serde::Deserialize)]
 #[serde(bound = "T: serde::de::DeserializeOwned")]
 struct Page<T> {
@@ -899,27 +998,25 @@ struct Page<T> {
     items: Option<Vec<T>>,
 }
 
-/// What a relist works on: a page's items as [`Value`]s, however they were decoded.
-type Items = Vec<Value>;
+/// What a relist works on: a page's items as [`Value`]s, each with its bytes when the decoder
+/// could write them.
+type Items = Vec<(Value, Option<Vec<u8>>)>;
 
-/// Reads one LIST page, its items decoded as `T`.
-async fn list_page_as<T>(
+/// Reads one LIST page, its items decoded as [`Decoded<STRIP>`].
+async fn list_page_as<const STRIP: bool>(
     client: kube::Client,
     url: String,
     lp: ListParams,
-) -> kube::Result<(PageMeta, Items)>
-where
-    T: serde::de::DeserializeOwned + Into<Value>,
-{
+) -> kube::Result<(PageMeta, Items)> {
     let request = kube::core::Request::new(url)
         .list(&lp)
         .map_err(kube::Error::BuildRequest)?;
-    let page = client.request::<Page<T>>(request).await?;
+    let page = client.request::<Page<Decoded<STRIP>>>(request).await?;
     let items = page
         .items
         .unwrap_or_default()
         .into_iter()
-        .map(Into::into)
+        .map(|d| (d.value, d.json))
         .collect();
     Ok((page.metadata, items))
 }
@@ -956,9 +1053,9 @@ async fn list_page(
     keep_managed_fields: bool,
 ) -> kube::Result<(PageMeta, Items)> {
     if keep_managed_fields {
-        list_page_as::<Value>(client, url, lp).await
+        list_page_as::<false>(client, url, lp).await
     } else {
-        list_page_as::<Stripped>(client, url, lp).await
+        list_page_as::<true>(client, url, lp).await
     }
 }
 
@@ -1189,7 +1286,7 @@ async fn relist_with(
                 next = Some(fetch(lp.clone()));
             }
             let mut p = Pending::default();
-            for item in items {
+            for (item, json) in items {
                 // The watch's shape check: a listed object without it would be journaled
                 // unreadable to the index; it is skipped, named as well as it can be.
                 if !super::shaped(&item) {
@@ -1208,7 +1305,7 @@ async fn relist_with(
                     }
                     continue;
                 }
-                let new = rec.prepare(item)?;
+                let (new, json) = rec.prepare_json(item, json)?;
                 if !rec.namespace_allowed(meta(&new, "namespace")).await? {
                     continue;
                 }
@@ -1219,9 +1316,9 @@ async fn relist_with(
                     } else {
                         rec.relist_base(&key, &new)?
                     };
-                    rec.present(&mut p, &key, new, old, true, Some(rv.as_str()));
+                    rec.present(&mut p, &key, new, json, old, true, Some(rv.as_str()));
                 } else {
-                    rec.put(&mut p, &key, new);
+                    rec.put(&mut p, &key, new, json);
                 }
                 // Lookups go to the store: no second copy of every object in the overlay.
                 p.overlay.clear();
@@ -1280,7 +1377,7 @@ async fn relist_with(
         {
             // Outside the selection but alive: not a deletion.
             let old = rec.relist_base(&key, &current)?;
-            rec.present(&mut p, &key, current, old, true, Some(&list_rv));
+            rec.present(&mut p, &key, current, None, old, true, Some(&list_rv));
         } else {
             rec.emit(
                 &mut p,

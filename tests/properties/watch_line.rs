@@ -5,7 +5,7 @@
 //! `CloudEvent::validate`), so nothing journaled is silently unreadable.
 
 use herald::event::{self, Observed, Op, Payload, Resource};
-use herald::watch::{Line, Seen};
+use herald::watch::{Line, Seen, Stripped, Whole};
 use herald_sink_core::encode::DecodeError;
 use herald_sink_core::{CloudEvent, Journaled};
 use kube::api::WatchEvent;
@@ -155,7 +155,7 @@ fn odd_object() -> impl Strategy<Value = Value> {
 proptest! {
     #[test]
     fn arbitrary_bytes_give_a_line_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-        if let Ok(Line::Change(seen, raw)) = Line::of(decode(&bytes))
+        if let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&bytes))
             && seen != Seen::Bookmark
         {
             journal_and_read_back(&resource(true), seen, raw, None);
@@ -170,7 +170,7 @@ proptest! {
         namespaced in any::<bool>(),
     ) {
         let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
-        if let Ok(Line::Change(seen, raw)) = Line::of(decode(&line))
+        if let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&line))
             && seen != Seen::Bookmark
         {
             journal_and_read_back(&resource(namespaced), seen, raw, old);
@@ -188,7 +188,7 @@ proptest! {
         let namespace = object["metadata"]["namespace"].as_str().unwrap().to_owned();
         let rv = object["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
         let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
-        let Ok(Line::Change(seen, raw)) = Line::of(decode(&line)) else {
+        let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&line)) else {
             panic!("a well-formed watch line must decode: {}", String::from_utf8_lossy(&line));
         };
         // The redaction of `/metadata/name` must not change what the event says about the object.
@@ -202,6 +202,33 @@ proptest! {
         prop_assert_eq!(ev.extensions["k8snamespace"].as_str(), Some(namespace.as_str()));
         // Valid unless the event would carry an empty sequence (no resourceVersion).
         prop_assert_eq!(ev.validate().is_ok(), !rv.is_empty());
+    }
+}
+
+proptest! {
+    /// The bytes the watch's decoder writes while it parses an object are `serde_json::to_vec` of
+    /// the value it builds (the recorder stores and sends them in its place), whether the line is
+    /// compact or spaced out, with managedFields kept or skipped.
+    #[test]
+    fn the_decoders_bytes_are_the_serialization_of_its_value(
+        spec in json_value(),
+        name in odd_string(),
+        managed in json_value(),
+        pretty in any::<bool>(),
+    ) {
+        let object = json!({"kind": "Widget", "metadata": {"name": name, "managedFields": managed}, "spec": spec});
+        let text = if pretty {
+            serde_json::to_vec_pretty(&object).unwrap()
+        } else {
+            serde_json::to_vec(&object).unwrap()
+        };
+        let whole: Value = serde_json::from_slice(&text).unwrap();
+        let Whole { value, json } = serde_json::from_slice(&text).unwrap();
+        prop_assert_eq!(&value, &whole);
+        prop_assert_eq!(json, Some(serde_json::to_vec(&whole).unwrap()));
+        let Stripped { value, json } = serde_json::from_slice(&text).unwrap();
+        prop_assert!(value.pointer("/metadata/managedFields").is_none());
+        prop_assert_eq!(json, Some(serde_json::to_vec(&value).unwrap()));
     }
 }
 

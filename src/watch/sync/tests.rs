@@ -1016,7 +1016,7 @@ async fn a_batch_recorded_while_the_one_before_appends_diffs_against_that_ones_s
     }
     let last = rv(&seen[2].1).to_string();
     for change in seen {
-        rec.record_watch_beside(vec![change], &mut at)
+        rec.record_watch_beside(vec![(change.0, change.1, None)], &mut at)
             .await
             .unwrap();
     }
@@ -1071,18 +1071,18 @@ async fn a_failed_append_stops_the_batches_after_it_and_the_resume_point_stays_b
         let j = journal(dir.path());
         let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
         let mut at = String::new();
-        rec.record_watch_beside(vec![(Seen::Added, a.clone())], &mut at)
+        rec.record_watch_beside(vec![(Seen::Added, a.clone(), None)], &mut at)
             .await
             .unwrap();
         rec.settle_watch(&mut at).await.unwrap();
         assert_eq!(at, rv(&a).to_string());
         // From here on the journal refuses every write: `b`'s append fails on its thread.
         j.clone().close().await.unwrap();
-        rec.record_watch_beside(vec![(Seen::Added, b)], &mut at)
+        rec.record_watch_beside(vec![(Seen::Added, b, None)], &mut at)
             .await
             .unwrap();
         let failed = rec
-            .record_watch_beside(vec![(Seen::Added, c)], &mut at)
+            .record_watch_beside(vec![(Seen::Added, c, None)], &mut at)
             .await;
         assert!(
             matches!(failed, Err(SyncError::JournalFailed(_))),
@@ -1114,10 +1114,9 @@ async fn a_recorder_dropped_with_a_batch_appending_waits_for_it_to_land() {
     let (spec, health, ns) = (spec(), Health::default(), NamespaceCache::default());
     let mut batch = Vec::new();
     for i in 0..200 {
-        batch.push((
-            Seen::Added,
-            sim.create(&w, widget(&format!("w{i}"), i)).unwrap(),
-        ));
+        let created = sim.create(&w, widget(&format!("w{i}"), i)).unwrap();
+        let json = serde_json::to_vec(&created).ok();
+        batch.push((Seen::Added, created, json));
     }
     let last = rv(&batch[199].1).to_string();
     let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
