@@ -57,6 +57,11 @@
 //!   [`JournalConfig::compact_at_open`] says so; ADR 0016).
 //! - [`Journal::apply_retention`] and a large [`Journal::read`] do blocking disk work (200k
 //!   removals: 1.8 s): call them from `spawn_blocking` or a dedicated thread.
+//! - Every `apply_batch` rolls sled's io buffer before and after it reserves the batch's manifest
+//!   (`PageCache::pin_log`): two sealed buffers, each a job for sled's io threads (a `pwrite`, a
+//!   `sync_file_range`, a `notify_all` to its seven idle threads), whatever the batch holds. A
+//!   single-key `insert` seals nothing, so a write of one key goes without a batch (the cursor of
+//!   an in-order [`Journal::acknowledge`]).
 //! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files
 //!   under `blobs/`.
 //! - Locking: sled `flock`s its `db` file but reports contention only as an `io::Error` of kind
@@ -937,6 +942,24 @@ impl Journal {
             .map(|&(first, last)| (first.max(upto + 1), last))
             .take(MAX_ACKED_RANGES)
             .collect();
+        if kept.is_empty() && !self.has_acked_ranges(sink)? {
+            // The usual acknowledgement (in-order delivery): only the cursor changes, and one key
+            // needs no sled batch. Each `apply_batch` rolls sled's io buffer twice (`pin_log`):
+            // two more writes and `sync_file_range`s on its io threads per acknowledgement.
+            if upto > *cursor {
+                if let Err(source) = self
+                    .inner
+                    .db
+                    .insert(keys::cursor(sink), &upto.to_be_bytes()[..])
+                {
+                    return Err(self.note_write_error("ack", &source));
+                }
+                *cursor = upto;
+                drop(cursors);
+                self.inner.flush.note_write(0);
+            }
+            return Ok(());
+        }
         let mut b = sled::Batch::default();
         if upto > *cursor {
             b.insert(keys::cursor(sink), &upto.to_be_bytes()[..]);
@@ -977,6 +1000,18 @@ impl Journal {
                 .collect()),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// Whether the sink has acknowledged ranges stored (an `a/` key), which moving its cursor
+    /// alone would leave behind.
+    fn has_acked_ranges(&self, sink: &str) -> Result<bool> {
+        self.inner
+            .db
+            .contains_key(keys::acked(sink))
+            .map_err(|source| JournalError::ReadFailed {
+                sink: sink.to_owned(),
+                source,
+            })
     }
 
     /// The sink's cursor: the last sequence number it has passed.
