@@ -99,7 +99,7 @@ mod salvage;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -269,6 +269,10 @@ struct Inner {
     append: Mutex<u64>,
     /// Sink cursors, mirrored from the `s/` keys so `backlog` needs no disk read.
     cursors: Mutex<BTreeMap<String, u64>>,
+    /// Sinks known to have no acknowledged ranges stored (no `a/` key): their in-order
+    /// acknowledgement writes the cursor alone ([`Journal::acknowledge`]). Empty at open, so each
+    /// sink's first acknowledgement goes through the batch and learns it; locked inside `cursors`.
+    bare_cursors: Mutex<BTreeSet<String>>,
     closed: AtomicBool,
     /// Appends that carried events, for `herald_journal_appends_total`.
     appends: AtomicU64,
@@ -386,6 +390,7 @@ impl Journal {
                 flusher: Mutex::new(Some(thread)),
                 append: Mutex::new(0),
                 cursors: Mutex::new(cursors),
+                bare_cursors: Mutex::new(BTreeSet::new()),
                 closed: AtomicBool::new(false),
                 appends: AtomicU64::new(0),
                 trimmed: AtomicU64::new(trimmed),
@@ -792,6 +797,7 @@ impl Journal {
             return Err(self.note_write_error("register", &source));
         }
         cursors.remove(sink);
+        lock(&self.inner.bare_cursors).remove(sink);
         drop(cursors);
         self.inner.flush.note_write(0);
         Ok(())
@@ -942,10 +948,12 @@ impl Journal {
             .map(|&(first, last)| (first.max(upto + 1), last))
             .take(MAX_ACKED_RANGES)
             .collect();
-        if kept.is_empty() && !self.has_acked_ranges(sink)? {
+        let mut bare = lock(&self.inner.bare_cursors);
+        if kept.is_empty() && bare.contains(sink) {
             // The usual acknowledgement (in-order delivery): only the cursor changes, and one key
             // needs no sled batch. Each `apply_batch` rolls sled's io buffer twice (`pin_log`):
             // two more writes and `sync_file_range`s on its io threads per acknowledgement.
+            // Known from memory rather than read from the store, on delivery's path.
             if upto > *cursor {
                 if let Err(source) = self
                     .inner
@@ -955,6 +963,7 @@ impl Journal {
                     return Err(self.note_write_error("ack", &source));
                 }
                 *cursor = upto;
+                drop(bare);
                 drop(cursors);
                 self.inner.flush.note_write(0);
             }
@@ -972,6 +981,12 @@ impl Journal {
         if let Err(source) = self.inner.db.apply_batch(b) {
             return Err(self.note_write_error("ack", &source));
         }
+        if kept.is_empty() {
+            bare.insert(sink.to_owned());
+        } else {
+            bare.remove(sink);
+        }
+        drop(bare);
         *cursor = upto;
         drop(cursors);
         self.inner.flush.note_write(0);
@@ -1000,18 +1015,6 @@ impl Journal {
                 .collect()),
             None => Ok(Vec::new()),
         }
-    }
-
-    /// Whether the sink has acknowledged ranges stored (an `a/` key), which moving its cursor
-    /// alone would leave behind.
-    fn has_acked_ranges(&self, sink: &str) -> Result<bool> {
-        self.inner
-            .db
-            .contains_key(keys::acked(sink))
-            .map_err(|source| JournalError::ReadFailed {
-                sink: sink.to_owned(),
-                source,
-            })
     }
 
     /// The sink's cursor: the last sequence number it has passed.
