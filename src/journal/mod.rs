@@ -60,8 +60,8 @@
 //! - Every `apply_batch` rolls sled's io buffer before and after it reserves the batch's manifest
 //!   (`PageCache::pin_log`): two sealed buffers, each a job for sled's io threads (a `pwrite`, a
 //!   `sync_file_range`, a `notify_all` to its seven idle threads), whatever the batch holds. A
-//!   single-key `insert` seals nothing, so a write of one key goes without a batch (the cursor of
-//!   an in-order [`Journal::acknowledge`]).
+//!   single-key `insert` seals nothing. (Writing an in-order acknowledgement's cursor that way cut
+//!   those jobs but not herald's CPU per event; docs/operations.md, "sled's write path, round 5".)
 //! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files
 //!   under `blobs/`.
 //! - Locking: sled `flock`s its `db` file but reports contention only as an `io::Error` of kind
@@ -99,7 +99,7 @@ mod salvage;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -269,10 +269,6 @@ struct Inner {
     append: Mutex<u64>,
     /// Sink cursors, mirrored from the `s/` keys so `backlog` needs no disk read.
     cursors: Mutex<BTreeMap<String, u64>>,
-    /// Sinks known to have no acknowledged ranges stored (no `a/` key): their in-order
-    /// acknowledgement writes the cursor alone ([`Journal::acknowledge`]). Empty at open, so each
-    /// sink's first acknowledgement goes through the batch and learns it; locked inside `cursors`.
-    bare_cursors: Mutex<BTreeSet<String>>,
     closed: AtomicBool,
     /// Appends that carried events, for `herald_journal_appends_total`.
     appends: AtomicU64,
@@ -390,7 +386,6 @@ impl Journal {
                 flusher: Mutex::new(Some(thread)),
                 append: Mutex::new(0),
                 cursors: Mutex::new(cursors),
-                bare_cursors: Mutex::new(BTreeSet::new()),
                 closed: AtomicBool::new(false),
                 appends: AtomicU64::new(0),
                 trimmed: AtomicU64::new(trimmed),
@@ -797,7 +792,6 @@ impl Journal {
             return Err(self.note_write_error("register", &source));
         }
         cursors.remove(sink);
-        lock(&self.inner.bare_cursors).remove(sink);
         drop(cursors);
         self.inner.flush.note_write(0);
         Ok(())
@@ -948,27 +942,6 @@ impl Journal {
             .map(|&(first, last)| (first.max(upto + 1), last))
             .take(MAX_ACKED_RANGES)
             .collect();
-        let mut bare = lock(&self.inner.bare_cursors);
-        if kept.is_empty() && bare.contains(sink) {
-            // The usual acknowledgement (in-order delivery): only the cursor changes, and one key
-            // needs no sled batch. Each `apply_batch` rolls sled's io buffer twice (`pin_log`):
-            // two more writes and `sync_file_range`s on its io threads per acknowledgement.
-            // Known from memory rather than read from the store, on delivery's path.
-            if upto > *cursor {
-                if let Err(source) = self
-                    .inner
-                    .db
-                    .insert(keys::cursor(sink), &upto.to_be_bytes()[..])
-                {
-                    return Err(self.note_write_error("ack", &source));
-                }
-                *cursor = upto;
-                drop(bare);
-                drop(cursors);
-                self.inner.flush.note_write(0);
-            }
-            return Ok(());
-        }
         let mut b = sled::Batch::default();
         if upto > *cursor {
             b.insert(keys::cursor(sink), &upto.to_be_bytes()[..]);
@@ -981,12 +954,6 @@ impl Journal {
         if let Err(source) = self.inner.db.apply_batch(b) {
             return Err(self.note_write_error("ack", &source));
         }
-        if kept.is_empty() {
-            bare.insert(sink.to_owned());
-        } else {
-            bare.remove(sink);
-        }
-        drop(bare);
         *cursor = upto;
         drop(cursors);
         self.inner.flush.note_write(0);

@@ -391,47 +391,6 @@ async fn acknowledgements_above_the_cursor_survive_a_reopen_and_are_bounded() {
     j.close().await.unwrap();
 }
 
-/// An acknowledgement that only moves the cursor (no ranges stored, none kept) writes the cursor
-/// alone, without a sled batch: it must still reach disk, and must not leave or invent ranges.
-#[tokio::test]
-async fn an_in_order_acknowledgement_moves_the_cursor_alone_and_durably() {
-    let tmp = tempfile::tempdir().unwrap();
-    let j = Journal::open(cfg(tmp.path())).unwrap();
-    j.register_sink("out", false).unwrap();
-    let keys: Vec<String> = (0..20).map(|i| format!("ns/{i}")).collect();
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    j.append(batch("pods", 10, &keys)).unwrap();
-    j.durable(u64::MAX).await.unwrap();
-    j.acknowledge("out", 4, &[]).unwrap();
-    j.acknowledge("out", 3, &[]).unwrap();
-    assert_eq!(j.cursor("out").unwrap(), 4, "a cursor never moves back");
-    assert!(j.acked("out").unwrap().is_empty());
-    // Ranges stored, then an in-order acknowledgement below them: the batch path removes them.
-    j.acknowledge("out", 4, &[(6, 7)]).unwrap();
-    j.acknowledge("out", 5, &[]).unwrap();
-    assert!(j.acked("out").unwrap().is_empty());
-    j.acknowledge("out", 9, &[]).unwrap();
-    j.close().await.unwrap();
-
-    let j = Journal::open(cfg(tmp.path())).unwrap();
-    assert_eq!(j.cursor("out").unwrap(), 9);
-    assert!(j.acked("out").unwrap().is_empty());
-    j.acknowledge("out", 9, &[(11, 12)]).unwrap();
-    j.close().await.unwrap();
-
-    // A reopened journal does not know what is stored: the first in-order acknowledgement after
-    // it still removes the ranges the last run left.
-    let j = Journal::open(cfg(tmp.path())).unwrap();
-    assert_eq!(j.acked("out").unwrap(), [(11, 12)]);
-    j.acknowledge("out", 10, &[]).unwrap();
-    assert!(j.acked("out").unwrap().is_empty());
-    j.close().await.unwrap();
-    let j = Journal::open(cfg(tmp.path())).unwrap();
-    assert_eq!(j.cursor("out").unwrap(), 10);
-    assert!(j.acked("out").unwrap().is_empty());
-    j.close().await.unwrap();
-}
-
 #[tokio::test]
 async fn salvage_renumbers_acknowledged_ranges_with_their_events() {
     let tmp = tempfile::tempdir().unwrap();
