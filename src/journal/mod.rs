@@ -57,6 +57,11 @@
 //!   [`JournalConfig::compact_at_open`] says so; ADR 0016).
 //! - [`Journal::apply_retention`] and a large [`Journal::read`] do blocking disk work (200k
 //!   removals: 1.8 s): call them from `spawn_blocking` or a dedicated thread.
+//! - Every `apply_batch` rolls sled's io buffer before and after it reserves the batch's manifest
+//!   (`PageCache::pin_log`): two sealed buffers, each a job for sled's io threads (a `pwrite`, a
+//!   `sync_file_range`, a `notify_all` to its seven idle threads), whatever the batch holds. A
+//!   single-key `insert` seals nothing. (Writing an in-order acknowledgement's cursor that way cut
+//!   those jobs but not herald's CPU per event; docs/operations.md, "sled's write path, round 5".)
 //! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files
 //!   under `blobs/`.
 //! - Locking: sled `flock`s its `db` file but reports contention only as an `io::Error` of kind
