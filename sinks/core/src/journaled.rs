@@ -163,7 +163,11 @@ impl Journaled {
         };
         // The same bytes were read and validated when the event was: this cannot fail, and if
         // it did the full decoder would stand in (the stored bytes still go out whole).
-        match serde_json::from_slice::<View<'_>>(&head) {
+        let view = match scan(&head) {
+            Some(view) => Ok(view),
+            None => serde_json::from_slice::<View<'_>>(&head),
+        };
+        match view {
             Ok(view) => view.to_event(None),
             Err(_) => CloudEvent::from_structured_json(bytes).map_or_else(
                 |_| CloudEvent::new(String::new(), String::new(), String::new()),
@@ -416,7 +420,8 @@ struct View<'a> {
     datacontenttype: Option<Cow<'a, str>>,
     dataschema: Option<Cow<'a, str>>,
     extensions: Extensions<'a>,
-    data: Option<&'a RawValue>,
+    /// `data` as raw JSON text.
+    data: Option<&'a str>,
 }
 
 impl View<'_> {
@@ -650,10 +655,94 @@ impl<'de> Deserialize<'de> for Scalar<'de> {
     }
 }
 
+/// A [`View`] built member by member, with the rules that make it fail where the full decoder
+/// must decide: both the serde reading and [`scan`] feed it, so they agree by construction.
+#[derive(Default)]
+struct Members<'a> {
+    core: [Option<Cow<'a, str>>; CORE_ATTRIBUTES.len()],
+    seen: [bool; DATA_BASE64_SLOT + 1],
+    data: Option<&'a str>,
+    extensions: Extensions<'a>,
+}
+
+impl<'a> Members<'a> {
+    /// Notes a member's slot as taken; a member given twice is the full decoder's call.
+    fn take(&mut self, slot: Option<usize>) -> Result<(), &'static str> {
+        if let Some(i) = slot
+            && let Some(seen) = self.seen.get_mut(i)
+            && std::mem::replace(seen, true)
+        {
+            return Err("a member given twice");
+        }
+        Ok(())
+    }
+
+    /// The `data` member, as raw JSON text.
+    fn data(&mut self, raw: &'a str) -> Result<(), &'static str> {
+        self.take(Some(DATA_SLOT))?;
+        self.data = Some(raw);
+        Ok(())
+    }
+
+    /// Any member but `data`.
+    fn member(&mut self, name: Cow<'a, str>, value: Scalar<'a>) -> Result<(), &'static str> {
+        let slot = slot(&name);
+        self.take(slot)?;
+        match (slot, value) {
+            (Some(DATA_BASE64_SLOT), Scalar::Null) => {}
+            (Some(i), Scalar::Null) if i < DATA_SLOT => {}
+            (Some(i), Scalar::Text(text)) if i < DATA_SLOT => {
+                if let Some(core) = self.core.get_mut(i) {
+                    *core = Some(text);
+                }
+            }
+            (Some(_), _) => return Err("not a string attribute"),
+            // A later member of the same name would replace an earlier one (or a null take it
+            // away): the full decoder's call.
+            (None, _) if self.extensions.get(&name).is_some() => {
+                return Err("a member given twice");
+            }
+            (None, Scalar::Null) => {}
+            (None, value) => self.extensions.push(name, value),
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<View<'a>, &'static str> {
+        let [
+            specversion,
+            id,
+            source,
+            ty,
+            subject,
+            time,
+            datacontenttype,
+            dataschema,
+        ] = self.core;
+        let (Some(id), Some(source), Some(ty)) = (id, source, ty) else {
+            return Err("a required attribute is missing");
+        };
+        if specversion.as_deref() != Some(SPEC_VERSION) {
+            return Err("not a 1.0 event");
+        }
+        Ok(View {
+            id,
+            source,
+            ty,
+            subject,
+            time,
+            datacontenttype,
+            dataschema,
+            extensions: self.extensions,
+            data: self.data,
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for View<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> Visitor<'de> for Members {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
             type Value = View<'de>;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -662,66 +751,20 @@ impl<'de> Deserialize<'de> for View<'de> {
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<View<'de>, A::Error> {
                 use serde::de::Error as _;
-                let mut core: [Option<Cow<'de, str>>; CORE_ATTRIBUTES.len()] = Default::default();
-                let mut seen = [false; DATA_BASE64_SLOT + 1];
-                let mut data = None;
-                let mut extensions = Extensions::default();
+                let mut members = Members::default();
                 while let Some(Key(name)) = map.next_key()? {
-                    let slot = slot(&name);
-                    if let Some(i) = slot
-                        && std::mem::replace(&mut seen[i], true)
-                    {
-                        return Err(A::Error::custom("a member given twice"));
-                    }
-                    if slot == Some(DATA_SLOT) {
-                        data = Some(map.next_value::<&RawValue>()?);
+                    if name == "data" {
+                        let raw = map.next_value::<&RawValue>()?;
+                        members.data(raw.get()).map_err(A::Error::custom)?;
                         continue;
                     }
                     let value = map.next_value::<Scalar<'de>>()?;
-                    match (slot, value) {
-                        (Some(DATA_BASE64_SLOT), Scalar::Null) => {}
-                        (Some(i), Scalar::Null) if i < DATA_SLOT => {}
-                        (Some(i), Scalar::Text(text)) if i < DATA_SLOT => core[i] = Some(text),
-                        (Some(_), _) => return Err(A::Error::custom("not a string attribute")),
-                        // A later member of the same name would replace an earlier one (or a
-                        // null take it away): the full decoder's call.
-                        (None, _) if extensions.get(&name).is_some() => {
-                            return Err(A::Error::custom("a member given twice"));
-                        }
-                        (None, Scalar::Null) => {}
-                        (None, value) => extensions.push(name, value),
-                    }
+                    members.member(name, value).map_err(A::Error::custom)?;
                 }
-                let [
-                    specversion,
-                    id,
-                    source,
-                    ty,
-                    subject,
-                    time,
-                    datacontenttype,
-                    dataschema,
-                ] = core;
-                let (Some(id), Some(source), Some(ty)) = (id, source, ty) else {
-                    return Err(A::Error::custom("a required attribute is missing"));
-                };
-                if specversion.as_deref() != Some(SPEC_VERSION) {
-                    return Err(A::Error::custom("not a 1.0 event"));
-                }
-                Ok(View {
-                    id,
-                    source,
-                    ty,
-                    subject,
-                    time,
-                    datacontenttype,
-                    dataschema,
-                    extensions,
-                    data,
-                })
+                members.finish().map_err(A::Error::custom)
             }
         }
-        deserializer.deserialize_map(Members)
+        deserializer.deserialize_map(Object)
     }
 }
 
@@ -874,14 +917,20 @@ struct Split<'a> {
 /// cheap path cannot decide or finds an error (the full decoder then gives the answer or the
 /// error, in its words).
 fn split(bytes: &[u8]) -> Option<Split<'_>> {
-    let view = serde_json::from_slice::<View<'_>>(bytes).ok()?;
-    let raw = view.data.map(RawValue::get);
-    if let Some(raw) = raw.filter(|raw| !plain(raw)) {
-        // A raw value is only checked for syntax, deeper than the full decoder nests and with
-        // numbers and escapes it refuses; those go to it, to be refused in its words.
-        let mut de = serde_json::Deserializer::from_str(raw);
-        Check { left: DATA_DEPTH }.deserialize(&mut de).ok()?;
-    }
+    // A view the scan gives has had its `data` vouched for as it went: it is plain.
+    let view = if let Some(view) = scan(bytes) {
+        view
+    } else {
+        let view = serde_json::from_slice::<View<'_>>(bytes).ok()?;
+        if let Some(raw) = view.data.filter(|raw| !plain(raw)) {
+            // A raw value is only checked for syntax, deeper than the full decoder nests and
+            // with numbers and escapes it refuses; those go to it, to be refused in its words.
+            let mut de = serde_json::Deserializer::from_str(raw);
+            Check { left: DATA_DEPTH }.deserialize(&mut de).ok()?;
+        }
+        view
+    };
+    let raw = view.data;
     // What `data` means to the decoder's rules: JSON data stays text, located; any other
     // content type takes a string (or `null`, meaning unset), parsed.
     let (data, text) = match raw {
@@ -898,6 +947,284 @@ fn split(bytes: &[u8]) -> Option<Split<'_>> {
     };
     view.check().ok()?;
     Some(Split { view, data, text })
+}
+
+/// Reads the JSON-format object by hand, for the events herald writes itself: member names and
+/// attribute strings without escapes, extensions that are strings, booleans or short integers,
+/// and a [`plain`] `data`, which it checks for syntax in the same pass. `None` for anything
+/// else (an escape, an exponent, a syntax error…), and the serde reading then decides: so the
+/// scan only has to accept nothing that reading refuses, and read what it accepts as that reading
+/// does. It replaces two passes over `data` (serde's raw value and [`plain`]) by one, and
+/// serde's per-member machinery by a byte loop.
+fn scan(bytes: &[u8]) -> Option<View<'_>> {
+    // serde refuses a string that is not UTF-8; checking it all at once lets the scan slice
+    // `str`s anywhere it finds an ASCII delimiter.
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut at = Cursor { text, i: 0 };
+    let mut members = Members::default();
+    at.skip_ws();
+    at.eat(b'{')?;
+    at.skip_ws();
+    if !at.eat_if(b'}') {
+        loop {
+            let name = at.string()?;
+            at.skip_ws();
+            at.eat(b':')?;
+            at.skip_ws();
+            if name == "data" {
+                let start = at.i;
+                at.plain_value()?;
+                members.data(text.get(start..at.i)?).ok()?;
+            } else {
+                let value = at.scalar()?;
+                members.member(Cow::Borrowed(name), value).ok()?;
+            }
+            at.skip_ws();
+            if at.eat_if(b'}') {
+                break;
+            }
+            at.eat(b',')?;
+            at.skip_ws();
+        }
+    }
+    at.skip_ws();
+    // serde takes trailing whitespace and nothing else.
+    if at.i != bytes.len() {
+        return None;
+    }
+    members.finish().ok()
+}
+
+/// Where a string's text stops in `bytes`: its closing quote, an escape, or a control character
+/// (which JSON refuses in a string). Eight bytes a step: most of an event's bytes are the
+/// object's strings.
+fn string_stop(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // The high bit of each byte below `n` (`n` ≤ 128); a borrow can mark a byte after the first
+    // one marked, never one before it, so the lowest mark is exact.
+    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let word = u64::from_le_bytes(chunk.try_into().ok()?);
+        let marks = below(word ^ (ONES * u64::from(b'"')), 1)
+            | below(word ^ (ONES * u64::from(b'\\')), 1)
+            | below(word, 0x20);
+        if marks != 0 {
+            return Some(at + (marks.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .map(|i| at + i)
+}
+
+/// [`scan`]'s place in the text.
+struct Cursor<'a> {
+    text: &'a str,
+    i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.i).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    fn eat_if(&mut self, b: u8) -> bool {
+        let hit = self.peek() == Some(b);
+        if hit {
+            self.i += 1;
+        }
+        hit
+    }
+
+    fn eat(&mut self, b: u8) -> Option<()> {
+        self.eat_if(b).then_some(())
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        let end = self.i.checked_add(word.len())?;
+        (self.text.as_bytes().get(self.i..end)? == word.as_bytes()).then_some(())?;
+        self.i = end;
+        Some(())
+    }
+
+    /// A string without escapes, its content borrowed (the attributes and names).
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.i;
+        let len = string_stop(self.text.as_bytes().get(start..)?)?;
+        let end = start + len;
+        self.i = end;
+        self.eat(b'"')?;
+        self.text.get(start..end)
+    }
+
+    /// A string in `data`: escapes other than `\u` pass (they cannot make a parse fail), a `\u`
+    /// may be half a surrogate pair and is left to [`Check`]; control characters are refused.
+    fn plain_string(&mut self) -> Option<()> {
+        self.eat(b'"')?;
+        let bytes = self.text.as_bytes();
+        loop {
+            let rest = bytes.get(self.i..)?;
+            let len = string_stop(rest)?;
+            self.i += len;
+            match self.peek()? {
+                b'"' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                b'\\' => {
+                    self.i += 1;
+                    match self.peek()? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
+                        _ => return None,
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A number without an exponent and with at most [`PLAIN_DIGITS`] digits, as JSON writes it
+    /// (no leading zero, a fraction with digits).
+    fn plain_number(&mut self) -> Option<()> {
+        self.eat_if(b'-');
+        let whole = self.digits();
+        if whole == 0 || (whole > 1 && self.text.as_bytes().get(self.i - whole) == Some(&b'0')) {
+            return None;
+        }
+        let mut count = whole;
+        if self.eat_if(b'.') {
+            let fraction = self.digits();
+            if fraction == 0 {
+                return None;
+            }
+            count += fraction;
+        }
+        // An exponent is left to the check (it may leave an `f64`'s range).
+        if count > PLAIN_DIGITS || matches!(self.peek(), Some(b'e' | b'E')) {
+            return None;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.i += 1;
+        }
+        self.i - start
+    }
+
+    /// A value in `data`, checked for syntax and for being [`plain`], without recursion: the
+    /// containers open are kept in `open` (`true` for an object).
+    fn plain_value(&mut self) -> Option<()> {
+        let mut open = [false; PLAIN_DEPTH];
+        let mut depth = 0usize;
+        loop {
+            // A value.
+            self.skip_ws();
+            let mut complete = true;
+            match self.peek()? {
+                b'{' | b'[' => {
+                    let object = self.peek() == Some(b'{');
+                    self.i += 1;
+                    self.skip_ws();
+                    if !self.eat_if(if object { b'}' } else { b']' }) {
+                        // Nesting as deep as `plain` leaves to the check, so is it here.
+                        *open.get_mut(depth.checked_add(1).filter(|d| *d < PLAIN_DEPTH)?)? = object;
+                        depth += 1;
+                        if object {
+                            self.key()?;
+                        }
+                        complete = false;
+                    }
+                }
+                b'"' => self.plain_string()?,
+                b't' => self.literal("true")?,
+                b'f' => self.literal("false")?,
+                b'n' => self.literal("null")?,
+                b'-' | b'0'..=b'9' => self.plain_number()?,
+                _ => return None,
+            }
+            if !complete {
+                continue;
+            }
+            // What follows a value: the end of its containers, or the next member.
+            loop {
+                if depth == 0 {
+                    return Some(());
+                }
+                self.skip_ws();
+                let object = *open.get(depth)?;
+                match self.peek()? {
+                    b',' => {
+                        self.i += 1;
+                        if object {
+                            self.skip_ws();
+                            self.key()?;
+                        }
+                        break;
+                    }
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ => return None,
+                }
+                self.i += 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// A member name in `data` and its colon.
+    fn key(&mut self) -> Option<()> {
+        self.plain_string()?;
+        self.skip_ws();
+        self.eat(b':')
+    }
+
+    /// A member's value other than `data`: a string without escapes, a boolean, `null` or an
+    /// integer short enough to be 32-bit.
+    fn scalar(&mut self) -> Option<Scalar<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(|s| Scalar::Text(Cow::Borrowed(s))),
+            b't' => self.literal("true").map(|()| Scalar::Bool(true)),
+            b'f' => self.literal("false").map(|()| Scalar::Bool(false)),
+            b'n' => self.literal("null").map(|()| Scalar::Null),
+            _ => {
+                let start = self.i;
+                self.eat_if(b'-');
+                let digits = self.digits();
+                // `-0` reads as a float; a leading zero is a syntax error.
+                let first = self.text.as_bytes().get(self.i - digits).copied();
+                if digits == 0
+                    || digits > 9
+                    || (first == Some(b'0') && (digits > 1 || self.i - start > 1))
+                {
+                    return None;
+                }
+                if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+                    return None;
+                }
+                self.text
+                    .get(start..self.i)?
+                    .parse()
+                    .ok()
+                    .map(Scalar::Integer)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -965,6 +1292,35 @@ mod tests {
             }
             (Err(full), Err(lazy)) => assert_eq!(lazy.to_string(), full.to_string(), "{text}"),
             (full, lazy) => panic!("{text}: {full:?} vs {lazy:?}"),
+        }
+    }
+
+    /// What [`assert_lazy_read_agrees`] checks but the `data` bytes, for input that is not
+    /// written compact as the journal writes it (whitespace, exponents): lazy and eager reads
+    /// give the full decoder's event, or its error.
+    fn assert_reads_agree(bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let full = CloudEvent::from_structured_json(bytes);
+        for read in [
+            Journaled::read_lazily(bytes.to_vec()),
+            Journaled::from_structured_json(bytes.to_vec()),
+        ] {
+            match (&full, read) {
+                (Ok(full), Ok(read)) => {
+                    assert_eq!(read.id(), full.id, "{text}");
+                    assert_eq!(read.source(), full.source, "{text}");
+                    assert_eq!(read.ty(), full.ty, "{text}");
+                    assert_eq!(read.partition_key(), full.partition_key(), "{text}");
+                    assert_eq!(read.time(), full.time.as_deref(), "{text}");
+                    assert_eq!(read.has_data(), full.data.is_some(), "{text}");
+                    let (mut head, mut attributes) = (full.clone(), read.attributes().clone());
+                    (head.data, attributes.data) = (None, None);
+                    assert_eq!(attributes, head, "{text}");
+                    assert_eq!(read, *full, "{text}");
+                }
+                (Err(full), Err(read)) => assert_eq!(read.to_string(), full.to_string(), "{text}"),
+                (full, read) => panic!("{text}: {full:?} vs {read:?}"),
+            }
         }
     }
 
@@ -1122,6 +1478,121 @@ mod tests {
                 }
             }
             assert_lazy_read_agrees(&bytes);
+        }
+    }
+
+    /// An event as herald writes it: the attributes of a change, an object with the shapes
+    /// Kubernetes objects have (escapes, unicode, fractions, empty and nested containers).
+    fn rendered() -> Vec<u8> {
+        let mut event = CloudEvent::new(
+            "3dcc3f82-11e9:1234:updated",
+            "k8s://prod/example.com/widgets",
+            "com.example.widget.updated",
+        )
+        .subject("ns/a")
+        .time("2026-01-02T03:04:05.678Z")
+        .datacontenttype("application/json")
+        .dataschema("https://herald.dev/schemas/data/v1");
+        for (name, value) in [
+            ("k8sgroup", "example.com"),
+            ("partitionkey", "ns/a"),
+            ("sequence", "00000000000000001234"),
+        ] {
+            event = event.extension(name, value);
+        }
+        event
+            .extension("resync", false)
+            .extension("count", -42)
+            .data(json!({
+                "op": "updated",
+                "object": {
+                    "metadata": {"name": "a", "labels": {}, "finalizers": [], "generation": 0},
+                    "spec": {"s": "q\"b\\c\n/\t é ✓", "n": [-12.5, 0, 0.25, 1e3, 9_007_199_254_740_993_u64], "x": [[{}], [null, true, false]]},
+                },
+                "patch": [{"op": "replace", "path": "/spec/n", "value": 1}],
+                "resync": false,
+            }))
+            .to_structured_json()
+    }
+
+    #[test]
+    fn the_scan_reads_what_herald_writes_without_serde() {
+        let bytes = rendered();
+        let view = scan(&bytes).unwrap();
+        assert!(view.marks(&bytes).is_some());
+        assert_eq!(view.extensions.iter().count(), 5);
+        assert_lazy_read_agrees(&bytes);
+        // Whitespace between the tokens too.
+        let value: Value = serde_json::from_slice(&bytes).unwrap();
+        let pretty = serde_json::to_vec_pretty(&value).unwrap();
+        assert!(scan(&pretty).is_some());
+        assert_reads_agree(&pretty);
+        // What the scan leaves to serde: escapes in attributes, `\u` and exponents in `data`.
+        for other in [
+            br#"{"specversion":"1.0","id":"\u0031","source":"/s","type":"t"}"#.as_slice(),
+            br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","data":{"s":"\u00e9"}}"#,
+            br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","data":[1e5]}"#,
+            br#"{"specversion":"1.0","id":"1","source":"/s","type":"t","x":-0}"#,
+        ] {
+            assert!(scan(other).is_none(), "{}", String::from_utf8_lossy(other));
+            assert_reads_agree(other);
+        }
+    }
+
+    /// Every one-byte corruption of a rendered event, read by the scan (or refused by it and read
+    /// by serde): the outcome is the full decoder's, event or error.
+    #[test]
+    fn the_scan_agrees_with_the_full_decoder_on_every_corruption() {
+        let bytes = rendered();
+        let edits: &[Option<u8>] = &[
+            None,
+            Some(b'"'),
+            Some(b'\\'),
+            Some(b'{'),
+            Some(b'}'),
+            Some(b'['),
+            Some(b']'),
+            Some(b','),
+            Some(b':'),
+            Some(b'0'),
+            Some(b'-'),
+            Some(b'.'),
+            Some(b'e'),
+            Some(b' '),
+            Some(0x01),
+            Some(0xff),
+        ];
+        for i in 0..bytes.len() {
+            for edit in edits {
+                let mut corrupt = bytes.clone();
+                match edit {
+                    None => {
+                        corrupt.remove(i);
+                    }
+                    Some(b) => corrupt[i] = *b,
+                }
+                assert_reads_agree(&corrupt);
+            }
+        }
+    }
+
+    #[test]
+    fn string_stop_finds_the_first_quote_escape_or_control_character() {
+        let slow = |b: &[u8]| b.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+        let mut cases: Vec<Vec<u8>> = vec![Vec::new(), b"abc".to_vec(), "é✓ x".as_bytes().to_vec()];
+        for len in 0..20 {
+            for stop in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+                for at in 0..len {
+                    let mut bytes = vec![b'a'; len];
+                    bytes[at] = stop;
+                    // A later byte that a borrow could mark, and bytes just above the limits.
+                    bytes.extend_from_slice(&[0x01, 0x20, b'#', b']', 0xff]);
+                    cases.push(bytes);
+                }
+            }
+        }
+        for bytes in cases {
+            assert_eq!(string_stop(&bytes), slow(&bytes), "{bytes:?}");
         }
     }
 }
