@@ -688,10 +688,12 @@ impl<'a> Recorder<'a> {
             && spec.ignore_fields.is_empty()
             && !spec.skip_status_only_updates
             && resource.redact.is_empty()
-            && event::members::get(old, REDACTED_DIGESTS).is_none()
-            && [old, new]
-                .iter()
-                .all(|o| event::members::get(o, "metadata").is_some_and(Value::is_object))
+            && [old, new].iter().all(|o| {
+                // An object of its own carrying the digests' member name: the event leaves the
+                // member out of both states (`public`), a patch of the raw states would not.
+                event::members::get(o, REDACTED_DIGESTS).is_none()
+                    && event::members::get(o, "metadata").is_some_and(Value::is_object)
+            })
     }
 
     /// [`append`](Self::append), with what the append does to the stream's first-sync marker.
