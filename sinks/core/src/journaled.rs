@@ -1580,10 +1580,14 @@ mod tests {
     fn string_stop_finds_the_first_quote_escape_or_control_character() {
         let slow = |b: &[u8]| b.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
         let mut cases: Vec<Vec<u8>> = vec![Vec::new(), b"abc".to_vec(), "é✓ x".as_bytes().to_vec()];
-        for len in 0..20 {
+        // Fillers below and at or above 0x80 (é is 0xC3 0xA9), so the eight-byte step meets
+        // both in front of the stop.
+        for (len, filler) in
+            (0..20).flat_map(|len| [b'a', 0xc3, 0xa9, 0x80, 0xff].map(|f| (len, f)))
+        {
             for stop in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
                 for at in 0..len {
-                    let mut bytes = vec![b'a'; len];
+                    let mut bytes = vec![filler; len];
                     bytes[at] = stop;
                     // A later byte that a borrow could mark, and bytes just above the limits.
                     bytes.extend_from_slice(&[0x01, 0x20, b'#', b']', 0xff]);
