@@ -481,6 +481,21 @@ impl<'a> Recorder<'a> {
         self.emit_json(p, op, obj, None, None, old, prior, resync, rv);
     }
 
+    /// A `created` event for `obj`, serialized as `json`.
+    fn emit_created(&self, p: &mut Pending, obj: &Value, json: &[u8], resync: bool) {
+        self.emit_json(
+            p,
+            Op::Created,
+            obj,
+            Some(json),
+            None,
+            None,
+            None,
+            resync,
+            None,
+        );
+    }
+
     /// [`emit`](Self::emit), given `obj` serialized (`obj_json`), which the event then carries as
     /// it is (unless the index's digests of redacted values have to come out of it first), and
     /// the patch from `old` to `obj` already written (`patch_json`; `old` and `obj` without
@@ -584,17 +599,7 @@ impl<'a> Recorder<'a> {
         let json = json.unwrap_or_else(|| serde_json::to_vec(&new).unwrap_or_default());
         match old {
             None => {
-                self.emit_json(
-                    p,
-                    Op::Created,
-                    &new,
-                    Some(&json),
-                    None,
-                    None,
-                    None,
-                    resync,
-                    None,
-                );
+                self.emit_created(p, &new, &json, resync);
             }
             Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
                 // Deleted and re-created under the same name while we were not looking: the
@@ -608,17 +613,7 @@ impl<'a> Recorder<'a> {
                     .or(rv)
                     .or(Some(meta(&new, "resourceVersion")));
                 self.emit(p, Op::Deleted, &old, None, Some(&old), resync, deleted_at);
-                self.emit_json(
-                    p,
-                    Op::Created,
-                    &new,
-                    Some(&json),
-                    None,
-                    None,
-                    None,
-                    resync,
-                    None,
-                );
+                self.emit_created(p, &new, &json, resync);
             }
             Some(old) if self.patch_decides(&old, &new) => {
                 // The patch the event carries is written first: it says whether the update is
