@@ -598,9 +598,7 @@ impl<'a> Recorder<'a> {
         // event's `data.object` both.
         let json = json.unwrap_or_else(|| serde_json::to_vec(&new).unwrap_or_default());
         match old {
-            None => {
-                self.emit_created(p, &new, &json, resync);
-            }
+            None => self.emit_created(p, &new, &json, resync),
             Some(old) if meta(&old, "uid") != meta(&new, "uid") => {
                 // Deleted and re-created under the same name while we were not looking: the
                 // deletion first, dated just before the new object, so `sequence` keeps rising
