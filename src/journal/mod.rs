@@ -1297,7 +1297,9 @@ fn compact_at_open(path: &Path, disk: u64, live: u64, timeout: Duration) {
 /// layout of `e/` keys.
 #[cfg(test)]
 pub(crate) fn roll_back_events(dir: &Path, from: u64) {
-    let raw = sled::Config::new().path(dir).open().unwrap();
+    // As herald opens it: sled lets go of its file lock when its last io job ends, a moment after
+    // a close returns, and `open_sled` waits for that.
+    let raw = open_sled(dir, CACHE_CAPACITY).unwrap();
     let stored: Vec<(sled::IVec, sled::IVec)> = raw
         .scan_prefix(keys::EVENT_PREFIX)
         .map(|entry| entry.unwrap())

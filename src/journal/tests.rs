@@ -11,6 +11,20 @@ use super::*;
 /// Set in a child process re-executed by a test: the journal directory it must use.
 const CHILD_DIR_ENV: &str = "HERALD_JOURNAL_TEST_CHILD_DIR";
 
+/// The store at `dir` opened with sled directly (sled's defaults). sled lets go of its file lock
+/// when its last io job ends, a moment after a close returns: a lock error is waited out.
+fn raw_store(dir: &Path) -> sled::Db {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match sled::Config::new().path(dir).open() {
+            Err(e) if files::is_sled_lock_error(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            opened => return opened.unwrap(),
+        }
+    }
+}
+
 fn cfg(dir: &Path) -> JournalConfig {
     JournalConfig {
         flush_interval: Duration::from_millis(2),
@@ -141,7 +155,7 @@ fn a_second_open_in_the_same_process_fails_naming_the_path() {
 fn a_store_held_by_sled_directly_is_reported_as_already_open() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("journal");
-    let raw = sled::Config::new().path(&dir).open().unwrap();
+    let raw = raw_store(&dir);
     let err = Journal::open(cfg(tmp.path())).unwrap_err();
     assert!(
         matches!(err, JournalError::AlreadyOpen { .. }),
@@ -196,7 +210,7 @@ async fn writes_and_checks_the_schema_version() {
         .await
         .unwrap();
     {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
+        let raw = raw_store(&dir);
         assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
         raw.insert(b"meta/schema_version", b"6").unwrap();
         raw.flush().unwrap();
@@ -212,7 +226,7 @@ async fn writes_and_checks_the_schema_version() {
     // A store with data but no version was not written by herald.
     let other = tmp.path().join("other");
     {
-        let raw = sled::Config::new().path(&other).open().unwrap();
+        let raw = raw_store(&other);
         raw.insert(b"foreign", b"x").unwrap();
         raw.flush().unwrap();
     }
@@ -233,7 +247,7 @@ async fn a_version_1_store_is_upgraded_with_a_head_record() {
     // What a version-1 herald left: the same keys, no head record.
     std::fs::remove_file(dir.join(head::FILE)).unwrap();
     {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
+        let raw = raw_store(&dir);
         raw.insert(b"meta/schema_version", b"1").unwrap();
         raw.flush().unwrap();
     }
@@ -241,7 +255,7 @@ async fn a_version_1_store_is_upgraded_with_a_head_record() {
     assert_eq!(j.head(), 2);
     assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
     j.close().await.unwrap();
-    let raw = sled::Config::new().path(&dir).open().unwrap();
+    let raw = raw_store(&dir);
     assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
 }
 
@@ -294,7 +308,7 @@ async fn first_sync_markers_move_with_their_appends_and_survive_compaction_and_s
 
     // A damaged marker: the journal does not open; the salvage drops it.
     {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
+        let raw = raw_store(&dir);
         raw.insert(b"f/w", b"skiq").unwrap();
         raw.flush().unwrap();
     }
@@ -327,7 +341,7 @@ async fn a_version_3_store_is_upgraded_in_place() {
     j.append(batch("pods", 10, &["ns/a", "ns/b"])).unwrap();
     j.close().await.unwrap();
     {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
+        let raw = raw_store(&dir);
         raw.insert(b"meta/schema_version", b"3").unwrap();
         raw.flush().unwrap();
     }
@@ -338,7 +352,7 @@ async fn a_version_3_store_is_upgraded_in_place() {
     assert_eq!(j.head(), 2);
     assert!(!j.first_sync_skipping("pods").unwrap());
     j.close().await.unwrap();
-    let raw = sled::Config::new().path(&dir).open().unwrap();
+    let raw = raw_store(&dir);
     assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
 }
 
@@ -438,7 +452,7 @@ async fn a_store_behind_its_head_record_is_damaged_and_salvage_rebuilds_it() {
     assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
     // The store rolled back by one committed event (as sled's recovery does after a truncation).
     {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
+        let raw = raw_store(&dir);
         // Events 1 and 2 share a segment: it is rewritten with event 1 alone.
         let both = keys::segment(1, 2);
         let value = raw.remove(&both).unwrap().unwrap();
@@ -1300,7 +1314,7 @@ async fn a_version_4_store_keeps_its_single_events_beside_new_segments() {
         .unwrap();
     {
         // What a schema-4 herald wrote for an append of two events and one of one.
-        let raw = sled::Config::new().path(&dir).open().unwrap();
+        let raw = raw_store(&dir);
         for (seq, key) in [(1, "ns/a"), (2, "ns/b"), (3, "ns/c")] {
             let value = keys::event_value(now_ms(), &event("pods", seq, key));
             raw.insert(keys::event(seq), value).unwrap();
@@ -1358,7 +1372,7 @@ async fn verify_and_salvage_see_into_segments() {
         (6, Some(1), Some(6))
     );
     {
-        let raw = sled::Config::new().path(&dir).open().unwrap();
+        let raw = raw_store(&dir);
         // Event 2's bytes no longer a CloudEvent; the segment of 4 and 5 cut short.
         let first = keys::segment(1, 3);
         let value = raw.get(&first).unwrap().unwrap();
