@@ -1539,6 +1539,36 @@ mod tests {
         }
     }
 
+    /// The scan's limits, on each side: what it takes at the limit it reads itself, past it it
+    /// leaves to serde (an off-by-one would only slow the fast path, so nothing else would fail).
+    #[test]
+    fn the_scan_reads_up_to_its_limits_and_leaves_what_is_past_them_to_serde() {
+        let event = |extra: &str, data: &str| {
+            format!(
+                r#"{{"specversion":"1.0","id":"1","source":"/s","type":"t"{extra},"data":{data}}}"#
+            )
+        };
+        let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        let number = |digits: usize| format!("1.{}", "5".repeat(digits - 1));
+        let cases = [
+            (
+                event(r#","x":123456789"#, "1"),
+                event(r#","x":1234567890"#, "1"),
+            ),
+            (event("", &nested(99)), event("", &nested(100))),
+            (
+                event("", &number(PLAIN_DIGITS)),
+                event("", &number(PLAIN_DIGITS + 1)),
+            ),
+        ];
+        for (at, past) in cases {
+            assert!(scan(at.as_bytes()).is_some(), "{at}");
+            assert!(scan(past.as_bytes()).is_none(), "{past}");
+            assert_reads_agree(at.as_bytes());
+            assert_reads_agree(past.as_bytes());
+        }
+    }
+
     /// Every one-byte corruption of a rendered event, read by the scan (or refused by it and read
     /// by serde): the outcome is the full decoder's, event or error.
     #[test]
