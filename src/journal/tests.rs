@@ -25,6 +25,14 @@ fn raw_store(dir: &Path) -> sled::Db {
     }
 }
 
+/// A journal opened and closed under `dir` with nothing appended: its store's directory.
+async fn empty_store(dir: &Path) -> std::path::PathBuf {
+    let j = Journal::open(cfg(dir)).unwrap();
+    let path = j.path().to_owned();
+    j.close().await.unwrap();
+    path
+}
+
 fn cfg(dir: &Path) -> JournalConfig {
     JournalConfig {
         flush_interval: Duration::from_millis(2),
@@ -203,12 +211,7 @@ fn a_second_open_from_another_process_fails() {
 #[tokio::test]
 async fn writes_and_checks_the_schema_version() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("journal");
-    Journal::open(cfg(tmp.path()))
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
+    let dir = empty_store(tmp.path()).await;
     {
         let raw = raw_store(&dir);
         assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
@@ -489,11 +492,7 @@ async fn a_store_behind_its_head_record_is_damaged_and_salvage_rebuilds_it() {
 #[tokio::test]
 async fn a_store_that_makes_no_progress_within_the_bound_is_reported_damaged() {
     let tmp = tempfile::tempdir().unwrap();
-    Journal::open(cfg(tmp.path()))
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
+    empty_store(tmp.path()).await;
     // sled cannot even recover within a nanosecond: the open gives up instead of waiting on it.
     let err = Journal::open(JournalConfig {
         open_timeout: Duration::from_nanos(1),
@@ -1306,12 +1305,7 @@ async fn retention_keeps_a_segment_until_all_of_its_events_may_go() {
 #[tokio::test]
 async fn a_version_4_store_keeps_its_single_events_beside_new_segments() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("journal");
-    Journal::open(cfg(tmp.path()))
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
+    let dir = empty_store(tmp.path()).await;
     {
         // What a schema-4 herald wrote for an append of two events and one of one.
         let raw = raw_store(&dir);
