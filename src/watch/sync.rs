@@ -1087,9 +1087,11 @@ impl Recorder<'_> {
         }
         let old = self.recorded(p, &key)?;
         match (seen, old) {
-            (Seen::Added | Seen::Modified, None) => self.present_spans(p, &key, new, None),
+            (Seen::Added | Seen::Modified, None) => {
+                self.present_spans(p, &key, new, None, false, None);
+            }
             (Seen::Added | Seen::Modified, Some(State::Spans(old))) => {
-                self.present_spans(p, &key, new, Some(old));
+                self.present_spans(p, &key, new, Some(old), false, None);
             }
             // A state the tree path recorded (an object that was not plain) is diffed as a tree.
             (Seen::Added | Seen::Modified, Some(State::Tree(old))) => {
@@ -1108,7 +1110,7 @@ impl Recorder<'_> {
                 }
             }
             (Seen::Deleted, _) => {
-                self.emit_spans(p, Op::Deleted, &new, None, None, None);
+                self.emit_spans(p, Op::Deleted, &new, None, None, false, None);
                 self.remove(p, &key);
             }
             (Seen::Bookmark, _) => {}
@@ -1116,8 +1118,16 @@ impl Recorder<'_> {
         Ok(())
     }
 
-    /// [`present`](Self::present) of a watched object and its recorded state as bytes and spans.
-    fn present_spans(&self, p: &mut Pending, key: &str, new: Spanned, old: Option<Spanned>) {
+    /// [`present`](Self::present) of an object and its recorded state as bytes and spans.
+    fn present_spans(
+        &self,
+        p: &mut Pending,
+        key: &str,
+        new: Spanned,
+        old: Option<Spanned>,
+        resync: bool,
+        rv: Option<&str>,
+    ) {
         let (now, uid) = {
             let ident = new.ident();
             (ident.resource_version.to_owned(), ident.uid.to_owned())
@@ -1131,16 +1141,61 @@ impl Recorder<'_> {
             return;
         }
         match &old {
-            None => self.emit_spans(p, Op::Created, &new, None, None, None),
+            None => self.emit_spans(p, Op::Created, &new, None, None, resync, None),
             Some(old) if old.ident().uid != uid => {
                 // As `present`: the deletion first, dated just before the new object.
                 let before = event::replaced_deletion_version(&now);
-                let deleted_at = before.as_deref().or(Some(&now));
-                self.emit_spans(p, Op::Deleted, old, None, None, deleted_at);
-                self.emit_spans(p, Op::Created, &new, None, None, None);
+                let deleted_at = before.as_deref().or(rv).or(Some(&now));
+                self.emit_spans(p, Op::Deleted, old, None, None, resync, deleted_at);
+                self.emit_spans(p, Op::Created, &new, None, None, resync, None);
             }
-            Some(old) => self.update_spans(p, old, &new),
+            Some(old) => self.update_spans(p, old, &new, resync),
         }
+        self.put_spans(p, key, new);
+    }
+
+    /// What a relist does with one listed object that is bytes and spans ([`plain`](Spanned::plain),
+    /// on the [`spans_path`](Self::spans_path)), as the tree path does with its tree: given back
+    /// when its indexed state is not plain (a salvage's mark, an object the tree path recorded),
+    /// for the tree path. `rv` is the list's revision.
+    async fn relist_spans(
+        &self,
+        p: &mut Pending,
+        new: Spanned,
+        emit: bool,
+        unindexed: bool,
+        rv: &str,
+    ) -> Result<Relisted, SyncError> {
+        let ident = new.ident();
+        if !self.namespace_allowed(ident.namespace).await? {
+            return Ok(Relisted::Skipped);
+        }
+        let key = event::ident_key(&self.resolved.resource, &ident);
+        if !emit {
+            self.put_spans(p, &key, new);
+            return Ok(Relisted::Recorded(key));
+        }
+        let old = if unindexed {
+            None
+        } else {
+            let raw = self
+                .journal
+                .index_get(&self.resolved.stream, &key)
+                .map_err(SyncError::JournalFailed)?;
+            match raw {
+                None => None,
+                Some(raw) => match Spanned::index(&raw).filter(Spanned::plain) {
+                    Some(old) => Some(old),
+                    None => return Ok(Relisted::Tree(new)),
+                },
+            }
+        };
+        self.present_spans(p, &key, new, old, true, Some(rv));
+        Ok(Relisted::Recorded(key))
+    }
+
+    /// [`put_json`](Self::put_json) of an object as bytes and spans.
+    fn put_spans(&self, p: &mut Pending, key: &str, new: Spanned) {
         p.sizes.insert(key.to_string(), new.bytes.len());
         p.index.push(IndexUpdate::Put {
             key: key.to_string(),
@@ -1152,7 +1207,7 @@ impl Recorder<'_> {
     /// An update from `old` to `new` (of the same uid): journaled when its patch touches more than
     /// the bookkeeping, which without `changed`, `ignoreFields` or redaction is
     /// [`filter::meaningful_update`]'s answer (see [`patch_decides`](Self::patch_decides)).
-    fn update_spans(&self, p: &mut Pending, old: &Spanned, new: &Spanned) {
+    fn update_spans(&self, p: &mut Pending, old: &Spanned, new: &Spanned, resync: bool) {
         if !self.spec.ops.contains(&Op::Updated) {
             self.health
                 .filtered
@@ -1171,7 +1226,7 @@ impl Recorder<'_> {
             }
         };
         if meaningful {
-            self.emit_spans(p, Op::Updated, new, Some(&patch), Some(old), None);
+            self.emit_spans(p, Op::Updated, new, Some(&patch), Some(old), resync, None);
         } else {
             self.health
                 .filtered
@@ -1179,8 +1234,9 @@ impl Recorder<'_> {
         }
     }
 
-    /// [`emit_json`](Self::emit_json) of states as bytes and spans, never a resync (a relist
-    /// records trees): `patch` is the update's, from `old`.
+    /// [`emit_json`](Self::emit_json) of states as bytes and spans: `patch` is the update's, from
+    /// `old`.
+    #[allow(clippy::too_many_arguments)]
     fn emit_spans(
         &self,
         p: &mut Pending,
@@ -1188,6 +1244,7 @@ impl Recorder<'_> {
         obj: &Spanned,
         patch: Option<&[u8]>,
         old: Option<&Spanned>,
+        resync: bool,
         rv: Option<&str>,
     ) {
         // No `when` on the spans path: the resource's `events` alone decide.
@@ -1208,11 +1265,16 @@ impl Recorder<'_> {
                 object: &obj.bytes,
                 old: old.map(|o| o.bytes.as_slice()),
                 patch,
-                resync: false,
+                resync,
                 resource_version: rv,
                 observed_at: jiff::Timestamp::now(),
             },
         );
+        if resync {
+            self.health
+                .resync_events
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         // As `emit_json`; a plain object nests less than `DEEP`, so its event reads back.
         if let Err(error) = attributes.validate() {
             tracing::warn!(
@@ -1224,6 +1286,16 @@ impl Recorder<'_> {
         }
         p.events.push(bytes);
     }
+}
+
+/// What [`Recorder::relist_spans`] did with a listed object.
+enum Relisted {
+    /// Recorded, under this key.
+    Recorded(String),
+    /// Outside the namespace selector.
+    Skipped,
+    /// Left to the tree path.
+    Tree(Spanned),
 }
 
 /// One LIST page as the API server sends it, its items decoded straight into `Value`s (no typed
@@ -1239,11 +1311,33 @@ struct Page<T> {
 }
 
 /// What a relist works on: a page's items as [`Value`]s, each with its bytes when the decoder
-/// could write them.
-type Items = Vec<(Value, Option<Vec<u8>>)>;
+/// could write them, or as bytes and spans (see [`Spanned`]).
+type Items = Vec<Object>;
 
-/// Reads one LIST page, its items decoded as [`Decoded<STRIP>`].
-async fn list_page_as<const STRIP: bool>(
+/// A listed item as the decoder gives it, as a relist takes it (its shape checked there).
+trait Item: serde::de::DeserializeOwned + Send + 'static {
+    fn into_item(self) -> Object;
+}
+
+impl<const STRIP: bool> Item for Decoded<STRIP> {
+    fn into_item(self) -> Object {
+        Object::Tree(self.value, self.json)
+    }
+}
+
+impl<const STRIP: bool> Item for super::Spans<STRIP> {
+    fn into_item(self) -> Object {
+        if self.0.plain() {
+            Object::Spans(self.0)
+        } else {
+            let (value, json) = self.0.into_tree();
+            Object::Tree(value, json)
+        }
+    }
+}
+
+/// Reads one LIST page, its items decoded as `T`.
+async fn list_page_as<T: Item>(
     client: kube::Client,
     url: String,
     lp: ListParams,
@@ -1251,12 +1345,12 @@ async fn list_page_as<const STRIP: bool>(
     let request = kube::core::Request::new(url)
         .list(&lp)
         .map_err(kube::Error::BuildRequest)?;
-    let page = client.request::<Page<Decoded<STRIP>>>(request).await?;
+    let page = client.request::<Page<T>>(request).await?;
     let items = page
         .items
         .unwrap_or_default()
         .into_iter()
-        .map(|d| (d.value, d.json))
+        .map(Item::into_item)
         .collect();
     Ok((page.metadata, items))
 }
@@ -1285,17 +1379,19 @@ struct PageMeta {
 }
 
 /// Reads one LIST page; managedFields are skipped while it is parsed, unless the resource keeps
-/// them.
+/// them; into bytes and spans on the [`spans_path`](Recorder::spans_path).
 async fn list_page(
     client: kube::Client,
     url: String,
     lp: ListParams,
     keep_managed_fields: bool,
+    spans: bool,
 ) -> kube::Result<(PageMeta, Items)> {
-    if keep_managed_fields {
-        list_page_as::<false>(client, url, lp).await
-    } else {
-        list_page_as::<true>(client, url, lp).await
+    match (keep_managed_fields, spans) {
+        (true, false) => list_page_as::<Decoded<false>>(client, url, lp).await,
+        (false, false) => list_page_as::<Decoded<true>>(client, url, lp).await,
+        (true, true) => list_page_as::<super::Spans<false>>(client, url, lp).await,
+        (false, true) => list_page_as::<super::Spans<true>>(client, url, lp).await,
     }
 }
 
@@ -1463,12 +1559,14 @@ async fn relist_with(
         (true, false) => (FirstSync::Keep, FirstSync::Keep),
     };
     let keep = r.resource.keep_managed_fields;
+    let spans = rec.spans_path();
     let fetch = |lp: ListParams| {
         AbortOnDropHandle::new(tokio::spawn(list_page(
             r.client.clone(),
             url.clone(),
             lp,
             keep,
+            spans,
         )))
     };
 
@@ -1526,40 +1624,53 @@ async fn relist_with(
                 next = Some(fetch(lp.clone()));
             }
             let mut p = Pending::default();
-            for (item, json) in items {
-                // The watch's shape check: a listed object without it would be journaled
-                // unreadable to the index; it is skipped, named as well as it can be.
-                if !super::shaped(&item) {
-                    let named = format!(
-                        "{}/{}",
-                        item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
-                        item.pointer("/metadata/name").unwrap_or(&Value::Null)
-                    );
-                    if let Err(error) = super::WatchedObject::into_value(item) {
-                        tracing::warn!(
-                            message = "A listed object is not shaped like a Kubernetes object; skipping it.",
-                            stream = %r.stream,
-                            object = %named,
-                            %error,
-                        );
-                    }
-                    continue;
-                }
-                let (new, json) = rec.prepare_json(item, json)?;
-                if !rec.namespace_allowed(meta(&new, "namespace")).await? {
-                    continue;
-                }
-                let key = event::object_key(&r.resource, &new);
-                if emit {
-                    let old = if unindexed {
-                        None
-                    } else {
-                        rec.relist_base(&key, &new)?
+            'items: for item in items {
+                let key = 'recorded: {
+                    let (item, json) = match item {
+                        Object::Tree(item, json) => (item, json),
+                        Object::Spans(s) => {
+                            match rec.relist_spans(&mut p, s, emit, unindexed, rv).await? {
+                                Relisted::Skipped => continue 'items,
+                                Relisted::Recorded(key) => break 'recorded key,
+                                Relisted::Tree(s) => s.into_tree(),
+                            }
+                        }
                     };
-                    rec.present(&mut p, &key, new, json, old, true, Some(rv.as_str()));
-                } else {
-                    rec.put(&mut p, &key, new, json);
-                }
+                    // The watch's shape check: a listed object without it would be journaled
+                    // unreadable to the index; it is skipped, named as well as it can be.
+                    if !super::shaped(&item) {
+                        let named = format!(
+                            "{}/{}",
+                            item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
+                            item.pointer("/metadata/name").unwrap_or(&Value::Null)
+                        );
+                        if let Err(error) = super::WatchedObject::into_value(item) {
+                            tracing::warn!(
+                                message = "A listed object is not shaped like a Kubernetes object; skipping it.",
+                                stream = %r.stream,
+                                object = %named,
+                                %error,
+                            );
+                        }
+                        continue 'items;
+                    }
+                    let (new, json) = rec.prepare_json(item, json)?;
+                    if !rec.namespace_allowed(meta(&new, "namespace")).await? {
+                        continue 'items;
+                    }
+                    let key = event::object_key(&r.resource, &new);
+                    if emit {
+                        let old = if unindexed {
+                            None
+                        } else {
+                            rec.relist_base(&key, &new)?
+                        };
+                        rec.present(&mut p, &key, new, json, old, true, Some(rv.as_str()));
+                    } else {
+                        rec.put(&mut p, &key, new, json);
+                    }
+                    key
+                };
                 // Lookups go to the store: no second copy of every object in the overlay.
                 p.overlay.clear();
                 p.sizes.clear();
