@@ -30,8 +30,14 @@ pub struct Spanned {
     pub bytes: Vec<u8>,
     /// The object's own members (none when it is not an object).
     top: Vec<Member>,
-    /// Where `metadata`'s `name`, `namespace`, `uid`, `resourceVersion` and `generation` values lie.
-    meta: [Option<(usize, usize)>; 5],
+    /// The text (inside the quotes) of `metadata`'s `name`, `namespace`, `uid` and
+    /// `resourceVersion` when they are strings without escapes; none when absent, null, or not
+    /// [`plain`](Self::plain). Offsets in 32 bits: a state is kept by the thousand.
+    texts: [Option<(u32, u32)>; 4],
+    /// `metadata.generation` as [`Value::as_i64`] reads it.
+    generation: Option<i64>,
+    /// Those four are absent, null, or strings without escapes.
+    plain_meta: bool,
     /// No object anywhere repeated a member.
     exact: bool,
     /// How deep containers nest (a scalar is 0).
@@ -65,21 +71,41 @@ impl Spanned {
         (value, self.exact.then_some(self.bytes))
     }
 
-    /// The string value at `span`, `None` when it is not a string without escapes.
-    fn plain_str(&self, span: (usize, usize)) -> Option<&str> {
-        let raw = spans::at(&self.bytes, span);
-        let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-        if inner.contains(&b'\\') {
-            return None;
+    /// Reads the identifying members (`meta`: where the values of [`META`] lie) once the object
+    /// is written (the recorder reads them a few times per change).
+    fn finish(&mut self, meta: &[Option<(usize, usize)>; 5]) {
+        let b = &self.bytes;
+        self.plain_meta = true;
+        for i in [NAME, NAMESPACE, UID, RV] {
+            let Some(span) = meta[i] else {
+                continue;
+            };
+            let raw = spans::at(b, span);
+            if raw == b"null" {
+                continue;
+            }
+            // The text inside the quotes of a string without escapes (utf-8: written from a str).
+            let text = (span.1 - span.0 >= 2 && raw.first() == Some(&b'"'))
+                .then_some((span.0 + 1, span.1 - 1))
+                .filter(|&inner| !spans::at(b, inner).contains(&b'\\'))
+                .and_then(|(start, end)| {
+                    Some((u32::try_from(start).ok()?, u32::try_from(end).ok()?))
+                });
+            self.texts[i] = text;
+            self.plain_meta &= text.is_some();
         }
-        std::str::from_utf8(inner).ok()
+        // `Value::as_i64`: an integer in i64's range; a float's text never parses as one.
+        self.generation = meta[GENERATION]
+            .and_then(|span| std::str::from_utf8(spans::at(b, span)).ok())
+            .and_then(|text| text.parse::<i64>().ok());
     }
 
-    /// `metadata.<META[i]>` as [`event::members::meta_str`] reads it, for a [`plain`](Self::plain)
-    /// object (whose strings hold no escape).
+    /// `metadata.<META[i]>` as [`event::members::meta_str`](crate::event::members::meta_str)
+    /// reads it, for a [`plain`](Self::plain) object.
     fn meta_str(&self, i: usize) -> &str {
-        self.meta[i]
-            .and_then(|span| self.plain_str(span))
+        self.texts[i]
+            .and_then(|(start, end)| self.bytes.get(start as usize..end as usize))
+            .and_then(|text| std::str::from_utf8(text).ok())
             .unwrap_or("")
     }
 
@@ -94,10 +120,7 @@ impl Spanned {
             && self
                 .member(b"metadata")
                 .is_some_and(|m| spans::at(b, m.value).first() == Some(&b'{'))
-            && self.meta[..GENERATION]
-                .iter()
-                .flatten()
-                .all(|&span| spans::at(b, span) == b"null" || self.plain_str(span).is_some())
+            && self.plain_meta
             && !self
                 .top
                 .iter()
@@ -119,16 +142,13 @@ impl Spanned {
             resource_version: self.meta_str(RV),
             name: self.meta_str(NAME),
             namespace: self.meta_str(NAMESPACE),
-            // `Value::as_i64`: an integer in i64's range; a float's text never parses as one.
-            generation: self.meta[GENERATION]
-                .and_then(|span| std::str::from_utf8(spans::at(&self.bytes, span)).ok())
-                .and_then(|text| text.parse::<i64>().ok()),
+            generation: self.generation,
         }
     }
 
     /// The object's members, for [`event::write_diff_spans`].
     pub fn object(&self) -> spans::Object<'_> {
-        spans::Object::new(&self.bytes, self.top.clone())
+        spans::Object::new(&self.bytes, std::borrow::Cow::Borrowed(&self.top))
     }
 }
 
@@ -142,18 +162,23 @@ impl<'de, const STRIP: bool> Deserialize<'de> for Spans<STRIP> {
         let mut s = Spanned {
             bytes: Vec::with_capacity(512),
             top: Vec::with_capacity(8),
-            meta: [None; 5],
+            texts: [None; 4],
+            generation: None,
+            plain_meta: false,
             exact: true,
             depth: 0,
         };
         let mut keys = Vec::with_capacity(32);
+        let mut meta = [None; 5];
         deserializer.deserialize_any(Writer {
             s: &mut s,
             keys: &mut keys,
+            meta: &mut meta,
             level: Level::Top,
             depth: 0,
             strip: STRIP,
         })?;
+        s.finish(&meta);
         Ok(Self(s))
     }
 }
@@ -172,6 +197,8 @@ struct Writer<'b> {
     /// The keys (spans in the bytes) of the objects being written, innermost last: each object
     /// checks its own for a repeat when it ends.
     keys: &'b mut Vec<(usize, usize)>,
+    /// Where the values of [`META`] lie.
+    meta: &'b mut [Option<(usize, usize)>; 5],
     level: Level,
     /// How many containers enclose the value.
     depth: usize,
@@ -183,6 +210,7 @@ impl Writer<'_> {
         Writer {
             s: &mut *self.s,
             keys: &mut *self.keys,
+            meta: &mut *self.meta,
             level,
             depth: self.depth + 1,
             strip: self.strip,
@@ -323,7 +351,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
                     key: key_span,
                     value: value_span,
                 }),
-                (Level::Metadata, Some(i)) => self.s.meta[i] = Some(value_span),
+                (Level::Metadata, Some(i)) => self.meta[i] = Some(value_span),
                 _ => {}
             }
         }

@@ -1128,13 +1128,9 @@ impl Recorder<'_> {
         resync: bool,
         rv: Option<&str>,
     ) {
-        let (now, uid) = {
-            let ident = new.ident();
-            (ident.resource_version.to_owned(), ident.uid.to_owned())
-        };
         if old.as_ref().is_some_and(|old| {
-            let was = old.ident();
-            was.uid == uid && was.resource_version == now
+            let (was, now) = (old.ident(), new.ident());
+            was.uid == now.uid && was.resource_version == now.resource_version
         }) {
             // Nothing changed; keep what `recorded` took out of the overlay.
             p.overlay.insert(key.to_string(), old.map(State::Spans));
@@ -1142,10 +1138,11 @@ impl Recorder<'_> {
         }
         match &old {
             None => self.emit_spans(p, Op::Created, &new, None, None, resync, None),
-            Some(old) if old.ident().uid != uid => {
+            Some(old) if old.ident().uid != new.ident().uid => {
                 // As `present`: the deletion first, dated just before the new object.
-                let before = event::replaced_deletion_version(&now);
-                let deleted_at = before.as_deref().or(rv).or(Some(&now));
+                let now = new.ident().resource_version;
+                let before = event::replaced_deletion_version(now);
+                let deleted_at = before.as_deref().or(rv).or(Some(now));
                 self.emit_spans(p, Op::Deleted, old, None, None, resync, deleted_at);
                 self.emit_spans(p, Op::Created, &new, None, None, resync, None);
             }
