@@ -143,8 +143,8 @@ fn objects(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, em
 /// Both states must hold no repeated member (a decoder's inexact bytes are never diffed here).
 pub fn write_diff_spans(
     out: &mut Vec<u8>,
-    old: super::spans::Object<'_>,
-    new: super::spans::Object<'_>,
+    old: super::spans::Members<'_>,
+    new: super::spans::Members<'_>,
 ) -> Option<bool> {
     out.push(b'[');
     let mut first = true;
@@ -179,12 +179,12 @@ type EmitBytes<'e> = dyn FnMut(&'static str, &str, Option<&[u8]>) + 'e;
 
 /// [`objects`] over two objects' spans.
 fn objects_spans(
-    mut a: super::spans::Object<'_>,
-    mut b: super::spans::Object<'_>,
+    mut a: super::spans::Members<'_>,
+    mut b: super::spans::Members<'_>,
     path: &mut String,
     emit: &mut EmitBytes<'_>,
 ) -> Option<()> {
-    use super::spans::{Object, at, key_text, same};
+    use super::spans::{Members, at, key_text, same};
     let (ab, bb) = (a.bytes(), b.bytes());
     let mut next = 0;
     let mut in_step = true;
@@ -219,8 +219,8 @@ fn objects_spans(
             None => emit("remove", path, None),
             Some(mb) if nested => {
                 objects_spans(
-                    Object::read(ab, ma.value)?,
-                    Object::read(bb, mb.value)?,
+                    Members::read(ab, ma.value)?,
+                    Members::read(bb, mb.value)?,
                     path,
                     emit,
                 )?;
@@ -331,8 +331,8 @@ mod tests {
             serde_json::to_vec(new).unwrap(),
         );
         let mut by_spans = Vec::new();
-        fn read(b: &[u8]) -> crate::event::spans::Object<'_> {
-            crate::event::spans::Object::read(b, (0, b.len())).unwrap()
+        fn read(b: &[u8]) -> crate::event::spans::Members<'_> {
+            crate::event::spans::Members::read(b, (0, b.len())).unwrap()
         }
         let spans_outside = write_diff_spans(&mut by_spans, read(&a), read(&b)).unwrap();
         assert_eq!(

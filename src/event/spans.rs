@@ -149,13 +149,13 @@ pub fn key_text(b: &[u8], key: (usize, usize)) -> Option<std::borrow::Cow<'_, st
 const SCAN_MAX: usize = 16;
 
 /// The members of one object with a lookup by key.
-pub struct Object<'b> {
+pub struct Members<'b> {
     b: &'b [u8],
     members: std::borrow::Cow<'b, [Member]>,
     by_key: Option<HashMap<&'b [u8], usize, foldhash::fast::RandomState>>,
 }
 
-impl<'b> Object<'b> {
+impl<'b> Members<'b> {
     /// The object at `at` in `b`.
     pub fn read(b: &'b [u8], at: (usize, usize)) -> Option<Self> {
         let mut members = Vec::new();
@@ -243,8 +243,8 @@ pub fn same(ab: &[u8], a: (usize, usize), bb: &[u8], b: (usize, usize)) -> Optio
     }
     match (x.first()?, y.first()?) {
         (b'{', b'{') => {
-            let xo = Object::read(ab, a)?;
-            let mut yo = Object::read(bb, b)?;
+            let xo = Members::read(ab, a)?;
+            let mut yo = Members::read(bb, b)?;
             if xo.members().len() != yo.members().len() {
                 return Some(false);
             }
@@ -319,7 +319,7 @@ mod tests {
         }
         let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
         let many = format!("{{{}}}", many.join(","));
-        let mut o = Object::read(many.as_bytes(), (0, many.len())).unwrap();
+        let mut o = Members::read(many.as_bytes(), (0, many.len())).unwrap();
         assert_eq!(at(many.as_bytes(), o.find(b"k39").unwrap().value), b"39");
         assert!(o.find(b"k40").is_none());
     }

@@ -147,8 +147,8 @@ impl Spanned {
     }
 
     /// The object's members, for [`event::write_diff_spans`].
-    pub fn object(&self) -> spans::Object<'_> {
-        spans::Object::new(&self.bytes, std::borrow::Cow::Borrowed(&self.top))
+    pub fn object(&self) -> spans::Members<'_> {
+        spans::Members::new(&self.bytes, std::borrow::Cow::Borrowed(&self.top))
     }
 }
 
