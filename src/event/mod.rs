@@ -5,6 +5,7 @@
 mod diff;
 pub mod filter;
 pub mod members;
+pub mod spans;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -12,7 +13,7 @@ use std::io::Write as _;
 use herald_sink_core::event::{CloudEvent, ExtensionValue};
 use serde_json::{Map, Value, json};
 
-pub use diff::{diff, write_diff};
+pub use diff::{diff, write_diff, write_diff_spans};
 
 /// The `dataschema` of herald's change payload.
 pub const DATASCHEMA: &str = "urn:herald:change:v1";
@@ -344,6 +345,114 @@ pub fn normalize_structured_with<'a>(
         }
     }
     out.extend_from_slice(if data.resync {
+        b",\"resync\":true}}"
+    } else {
+        b",\"resync\":false}}"
+    });
+    (attributes, out)
+}
+
+/// What a change's attributes are made of, read from an object kept as its bytes
+/// ([`crate::watch::Spanned`]) rather than from a [`Value`]: its `metadata`'s strings (empty when
+/// absent) and `generation` (as [`Value::as_i64`] reads it).
+#[derive(Debug, Clone, Copy)]
+pub struct Ident<'a> {
+    /// `metadata.uid`.
+    pub uid: &'a str,
+    /// `metadata.resourceVersion`.
+    pub resource_version: &'a str,
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `metadata.namespace`.
+    pub namespace: &'a str,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+}
+
+/// `<namespace>/<name>` (or `<name>`) of an object known by its [`Ident`], as [`object_key`].
+pub fn ident_key(resource: &Resource, ident: &Ident<'_>) -> String {
+    if resource.namespaced {
+        let mut key = String::with_capacity(ident.namespace.len() + 1 + ident.name.len());
+        key.push_str(ident.namespace);
+        key.push('/');
+        key.push_str(ident.name);
+        key
+    } else {
+        ident.name.to_string()
+    }
+}
+
+/// One observed change of an object kept as its bytes: what [`Observed`] says of a [`Value`].
+#[derive(Debug, Clone, Copy)]
+pub struct ObservedBytes<'a> {
+    /// What happened.
+    pub op: Op,
+    /// The new state's identity (for a deletion: the last known state's).
+    pub ident: Ident<'a>,
+    /// The new state, as `serde_json::to_vec` writes it.
+    pub object: &'a [u8],
+    /// The previous recorded state, written likewise, if herald had one.
+    pub old: Option<&'a [u8]>,
+    /// The patch from `old` to `object` ([`write_diff_spans`]), for an update with `old`.
+    pub patch: Option<&'a [u8]>,
+    /// As [`Observed::resync`].
+    pub resync: bool,
+    /// As [`Observed::resource_version`].
+    pub resource_version: Option<&'a str>,
+    /// As [`Observed::observed_at`].
+    pub observed_at: jiff::Timestamp,
+}
+
+/// [`normalize_structured_with`] of a change whose states are bytes: the same bytes, written from
+/// the states' bytes and their [`Ident`] (the recorder keeps states as bytes where nothing needs
+/// their tree; see `watch::Spanned`).
+pub fn normalize_bytes<'a>(
+    resource: &'a Resource,
+    ob: ObservedBytes<'a>,
+) -> (Attributes<'a>, Vec<u8>) {
+    let attributes = Attributes {
+        resource,
+        op: ob.op,
+        uid: ob.ident.uid,
+        rv: ob.resource_version.unwrap_or(ob.ident.resource_version),
+        name: ob.ident.name,
+        namespace: ob.ident.namespace,
+        key: ident_key(resource, &ob.ident),
+        generation: ob.ident.generation,
+        resync: ob.resync,
+        observed_at: ob.observed_at,
+    };
+    let p = resource.payload;
+    let mut out = Vec::with_capacity(
+        if p.object { ob.object.len() } else { 0 } + ob.patch.map_or(0, <[u8]>::len) + 640,
+    );
+    // As `normalize_structured_with` writes the attributes and `data`.
+    attributes.write_json(&mut out);
+    out.extend_from_slice(b",\"data\":{\"op\":\"");
+    out.extend_from_slice(ob.op.as_str().as_bytes());
+    out.push(b'"');
+    if p.object {
+        out.extend_from_slice(b",\"object\":");
+        out.extend_from_slice(ob.object);
+    }
+    if p.old_object {
+        out.extend_from_slice(b",\"oldObject\":");
+        out.extend_from_slice(ob.old.unwrap_or(b"null"));
+    }
+    if p.patch && ob.op == Op::Updated {
+        out.extend_from_slice(b",\"patch\":");
+        match (ob.old, ob.patch) {
+            (Some(_), Some(patch)) => out.extend_from_slice(patch),
+            // Never asked for: an update with a recorded state comes with its patch.
+            (Some(old), None) => {
+                let old = serde_json::from_slice::<Value>(old).unwrap_or(Value::Null);
+                let new = serde_json::from_slice::<Value>(ob.object).unwrap_or(Value::Null);
+                diff::write_diff(&mut out, &old, &new);
+            }
+            (None, _) => out.extend_from_slice(b"[]"),
+        }
+    }
+    out.extend_from_slice(if ob.resync {
         b",\"resync\":true}}"
     } else {
         b",\"resync\":false}}"

@@ -9,6 +9,7 @@ mod decoded;
 pub mod pattern;
 pub mod problem;
 pub mod resolve;
+mod spanned;
 mod spec;
 mod sync;
 
@@ -28,6 +29,7 @@ use crate::journal::Journal;
 pub use decoded::{Decoded, Stripped, Whole};
 pub use problem::ApiProblem;
 pub use resolve::{Resolved, resolve};
+pub use spanned::{Spanned, Spans};
 pub use spec::WatchSpec;
 pub use sync::{NamespaceCache, Recorder, Seen, SyncError, report_gone};
 
@@ -402,11 +404,14 @@ async fn watch(
     // and appended, the next lines are decoded, and under load batches grow by themselves (one
     // journal append per batch is the fixed cost that dominated when both took turns).
     let (tx, mut rx) = tokio::sync::mpsc::channel(tuning.max_batch.max(1) * 4);
-    // managedFields are skipped while each line is parsed, unless the resource keeps them.
-    let reader = if r.resource.keep_managed_fields {
-        spawn_reader::<Whole>(r, &api, &wp, &rv, tx).await
-    } else {
-        spawn_reader::<Stripped>(r, &api, &wp, &rv, tx).await
+    // managedFields are skipped while each line is parsed, unless the resource keeps them; the
+    // objects of a resource whose recording never reads their tree are decoded into bytes and
+    // spans only (see `Spanned`).
+    let reader = match (r.resource.keep_managed_fields, rec.spans_path()) {
+        (true, false) => spawn_reader::<Whole>(r, &api, &wp, &rv, tx).await,
+        (false, false) => spawn_reader::<Stripped>(r, &api, &wp, &rv, tx).await,
+        (true, true) => spawn_reader::<Spans<false>>(r, &api, &wp, &rv, tx).await,
+        (false, true) => spawn_reader::<Spans<true>>(r, &api, &wp, &rv, tx).await,
     };
     let _reader = match reader {
         Ok(reader) => reader,
@@ -541,10 +546,11 @@ async fn read_batches(
         let mut changes = Vec::with_capacity(lines.len());
         for line in lines {
             match line {
-                Line::Change(seen, value, json) => changes.push((seen, value, json)),
+                Line::Change(seen, value, json) => changes.push((seen, Object::Tree(value, json))),
+                Line::Spans(seen, spanned) => changes.push((seen, Object::Spans(spanned))),
                 Line::Expired => {
                     // Record what came before the gap, then relist.
-                    if let Err(error) = rec.record_watch_beside(changes, rv).await {
+                    if let Err(error) = rec.record_objects_beside(changes, rv).await {
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
                     return Exit::Expired;
@@ -555,7 +561,7 @@ async fn read_batches(
                     // event's resourceVersion silently moving the checkpoint past it.
                     let _ = health.note_problem(&error);
                     tracing::warn!(message = "Watch stream error; relisting.", resource = %r.display(), error = %problem::chain(&error));
-                    if let Err(error) = rec.record_watch_beside(changes, rv).await {
+                    if let Err(error) = rec.record_objects_beside(changes, rv).await {
                         tracing::warn!(message = "Recording watch events failed.", resource = %r.display(), error = %problem::chain(&error));
                     }
                     health.synced.store(false, Ordering::SeqCst);
@@ -563,7 +569,7 @@ async fn read_batches(
                 }
             }
         }
-        if let Err(error) = rec.record_watch_beside(changes, rv).await {
+        if let Err(error) = rec.record_objects_beside(changes, rv).await {
             return Exit::Failed(error);
         }
     }
@@ -617,6 +623,27 @@ pub trait WatchedObject: Sized {
     fn into_value(self) -> Result<Value, kube::Error> {
         self.into_parts().map(|(value, _)| value)
     }
+
+    /// The object as the recorder takes it: its tree, or its bytes and spans where the decoder
+    /// wrote only those (see [`Spanned`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`into_parts`](Self::into_parts).
+    fn into_object(self) -> Result<Object, kube::Error> {
+        self.into_parts()
+            .map(|(value, json)| Object::Tree(value, json))
+    }
+}
+
+/// A watched object as the recorder takes it.
+#[derive(Debug)]
+pub enum Object {
+    /// Its tree, and its bytes when the decoder wrote them.
+    Tree(Value, Option<Vec<u8>>),
+    /// Its bytes and spans, for a [`plain`](Spanned::plain) object of a resource whose recording
+    /// never reads the tree.
+    Spans(Spanned),
 }
 
 /// Whether `value` is shaped like a Kubernetes object: a JSON object with a `metadata` object whose
@@ -657,6 +684,8 @@ pub enum Line {
     /// A change or a bookmark (whose value is its resourceVersion), with the object serialized
     /// when the decoder wrote that (see [`Decoded`]).
     Change(sync::Seen, Value, Option<Vec<u8>>),
+    /// A change whose object the decoder kept as bytes and spans (see [`Spanned`]).
+    Spans(sync::Seen, Spanned),
     /// 410 Gone: the resume point expired.
     Expired,
     /// A line that did not decode.
@@ -674,8 +703,9 @@ impl Line {
     pub fn of<K: WatchedObject>(
         line: kube::Result<WatchEvent<K>>,
     ) -> Result<Self, Box<kube::core::Status>> {
-        let change = |seen, o: K| match o.into_parts() {
-            Ok((v, json)) => Self::Change(seen, v, json),
+        let change = |seen, o: K| match o.into_object() {
+            Ok(Object::Tree(v, json)) => Self::Change(seen, v, json),
+            Ok(Object::Spans(s)) => Self::Spans(seen, s),
             Err(error) => Self::Broken(error),
         };
         Ok(match line {
@@ -708,7 +738,7 @@ async fn read_lines<K: WatchedObject>(
                 continue;
             }
         };
-        let last = !matches!(line, Line::Change(..));
+        let last = !matches!(line, Line::Change(..) | Line::Spans(..));
         if tx.send(line).await.is_err() || last {
             return;
         }

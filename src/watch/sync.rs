@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{Decoded, Health, Resolved, WatchSpec};
+use super::{Decoded, Health, Object, Resolved, Spanned, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
 use crate::event::members::meta_str as meta;
@@ -133,7 +133,7 @@ struct Appending {
     /// What the batch leaves in the object index for each key it changes: the next batch diffs
     /// against these (taking them out as it reads them), since the store may not hold them yet;
     /// the rest goes to [`Known`] once the batch landed.
-    overlay: Keyed<Option<Value>>,
+    overlay: Keyed<Option<State>>,
     /// The size of each overlay state's index entry (for [`Known`]'s bound).
     sizes: Keyed<usize>,
     /// Where the watch resumes once the batch landed.
@@ -164,19 +164,38 @@ impl Drop for Landed {
 /// for one watch). Bounded by [`KNOWN_BYTES`]; anything missing is read from the store.
 #[derive(Default)]
 struct Known {
-    objects: Keyed<(Value, usize)>,
+    objects: Keyed<(State, usize)>,
     bytes: usize,
 }
 
+/// A recorded state as the recorder keeps it: its tree, or, for a resource on the spans path
+/// ([`Recorder::spans_path`]), the index entry's bytes and their spans (less memory than the tree,
+/// and what the next change's patch is written from).
+#[derive(Debug)]
+enum State {
+    Tree(Value),
+    Spans(Spanned),
+}
+
+impl State {
+    /// The state's tree (parsed from its bytes when it has none).
+    fn into_value(self) -> Value {
+        match self {
+            Self::Tree(v) => v,
+            Self::Spans(s) => s.into_tree().0,
+        }
+    }
+}
+
 impl Known {
-    fn take(&mut self, key: &str) -> Option<(Value, usize)> {
+    fn take(&mut self, key: &str) -> Option<(State, usize)> {
         let taken = self.objects.remove(key)?;
         self.bytes -= taken.1;
         Some(taken)
     }
 
     /// Remembers what a successful append left in the index for these keys.
-    fn remember(&mut self, overlay: Keyed<Option<Value>>, sizes: &Keyed<usize>) {
+    fn remember(&mut self, overlay: Keyed<Option<State>>, sizes: &Keyed<usize>) {
         for (key, state) in overlay {
             self.take(&key);
             let (Some(object), Some(&size)) = (state, sizes.get(&key)) else {
@@ -211,7 +230,7 @@ struct Pending {
     events: Vec<Vec<u8>>,
     index: Vec<IndexUpdate>,
     /// Index state changed within this batch, so a second change to the same object sees the first.
-    overlay: Keyed<Option<Value>>,
+    overlay: Keyed<Option<State>>,
     /// The size of each overlay state's index entry (for [`Known`]'s bound).
     sizes: Keyed<usize>,
 }
@@ -362,7 +381,7 @@ impl<'a> Recorder<'a> {
 
     /// What the index holds for `key` as of this batch. Taken out of the overlay rather than copied:
     /// every caller puts or removes the key again before the next lookup.
-    fn recorded(&self, p: &mut Pending, key: &str) -> Result<Option<Value>, SyncError> {
+    fn recorded(&self, p: &mut Pending, key: &str) -> Result<Option<State>, SyncError> {
         if let Some(v) = p.overlay.remove(key) {
             return Ok(v);
         }
@@ -385,12 +404,22 @@ impl<'a> Recorder<'a> {
         if let Some(b) = &raw {
             p.sizes.insert(key.to_owned(), b.len());
         }
+        // Kept as bytes on the spans path, unless the entry is not plain (a salvage's mark, which
+        // `plain` refuses, is taken out of the tree below).
+        if self.spans_path()
+            && let Some(s) = raw
+                .as_deref()
+                .and_then(Spanned::index)
+                .filter(Spanned::plain)
+        {
+            return Ok(Some(State::Spans(s)));
+        }
         // A salvage's mark is read by the relist that always comes first; never diff against it.
         Ok(raw
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .map(|mut v| {
                 take_unconfirmed_mark(&mut v);
-                v
+                State::Tree(v)
             }))
     }
 
@@ -419,7 +448,7 @@ impl<'a> Recorder<'a> {
             key: key.to_string(),
             object: json,
         });
-        p.overlay.insert(key.to_string(), Some(obj));
+        p.overlay.insert(key.to_string(), Some(State::Tree(obj)));
     }
 
     fn remove(&self, p: &mut Pending, key: &str) {
@@ -591,7 +620,7 @@ impl<'a> Recorder<'a> {
                 && meta(old, "resourceVersion") == meta(&new, "resourceVersion")
         }) {
             // Nothing changed; keep what `recorded` took out of the overlay.
-            p.overlay.insert(key.to_string(), old);
+            p.overlay.insert(key.to_string(), old.map(State::Tree));
             return;
         }
         // Serialized once (while it was parsed, where it could be), for the index entry and the
@@ -854,8 +883,11 @@ impl<'a> Recorder<'a> {
         changes: Vec<(Seen, Value)>,
         rv: &mut String,
     ) -> Result<(), SyncError> {
-        let changes = changes.into_iter().map(|(s, v)| (s, v, None)).collect();
-        self.record_watch_beside(changes, rv).await?;
+        let changes = changes
+            .into_iter()
+            .map(|(s, v)| (s, Object::Tree(v, None)))
+            .collect();
+        self.record_objects_beside(changes, rv).await?;
         self.settle_watch(rv).await
     }
 
@@ -872,6 +904,24 @@ impl<'a> Recorder<'a> {
     pub async fn record_watch_beside(
         &self,
         changes: Vec<Change>,
+        rv: &mut String,
+    ) -> Result<(), SyncError> {
+        let changes = changes
+            .into_iter()
+            .map(|(s, v, json)| (s, Object::Tree(v, json)))
+            .collect();
+        self.record_objects_beside(changes, rv).await
+    }
+
+    /// [`record_watch_beside`](Self::record_watch_beside) of objects as the watch's decoder gives
+    /// them (trees, or bytes and spans).
+    ///
+    /// # Errors
+    ///
+    /// As [`record_watch_beside`](Self::record_watch_beside).
+    pub async fn record_objects_beside(
+        &self,
+        changes: Vec<(Seen, Object)>,
         rv: &mut String,
     ) -> Result<(), SyncError> {
         let from = match self.lock_appending().as_ref() {
@@ -926,12 +976,20 @@ impl<'a> Recorder<'a> {
     /// appending lands), and the resourceVersion the run ends at (`rv` when it has none).
     async fn record_changes(
         &self,
-        changes: Vec<Change>,
+        changes: Vec<(Seen, Object)>,
         rv: String,
     ) -> Result<(Pending, String), SyncError> {
         let mut p = Pending::default();
         let mut next = rv;
-        for (seen, raw, json) in changes {
+        for (seen, object) in changes {
+            let (raw, json) = match object {
+                Object::Spans(s) if seen != Seen::Bookmark && self.spans_path() => {
+                    self.record_spans(&mut p, seen, s, &mut next).await?;
+                    continue;
+                }
+                Object::Spans(s) => s.into_tree(),
+                Object::Tree(raw, json) => (raw, json),
+            };
             if seen == Seen::Bookmark {
                 if let Some(b) = raw.as_str().filter(|b| !b.is_empty()) {
                     next = b.to_string();
@@ -957,7 +1015,7 @@ impl<'a> Recorder<'a> {
             if !self.namespace_allowed(meta(&obj, "namespace")).await? {
                 continue;
             }
-            let old = self.recorded(&mut p, &key)?;
+            let old = self.recorded(&mut p, &key)?.map(State::into_value);
             match seen {
                 Seen::Added | Seen::Modified => {
                     self.present(&mut p, &key, obj, json, old, false, None);
@@ -981,6 +1039,262 @@ impl<'a> Recorder<'a> {
     }
 }
 
+impl Recorder<'_> {
+    /// Whether this resource's watched changes are recorded from their bytes and spans
+    /// ([`Spanned`]) instead of their trees: when nothing of the recording reads an object's tree.
+    /// What does: `when` (its variables are the trees), `changed` and `ignoreFields`
+    /// (`meaningful_update` walks the trees by path), the status-only skip, and redaction (values
+    /// replaced in the tree, digests beside it). The `metadata` strings the rest reads (the key,
+    /// the namespace for name patterns and selectors, the attributes) come from the spans. A
+    /// selective watch's deletion (which asks the API server whether the object lives on) and
+    /// an object that is not [`plain`](Spanned::plain) take the tree path, change by change.
+    pub(crate) fn spans_path(&self) -> bool {
+        let spec = self.spec;
+        spec.when.is_none()
+            && spec.changed.is_empty()
+            && spec.ignore_fields.is_empty()
+            && !spec.skip_status_only_updates
+            && self.resolved.resource.redact.is_empty()
+    }
+
+    /// [`record_changes`](Self::record_changes) of one change whose object is bytes and spans: the
+    /// same events and index updates.
+    async fn record_spans(
+        &self,
+        p: &mut Pending,
+        seen: Seen,
+        new: Spanned,
+        next: &mut String,
+    ) -> Result<(), SyncError> {
+        let ident = new.ident();
+        if !ident.resource_version.is_empty() {
+            next.clear();
+            next.push_str(ident.resource_version);
+        }
+        let key = event::ident_key(&self.resolved.resource, &ident);
+        let namespace = ident.namespace;
+        if !(namespace.is_empty() || self.spec.namespace_name_allowed(namespace)) {
+            // As `record_changes`: outside the name patterns, untracked.
+            if self.recorded(p, &key)?.is_some() {
+                self.remove(p, &key);
+            } else {
+                p.overlay.insert(key, None);
+            }
+            return Ok(());
+        }
+        if !self.namespace_allowed(namespace).await? {
+            return Ok(());
+        }
+        let old = self.recorded(p, &key)?;
+        match (seen, old) {
+            (Seen::Added | Seen::Modified, None) => {
+                self.present_spans(p, &key, new, None, false, None);
+            }
+            (Seen::Added | Seen::Modified, Some(State::Spans(old))) => {
+                self.present_spans(p, &key, new, Some(old), false, None);
+            }
+            // A state the tree path recorded (an object that was not plain) is diffed as a tree.
+            (Seen::Added | Seen::Modified, Some(State::Tree(old))) => {
+                let (new, json) = new.into_tree();
+                self.present(p, &key, new, json, Some(old), false, None);
+            }
+            (Seen::Deleted, old) if self.selective() => {
+                let (obj, _) = new.into_tree();
+                let old = old.map(State::into_value);
+                match self.still_exists(&obj).await? {
+                    Some(current) => self.present(p, &key, current, None, old, false, None),
+                    None => {
+                        self.emit(p, Op::Deleted, &obj, None, old.as_ref(), false, None);
+                        self.remove(p, &key);
+                    }
+                }
+            }
+            (Seen::Deleted, _) => {
+                self.emit_spans(p, Op::Deleted, &new, None, None, false, None);
+                self.remove(p, &key);
+            }
+            (Seen::Bookmark, _) => {}
+        }
+        Ok(())
+    }
+
+    /// [`present`](Self::present) of an object and its recorded state as bytes and spans.
+    fn present_spans(
+        &self,
+        p: &mut Pending,
+        key: &str,
+        new: Spanned,
+        old: Option<Spanned>,
+        resync: bool,
+        rv: Option<&str>,
+    ) {
+        if old.as_ref().is_some_and(|old| {
+            let (was, now) = (old.ident(), new.ident());
+            was.uid == now.uid && was.resource_version == now.resource_version
+        }) {
+            // Nothing changed; keep what `recorded` took out of the overlay.
+            p.overlay.insert(key.to_string(), old.map(State::Spans));
+            return;
+        }
+        match &old {
+            None => self.emit_spans(p, Op::Created, &new, None, None, resync, None),
+            Some(old) if old.ident().uid != new.ident().uid => {
+                // As `present`: the deletion first, dated just before the new object.
+                let now = new.ident().resource_version;
+                let before = event::replaced_deletion_version(now);
+                let deleted_at = before.as_deref().or(rv).or(Some(now));
+                self.emit_spans(p, Op::Deleted, old, None, None, resync, deleted_at);
+                self.emit_spans(p, Op::Created, &new, None, None, resync, None);
+            }
+            Some(old) => self.update_spans(p, old, &new, resync),
+        }
+        self.put_spans(p, key, new);
+    }
+
+    /// What a relist does with one listed object that is bytes and spans ([`plain`](Spanned::plain),
+    /// on the [`spans_path`](Self::spans_path)), as the tree path does with its tree: given back
+    /// when its indexed state is not plain (a salvage's mark, an object the tree path recorded),
+    /// for the tree path. `rv` is the list's revision.
+    async fn relist_spans(
+        &self,
+        p: &mut Pending,
+        new: Spanned,
+        emit: bool,
+        unindexed: bool,
+        rv: &str,
+    ) -> Result<Relisted, SyncError> {
+        let ident = new.ident();
+        if !self.namespace_allowed(ident.namespace).await? {
+            return Ok(Relisted::Skipped);
+        }
+        let key = event::ident_key(&self.resolved.resource, &ident);
+        if !emit {
+            self.put_spans(p, &key, new);
+            return Ok(Relisted::Recorded(key));
+        }
+        let old = if unindexed {
+            None
+        } else {
+            let raw = self
+                .journal
+                .index_get(&self.resolved.stream, &key)
+                .map_err(SyncError::JournalFailed)?;
+            match raw {
+                None => None,
+                Some(raw) => match Spanned::index(&raw).filter(Spanned::plain) {
+                    Some(old) => Some(old),
+                    None => return Ok(Relisted::Tree(new)),
+                },
+            }
+        };
+        self.present_spans(p, &key, new, old, true, Some(rv));
+        Ok(Relisted::Recorded(key))
+    }
+
+    /// [`put_json`](Self::put_json) of an object as bytes and spans.
+    fn put_spans(&self, p: &mut Pending, key: &str, new: Spanned) {
+        p.sizes.insert(key.to_string(), new.bytes.len());
+        p.index.push(IndexUpdate::Put {
+            key: key.to_string(),
+            object: new.bytes.clone(),
+        });
+        p.overlay.insert(key.to_string(), Some(State::Spans(new)));
+    }
+
+    /// An update from `old` to `new` (of the same uid): journaled when its patch touches more than
+    /// the bookkeeping, which without `changed`, `ignoreFields` or redaction is
+    /// [`filter::meaningful_update`]'s answer (see [`patch_decides`](Self::patch_decides)).
+    fn update_spans(&self, p: &mut Pending, old: &Spanned, new: &Spanned, resync: bool) {
+        if !self.spec.ops.contains(&Op::Updated) {
+            self.health
+                .filtered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        let mut patch = Vec::with_capacity(256);
+        let meaningful = match event::write_diff_spans(&mut patch, old.object(), new.object()) {
+            Some(meaningful) => meaningful,
+            // Bytes that do not read back as compact JSON (never: they are the decoder's): the
+            // patch of the trees.
+            None => {
+                patch.clear();
+                let (old, new) = (old.clone().into_tree().0, new.clone().into_tree().0);
+                event::write_diff(&mut patch, &old, &new)
+            }
+        };
+        if meaningful {
+            self.emit_spans(p, Op::Updated, new, Some(&patch), Some(old), resync, None);
+        } else {
+            self.health
+                .filtered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// [`emit_json`](Self::emit_json) of states as bytes and spans: `patch` is the update's, from
+    /// `old`.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_spans(
+        &self,
+        p: &mut Pending,
+        op: Op,
+        obj: &Spanned,
+        patch: Option<&[u8]>,
+        old: Option<&Spanned>,
+        resync: bool,
+        rv: Option<&str>,
+    ) {
+        // No `when` on the spans path: the resource's `events` alone decide.
+        if !self.spec.ops.contains(&op) {
+            self.health
+                .filtered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        self.health
+            .emitted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (attributes, bytes) = event::normalize_bytes(
+            &self.resolved.resource,
+            event::ObservedBytes {
+                op,
+                ident: obj.ident(),
+                object: &obj.bytes,
+                old: old.map(|o| o.bytes.as_slice()),
+                patch,
+                resync,
+                resource_version: rv,
+                observed_at: jiff::Timestamp::now(),
+            },
+        );
+        if resync {
+            self.health
+                .resync_events
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // As `emit_json`; a plain object nests less than `DEEP`, so its event reads back.
+        if let Err(error) = attributes.validate() {
+            tracing::warn!(
+                message = "Event is not a valid CloudEvent; each sink will dead-letter it.",
+                resource = %self.resolved.display(),
+                id = %attributes.id(),
+                %error,
+            );
+        }
+        p.events.push(bytes);
+    }
+}
+
+/// What [`Recorder::relist_spans`] did with a listed object.
+enum Relisted {
+    /// Recorded, under this key.
+    Recorded(String),
+    /// Outside the namespace selector.
+    Skipped,
+    /// Left to the tree path.
+    Tree(Spanned),
+}
+
 /// One LIST page as the API server sends it, its items decoded straight into `Value`s (no typed
 /// object in between, and each object keeps the key order the server sent) and their bytes,
 /// through `T`: [`Decoded`], with or without managedFields.
@@ -994,11 +1308,33 @@ struct Page<T> {
 }
 
 /// What a relist works on: a page's items as [`Value`]s, each with its bytes when the decoder
-/// could write them.
-type Items = Vec<(Value, Option<Vec<u8>>)>;
+/// could write them, or as bytes and spans (see [`Spanned`]).
+type Items = Vec<Object>;
 
-/// Reads one LIST page, its items decoded as [`Decoded<STRIP>`].
-async fn list_page_as<const STRIP: bool>(
+/// A listed item as the decoder gives it, as a relist takes it (its shape checked there).
+trait Item: serde::de::DeserializeOwned + Send + 'static {
+    fn into_item(self) -> Object;
+}
+
+impl<const STRIP: bool> Item for Decoded<STRIP> {
+    fn into_item(self) -> Object {
+        Object::Tree(self.value, self.json)
+    }
+}
+
+impl<const STRIP: bool> Item for super::Spans<STRIP> {
+    fn into_item(self) -> Object {
+        if self.0.plain() {
+            Object::Spans(self.0)
+        } else {
+            let (value, json) = self.0.into_tree();
+            Object::Tree(value, json)
+        }
+    }
+}
+
+/// Reads one LIST page, its items decoded as `T`.
+async fn list_page_as<T: Item>(
     client: kube::Client,
     url: String,
     lp: ListParams,
@@ -1006,19 +1342,19 @@ async fn list_page_as<const STRIP: bool>(
     let request = kube::core::Request::new(url)
         .list(&lp)
         .map_err(kube::Error::BuildRequest)?;
-    let page = client.request::<Page<Decoded<STRIP>>>(request).await?;
+    let page = client.request::<Page<T>>(request).await?;
     let items = page
         .items
         .unwrap_or_default()
         .into_iter()
-        .map(|d| (d.value, d.json))
+        .map(Item::into_item)
         .collect();
     Ok((page.metadata, items))
 }
 
 /// Objects nested deeper than this are read back once journaled, to warn of one the readers
 /// refuse (`serde_json` parses 127 levels; the event and its `data` take two, a patch two more).
-const DEEP: usize = 100;
+const DEEP: usize = super::spanned::DEEP;
 
 /// How deep a JSON value nests (a scalar is 0). The value was parsed under `serde_json`'s depth
 /// limit, so the recursion is bounded.
@@ -1040,17 +1376,19 @@ struct PageMeta {
 }
 
 /// Reads one LIST page; managedFields are skipped while it is parsed, unless the resource keeps
-/// them.
+/// them; into bytes and spans on the [`spans_path`](Recorder::spans_path).
 async fn list_page(
     client: kube::Client,
     url: String,
     lp: ListParams,
     keep_managed_fields: bool,
+    spans: bool,
 ) -> kube::Result<(PageMeta, Items)> {
-    if keep_managed_fields {
-        list_page_as::<false>(client, url, lp).await
-    } else {
-        list_page_as::<true>(client, url, lp).await
+    match (keep_managed_fields, spans) {
+        (true, false) => list_page_as::<Decoded<false>>(client, url, lp).await,
+        (false, false) => list_page_as::<Decoded<true>>(client, url, lp).await,
+        (true, true) => list_page_as::<super::Spans<false>>(client, url, lp).await,
+        (false, true) => list_page_as::<super::Spans<true>>(client, url, lp).await,
     }
 }
 
@@ -1218,12 +1556,14 @@ async fn relist_with(
         (true, false) => (FirstSync::Keep, FirstSync::Keep),
     };
     let keep = r.resource.keep_managed_fields;
+    let spans = rec.spans_path();
     let fetch = |lp: ListParams| {
         AbortOnDropHandle::new(tokio::spawn(list_page(
             r.client.clone(),
             url.clone(),
             lp,
             keep,
+            spans,
         )))
     };
 
@@ -1281,40 +1621,53 @@ async fn relist_with(
                 next = Some(fetch(lp.clone()));
             }
             let mut p = Pending::default();
-            for (item, json) in items {
-                // The watch's shape check: a listed object without it would be journaled
-                // unreadable to the index; it is skipped, named as well as it can be.
-                if !super::shaped(&item) {
-                    let named = format!(
-                        "{}/{}",
-                        item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
-                        item.pointer("/metadata/name").unwrap_or(&Value::Null)
-                    );
-                    if let Err(error) = super::WatchedObject::into_value(item) {
-                        tracing::warn!(
-                            message = "A listed object is not shaped like a Kubernetes object; skipping it.",
-                            stream = %r.stream,
-                            object = %named,
-                            %error,
-                        );
-                    }
-                    continue;
-                }
-                let (new, json) = rec.prepare_json(item, json)?;
-                if !rec.namespace_allowed(meta(&new, "namespace")).await? {
-                    continue;
-                }
-                let key = event::object_key(&r.resource, &new);
-                if emit {
-                    let old = if unindexed {
-                        None
-                    } else {
-                        rec.relist_base(&key, &new)?
+            'items: for item in items {
+                let key = 'recorded: {
+                    let (item, json) = match item {
+                        Object::Tree(item, json) => (item, json),
+                        Object::Spans(s) => {
+                            match rec.relist_spans(&mut p, s, emit, unindexed, rv).await? {
+                                Relisted::Skipped => continue 'items,
+                                Relisted::Recorded(key) => break 'recorded key,
+                                Relisted::Tree(s) => s.into_tree(),
+                            }
+                        }
                     };
-                    rec.present(&mut p, &key, new, json, old, true, Some(rv.as_str()));
-                } else {
-                    rec.put(&mut p, &key, new, json);
-                }
+                    // The watch's shape check: a listed object without it would be journaled
+                    // unreadable to the index; it is skipped, named as well as it can be.
+                    if !super::shaped(&item) {
+                        let named = format!(
+                            "{}/{}",
+                            item.pointer("/metadata/namespace").unwrap_or(&Value::Null),
+                            item.pointer("/metadata/name").unwrap_or(&Value::Null)
+                        );
+                        if let Err(error) = super::WatchedObject::into_value(item) {
+                            tracing::warn!(
+                                message = "A listed object is not shaped like a Kubernetes object; skipping it.",
+                                stream = %r.stream,
+                                object = %named,
+                                %error,
+                            );
+                        }
+                        continue 'items;
+                    }
+                    let (new, json) = rec.prepare_json(item, json)?;
+                    if !rec.namespace_allowed(meta(&new, "namespace")).await? {
+                        continue 'items;
+                    }
+                    let key = event::object_key(&r.resource, &new);
+                    if emit {
+                        let old = if unindexed {
+                            None
+                        } else {
+                            rec.relist_base(&key, &new)?
+                        };
+                        rec.present(&mut p, &key, new, json, old, true, Some(rv.as_str()));
+                    } else {
+                        rec.put(&mut p, &key, new, json);
+                    }
+                    key
+                };
                 // Lookups go to the store: no second copy of every object in the overlay.
                 p.overlay.clear();
                 p.sizes.clear();

@@ -5,7 +5,7 @@
 //! `CloudEvent::validate`), so nothing journaled is silently unreadable.
 
 use herald::event::{self, Observed, Op, Payload, Resource};
-use herald::watch::{Line, Seen, Stripped, Whole};
+use herald::watch::{Line, Seen, Spans, Stripped, Whole};
 use herald_sink_core::encode::DecodeError;
 use herald_sink_core::{CloudEvent, Journaled};
 use kube::api::WatchEvent;
@@ -74,6 +74,112 @@ fn the_watchs_decoders_agree(bytes: &[u8]) {
                 m.shift_remove("managedFields");
             }
             assert_eq!((s, value), (seen, &expected), "strip: {strip}");
+        }
+    }
+}
+
+/// The decoder that keeps objects as bytes and spans ([`Spans`]) on the same line: the change the
+/// `Value` decoder gives, with the same bytes; a plain object's identity is what its tree says,
+/// and its event, written from the bytes, is the event written from the tree, byte for byte.
+fn the_spans_decoders_agree(bytes: &[u8]) {
+    fn both<T, S>(
+        bytes: &[u8],
+    ) -> (
+        Result<Line, Box<kube::core::Status>>,
+        Result<Line, Box<kube::core::Status>>,
+    )
+    where
+        T: herald::watch::WatchedObject + serde::de::DeserializeOwned,
+        S: herald::watch::WatchedObject + serde::de::DeserializeOwned,
+    {
+        (
+            Line::of(
+                serde_json::from_slice::<WatchEvent<T>>(bytes).map_err(kube::Error::SerdeError),
+            ),
+            Line::of(
+                serde_json::from_slice::<WatchEvent<S>>(bytes).map_err(kube::Error::SerdeError),
+            ),
+        )
+    }
+    let mut res = resource(true);
+    res.redact.clear();
+    for (tree, spans) in [
+        both::<Whole, Spans<false>>(bytes),
+        both::<Stripped, Spans<true>>(bytes),
+    ] {
+        match (tree, spans) {
+            (Ok(Line::Change(seen, value, json)), Ok(Line::Change(s, v, j))) => {
+                assert_eq!((seen, &value, &json), (s, &v, &j));
+            }
+            (Ok(Line::Change(seen, value, json)), Ok(Line::Spans(s, spanned))) => {
+                assert_eq!(seen, s);
+                assert!(spanned.plain());
+                assert_eq!(json.as_ref(), Some(&spanned.bytes), "bytes of {value}");
+                assert_eq!(spanned.clone().into_tree(), (value.clone(), json.clone()));
+                let ident = spanned.ident();
+                let meta = |k: &str| value["metadata"][k].as_str().unwrap_or("");
+                assert_eq!(
+                    (
+                        ident.name,
+                        ident.namespace,
+                        ident.uid,
+                        ident.resource_version
+                    ),
+                    (
+                        meta("name"),
+                        meta("namespace"),
+                        meta("uid"),
+                        meta("resourceVersion")
+                    )
+                );
+                assert_eq!(ident.generation, value["metadata"]["generation"].as_i64());
+                let op = match seen {
+                    Seen::Added => Op::Created,
+                    Seen::Modified => Op::Updated,
+                    Seen::Deleted | Seen::Bookmark => Op::Deleted,
+                };
+                let at = jiff::Timestamp::now();
+                let (_, by_tree) = event::normalize_structured_with(
+                    &res,
+                    Observed {
+                        op,
+                        object: &value,
+                        old: None,
+                        resync: false,
+                        resource_version: None,
+                        observed_at: at,
+                    },
+                    json.as_deref(),
+                    None,
+                );
+                let (head, by_bytes) = event::normalize_bytes(
+                    &res,
+                    event::ObservedBytes {
+                        op,
+                        ident,
+                        object: &spanned.bytes,
+                        old: None,
+                        patch: None,
+                        resync: false,
+                        resource_version: None,
+                        observed_at: at,
+                    },
+                );
+                assert_eq!(
+                    String::from_utf8_lossy(&by_bytes),
+                    String::from_utf8_lossy(&by_tree)
+                );
+                let _ = head.validate();
+            }
+            (Ok(Line::Expired), Ok(Line::Expired))
+            | (Ok(Line::Broken(_)), Ok(Line::Broken(_)))
+            | (Err(_), Err(_)) => {}
+            (tree, spans) => panic!(
+                "{}: the decoders part ({:?} against {:?})",
+                String::from_utf8_lossy(bytes),
+                tree.map(|l| format!("{l:?}")),
+                spans.map(|l| format!("{l:?}"))
+            ),
         }
     }
 }
@@ -195,6 +301,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_give_a_line_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
         the_watchs_decoders_agree(&bytes);
+        the_spans_decoders_agree(&bytes);
         if let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&bytes))
             && seen != Seen::Bookmark
         {
@@ -211,9 +318,11 @@ proptest! {
     ) {
         let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
         the_watchs_decoders_agree(&line);
+        the_spans_decoders_agree(&line);
         // The object before the type: serde holds the object until it knows the variant.
         let reversed = format!(r#"{{"object":{},"type":"{ty}"}}"#, serde_json::to_string(&object).unwrap());
         the_watchs_decoders_agree(reversed.as_bytes());
+        the_spans_decoders_agree(reversed.as_bytes());
         if let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&line))
             && seen != Seen::Bookmark
         {
@@ -232,6 +341,7 @@ proptest! {
         let namespace = object["metadata"]["namespace"].as_str().unwrap().to_owned();
         let rv = object["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
         let line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap();
+        the_spans_decoders_agree(&line);
         let Ok(Line::Change(seen, raw, _)) = Line::of(decode(&line)) else {
             panic!("a well-formed watch line must decode: {}", String::from_utf8_lossy(&line));
         };
@@ -272,7 +382,12 @@ proptest! {
         prop_assert_eq!(json, Some(serde_json::to_vec(&whole).unwrap()));
         let Stripped { value, json } = serde_json::from_slice(&text).unwrap();
         prop_assert!(value.pointer("/metadata/managedFields").is_none());
-        prop_assert_eq!(json, Some(serde_json::to_vec(&value).unwrap()));
+        prop_assert_eq!(&json, &Some(serde_json::to_vec(&value).unwrap()));
+        // The spans decoder writes the same bytes.
+        let Spans::<true>(spanned) = serde_json::from_slice(&text).unwrap();
+        prop_assert_eq!(Some(spanned.bytes), json);
+        let Spans::<false>(spanned) = serde_json::from_slice(&text).unwrap();
+        prop_assert_eq!(spanned.bytes, serde_json::to_vec(&whole).unwrap());
     }
 }
 
