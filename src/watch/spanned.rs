@@ -146,6 +146,13 @@ impl Spanned {
         }
     }
 
+    /// Lets go of the spare room the decoder's buffers grew with (up to as much again as the
+    /// bytes), for a state kept beyond its change: [`Known`](super::sync)'s bound counts the bytes.
+    pub fn shrink(&mut self) {
+        self.bytes.shrink_to_fit();
+        self.top.shrink_to_fit();
+    }
+
     /// The object's members, for [`event::write_diff_spans`].
     pub fn object(&self) -> spans::Members<'_> {
         spans::Members::new(&self.bytes, std::borrow::Cow::Borrowed(&self.top))

@@ -198,11 +198,14 @@ impl Known {
     fn remember(&mut self, overlay: Keyed<Option<State>>, sizes: &Keyed<usize>) {
         for (key, state) in overlay {
             self.take(&key);
-            let (Some(object), Some(&size)) = (state, sizes.get(&key)) else {
+            let (Some(mut object), Some(&size)) = (state, sizes.get(&key)) else {
                 continue;
             };
             if size > KNOWN_OBJECT_MAX {
                 continue;
+            }
+            if let State::Spans(s) = &mut object {
+                s.shrink();
             }
             if self.bytes + size > KNOWN_BYTES {
                 self.objects.clear();
