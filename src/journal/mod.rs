@@ -836,12 +836,16 @@ impl Journal {
     /// A reader at the head gets them from memory, the very bytes appended (`tail.rs`); one
     /// behind what memory holds reads the store.
     pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Arc<[u8]>)>> {
-        if !lock(&self.inner.cursors).contains_key(sink) {
-            return Err(JournalError::UnknownSink {
-                sink: sink.to_owned(),
-            });
-        }
-        if let Some(rows) = self.inner.tail.read(after, self.durable_seq(), max) {
+        let passed = {
+            let cursors = lock(&self.inner.cursors);
+            if !cursors.contains_key(sink) {
+                return Err(JournalError::UnknownSink {
+                    sink: sink.to_owned(),
+                });
+            }
+            cursors.values().copied().min().unwrap_or_default()
+        };
+        if let Some(rows) = self.inner.tail.read(after, self.durable_seq(), max, passed) {
             return Ok(rows);
         }
         let rows = self.read_as(sink, after, max, |payload| Arc::from(payload))?;

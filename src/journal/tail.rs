@@ -90,26 +90,22 @@ impl Tail {
             state.bytes += bytes.len() + OVERHEAD;
             state.events.push_back((seq, bytes));
         }
-        while let Some((seq, bytes)) = state.events.front() {
-            if *seq > passed && state.bytes <= self.bound {
-                break;
-            }
-            let (seq, len) = (*seq, bytes.len());
-            state.events.pop_front();
-            state.bytes -= len + OVERHEAD;
-            state.after = seq;
-        }
+        state.forget(passed, self.bound);
     }
 
     /// Up to `max` events after `after` and at or below `durable`, when the tail holds every
-    /// event after `after` (`None`: the reader is behind it and reads the store).
+    /// event after `after` (`None`: the reader is behind it and reads the store). First forgets
+    /// the events every cursor has `passed`: readers poll while idle, so what was delivered last
+    /// does not stay in memory until the next append.
     pub(super) fn read(
         &self,
         after: u64,
         durable: u64,
         max: usize,
+        passed: u64,
     ) -> Option<Vec<(u64, Arc<[u8]>)>> {
-        let state = self.lock();
+        let mut state = self.lock();
+        state.forget(passed, self.bound);
         if after < state.after {
             return None;
         }
@@ -125,6 +121,21 @@ impl Tail {
         self.from_memory
             .fetch_add(out.len() as u64, Ordering::Relaxed);
         Some(out)
+    }
+}
+
+impl State {
+    /// Drops, oldest first, the events at or below `passed` and what is over `bound`.
+    fn forget(&mut self, passed: u64, bound: usize) {
+        while let Some((seq, bytes)) = self.events.front() {
+            if *seq > passed && self.bytes <= bound {
+                break;
+            }
+            let (seq, len) = (*seq, bytes.len());
+            self.events.pop_front();
+            self.bytes -= len + OVERHEAD;
+            self.after = seq;
+        }
     }
 }
 
@@ -144,11 +155,11 @@ mod tests {
     fn hands_out_what_follows_up_to_durable_and_max() {
         let tail = Tail::new(10, 1 << 20);
         tail.push(11, events(5, 10), Some(10));
-        assert_eq!(seqs(tail.read(10, 13, 100)), Some(vec![11, 12, 13]));
-        assert_eq!(seqs(tail.read(12, 15, 2)), Some(vec![13, 14]));
-        assert_eq!(seqs(tail.read(15, 15, 2)), Some(vec![]));
+        assert_eq!(seqs(tail.read(10, 13, 100, 0)), Some(vec![11, 12, 13]));
+        assert_eq!(seqs(tail.read(12, 15, 2, 0)), Some(vec![13, 14]));
+        assert_eq!(seqs(tail.read(15, 15, 2, 0)), Some(vec![]));
         assert_eq!(
-            seqs(tail.read(9, 15, 2)),
+            seqs(tail.read(9, 15, 2, 0)),
             None,
             "before the tail: the store"
         );
@@ -160,24 +171,33 @@ mod tests {
         tail.push(1, events(2, 100), Some(0));
         tail.push(3, events(2, 100), Some(0));
         assert_eq!(
-            seqs(tail.read(0, 4, 10)),
+            seqs(tail.read(0, 4, 10, 0)),
             None,
             "the oldest went over the bound"
         );
-        assert_eq!(seqs(tail.read(1, 4, 10)), Some(vec![2, 3, 4]));
+        assert_eq!(seqs(tail.read(1, 4, 10, 0)), Some(vec![2, 3, 4]));
         tail.push(5, events(1, 10), Some(3));
-        assert_eq!(seqs(tail.read(2, 5, 10)), None, "every cursor passed 3");
-        assert_eq!(seqs(tail.read(3, 5, 10)), Some(vec![4, 5]));
+        assert_eq!(seqs(tail.read(2, 5, 10, 0)), None, "every cursor passed 3");
+        assert_eq!(seqs(tail.read(3, 5, 10, 0)), Some(vec![4, 5]));
+    }
+
+    #[test]
+    fn a_read_forgets_what_every_cursor_passed() {
+        let tail = Tail::new(0, 1 << 20);
+        tail.push(1, events(5, 10), Some(0));
+        assert_eq!(seqs(tail.read(3, 5, 10, 3)), Some(vec![4, 5]));
+        assert_eq!(seqs(tail.read(2, 5, 10, 0)), None, "1 to 3 were dropped");
+        assert_eq!(tail.lock().events.len(), 2);
     }
 
     #[test]
     fn keeps_nothing_without_a_reader_and_restarts_after_a_gap() {
         let tail = Tail::new(0, 1 << 20);
         tail.push(1, events(3, 10), None);
-        assert_eq!(seqs(tail.read(0, 3, 10)), None);
-        assert_eq!(seqs(tail.read(3, 3, 10)), Some(vec![]));
+        assert_eq!(seqs(tail.read(0, 3, 10, 0)), None);
+        assert_eq!(seqs(tail.read(3, 3, 10, 0)), Some(vec![]));
         tail.push(7, events(2, 10), Some(0));
-        assert_eq!(seqs(tail.read(3, 8, 10)), None, "4 to 6 were never held");
-        assert_eq!(seqs(tail.read(6, 8, 10)), Some(vec![7, 8]));
+        assert_eq!(seqs(tail.read(3, 8, 10, 0)), None, "4 to 6 were never held");
+        assert_eq!(seqs(tail.read(6, 8, 10, 0)), Some(vec![7, 8]));
     }
 }
