@@ -776,7 +776,7 @@ async fn a_driver_behind_the_tail_in_memory_and_after_a_restart_delivers_everyth
         let mut cfg = JournalConfig::new(dir.path().join("journal"));
         cfg.flush_interval = Duration::from_millis(1);
         // About twenty of these events: the backlog below is ten times that.
-        cfg.tail_bytes = 20 * (event("e-000", "k0").len() + 48);
+        cfg.tail_bytes = 20 * (event("e-000", "k0").capacity() + 48);
         Journal::open(cfg).unwrap()
     };
     let ids = |range: std::ops::Range<usize>| -> Vec<String> {

@@ -107,6 +107,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+
+use bytes::Bytes;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use compact::{AUTO_FLOOR_BYTES, AUTO_RATIO, Compacted, compact, worth_compacting};
@@ -524,9 +526,7 @@ impl Journal {
                 true => None,
                 false => lock(&self.inner.cursors).values().copied().min(),
             };
-            self.inner
-                .tail
-                .push(head + 1, events.into_iter().map(Arc::from), passed);
+            self.inner.tail.push(head + 1, events.into_iter(), passed);
         }
         self.inner.flush.head.store(new_head, Ordering::Release);
         *last_ms = at;
@@ -830,12 +830,13 @@ impl Journal {
         self.read_as(sink, after, max, <[u8]>::to_vec)
     }
 
-    /// [`read`](Journal::read), each event's bytes copied once into the shared buffer delivery
-    /// keeps them in (a `Vec` copied again into one was a second allocation and copy per event).
+    /// [`read`](Journal::read), each event's bytes in the shared buffer delivery keeps them in:
+    /// copied once into it from the store (a `Vec` copied again into one was a second
+    /// allocation and copy per event).
     ///
     /// A reader at the head gets them from memory, the very bytes appended (`tail.rs`); one
     /// behind what memory holds reads the store.
-    pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Arc<[u8]>)>> {
+    pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Bytes)>> {
         let passed = {
             let cursors = lock(&self.inner.cursors);
             if !cursors.contains_key(sink) {
@@ -848,7 +849,7 @@ impl Journal {
         if let Some(rows) = self.inner.tail.read(after, self.durable_seq(), max, passed) {
             return Ok(rows);
         }
-        let rows = self.read_as(sink, after, max, |payload| Arc::from(payload))?;
+        let rows = self.read_as(sink, after, max, Bytes::copy_from_slice)?;
         self.inner
             .tail
             .from_store

@@ -10,16 +10,17 @@
 //! nothing past it.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
 
 /// The default bound of the tail's bytes: about 8,000 of herald's 1 KiB events, more than a
 /// sink's window (4,096 events) and its reader's read-ahead (three pages of 1,024) hold, so a
 /// reader that keeps up with the recorder never reads sled.
 pub const TAIL_BYTES: usize = 8 * 1024 * 1024;
 
-/// Per-event overhead counted against the bound beside the bytes (the `Arc`'s counts, the deque's
-/// slot), so a flood of tiny events is bounded too.
+/// Per-event overhead counted against the bound beside the buffer (the shared buffer's header, the
+/// deque's slot), so a flood of tiny events is bounded too.
 const OVERHEAD: usize = 48;
 
 #[derive(Debug)]
@@ -33,8 +34,9 @@ pub(super) struct Tail {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Every event after `after`, in order, up to the last appended.
-    events: VecDeque<(u64, Arc<[u8]>)>,
+    /// Every event after `after`, in order, up to the last appended, with the bytes it takes
+    /// (its buffer's capacity and [`OVERHEAD`]).
+    events: VecDeque<(u64, Bytes, usize)>,
     /// The sequence number the first held event follows: nothing at or below it is held.
     after: u64,
     bytes: usize,
@@ -68,7 +70,7 @@ impl Tail {
     pub(super) fn push(
         &self,
         first: u64,
-        events: impl ExactSizeIterator<Item = Arc<[u8]>>,
+        events: impl ExactSizeIterator<Item = Vec<u8>>,
         passed: Option<u64>,
     ) {
         let mut state = self.lock();
@@ -86,9 +88,11 @@ impl Tail {
             state.after = last;
             return;
         };
-        for (seq, bytes) in (first..).zip(events) {
-            state.bytes += bytes.len() + OVERHEAD;
-            state.events.push_back((seq, bytes));
+        for (seq, event) in (first..).zip(events) {
+            // The appended buffer itself, shared without a copy (its spare capacity with it).
+            let size = event.capacity() + OVERHEAD;
+            state.bytes += size;
+            state.events.push_back((seq, Bytes::from(event), size));
         }
         state.forget(passed, self.bound);
     }
@@ -103,19 +107,19 @@ impl Tail {
         durable: u64,
         max: usize,
         passed: u64,
-    ) -> Option<Vec<(u64, Arc<[u8]>)>> {
+    ) -> Option<Vec<(u64, Bytes)>> {
         let mut state = self.lock();
         state.forget(passed, self.bound);
         if after < state.after {
             return None;
         }
         let skip = usize::try_from(after - state.after).ok()?;
-        let out: Vec<(u64, Arc<[u8]>)> = state
+        let out: Vec<(u64, Bytes)> = state
             .events
             .range(skip.min(state.events.len())..)
-            .take_while(|(seq, _)| *seq <= durable)
+            .take_while(|(seq, _, _)| *seq <= durable)
             .take(max)
-            .map(|(seq, bytes)| (*seq, Arc::clone(bytes)))
+            .map(|(seq, bytes, _)| (*seq, bytes.clone()))
             .collect();
         drop(state);
         self.from_memory
@@ -127,13 +131,12 @@ impl Tail {
 impl State {
     /// Drops, oldest first, the events at or below `passed` and what is over `bound`.
     fn forget(&mut self, passed: u64, bound: usize) {
-        while let Some((seq, bytes)) = self.events.front() {
-            if *seq > passed && self.bytes <= bound {
+        while let Some(&(seq, _, size)) = self.events.front() {
+            if seq > passed && self.bytes <= bound {
                 break;
             }
-            let (seq, len) = (*seq, bytes.len());
             self.events.pop_front();
-            self.bytes -= len + OVERHEAD;
+            self.bytes -= size;
             self.after = seq;
         }
     }
@@ -143,11 +146,11 @@ impl State {
 mod tests {
     use super::*;
 
-    fn events(n: usize, len: usize) -> impl ExactSizeIterator<Item = Arc<[u8]>> {
-        (0..n).map(move |_| Arc::from(vec![b'x'; len]))
+    fn events(n: usize, len: usize) -> impl ExactSizeIterator<Item = Vec<u8>> {
+        (0..n).map(move |_| vec![b'x'; len])
     }
 
-    fn seqs(read: Option<Vec<(u64, Arc<[u8]>)>>) -> Option<Vec<u64>> {
+    fn seqs(read: Option<Vec<(u64, Bytes)>>) -> Option<Vec<u64>> {
         read.map(|rows| rows.into_iter().map(|(seq, _)| seq).collect())
     }
 

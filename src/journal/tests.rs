@@ -719,8 +719,8 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
             flush_interval: Duration::from_secs(3_600),
             flush_entries: 5,
             adaptive_commit: false,
-            // Room for about four of these events.
-            tail_bytes: 4 * (event("pods", 10, "ns/a").len() + 48),
+            // Room for four of these events (the tail counts their buffers' capacity).
+            tail_bytes: 4 * (event("pods", 1, "ns/a").capacity() + 48),
             ..cfg(tmp.path())
         })
         .unwrap()
@@ -747,7 +747,7 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
         .await
         .unwrap()
         .unwrap();
-    let rvs = |rows: Vec<(u64, Arc<[u8]>)>| -> Vec<(u64, u64)> {
+    let rvs = |rows: Vec<(u64, bytes::Bytes)>| -> Vec<(u64, u64)> {
         rows.into_iter().map(|(s, b)| (s, rv_of(&b))).collect()
     };
     // The tail holds 3 to 6 (4 events); 1 and 2 went over its bound.
