@@ -383,7 +383,8 @@ impl Window {
 /// The pending events by sequence number: a deque in sequence order, as the journal hands them
 /// over (a push is a push at the back), an event that leaves in the middle leaving a hole that is
 /// dropped once it reaches the front. A `BTreeMap` did the same with a node insert and a remove
-/// per event, moving each entry within its node (docs/operations.md, "Delivery from memory").
+/// per event, moving each entry within its node (docs/operations.md, "Delivery from memory,
+/// round 6").
 #[derive(Debug, Default)]
 struct Ordered {
     slots: VecDeque<(u64, Option<Pending>)>,
