@@ -107,9 +107,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use compact::{AUTO_FLOOR_BYTES, AUTO_RATIO, Compacted, compact, worth_compacting};
 pub use error::{JournalError, Result};
@@ -521,10 +521,11 @@ impl Journal {
         }
         if count > 0 {
             // Before the head moves, so a reader never finds an event numbered yet missing here.
-            let passed = match self.inner.standby.load(Ordering::Relaxed) {
-                // A standby's cursors follow the leader; it never reads for delivery.
-                true => None,
-                false => lock(&self.inner.cursors).values().copied().min(),
+            // A standby's cursors follow the leader; it never reads for delivery.
+            let passed = if self.inner.standby.load(Ordering::Relaxed) {
+                None
+            } else {
+                lock(&self.inner.cursors).values().copied().min()
             };
             self.inner.tail.push(head + 1, events.into_iter(), passed);
         }

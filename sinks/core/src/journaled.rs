@@ -13,7 +13,6 @@ use std::ops::{Deref, Range};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
