@@ -871,9 +871,9 @@ async fn read_ahead<S: Sink>(
             let len = bytes.len();
             // A sink that sends the stored bytes as they are needs no attribute decoded.
             let event = if S::READS_ATTRIBUTES {
-                Journaled::from_structured_json(Arc::clone(&bytes))
+                Journaled::from_structured_json(bytes.clone())
             } else {
-                Journaled::read_lazily(Arc::clone(&bytes))
+                Journaled::read_lazily(bytes.clone())
             };
             let read = match event {
                 // Only a route `when` for this sink reads `data`: routing parses it for that alone.

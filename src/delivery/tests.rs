@@ -766,3 +766,96 @@ async fn a_replay_is_not_starved_by_a_backlog_at_the_rate_limit() {
     stop.cancel();
     driver.await.unwrap();
 }
+
+/// ADR 0027: a driver that falls behind the journal's tail in memory reads the store, and one
+/// started after a reopen does too; either way every event arrives once, each key in order.
+#[tokio::test]
+async fn a_driver_behind_the_tail_in_memory_and_after_a_restart_delivers_everything_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        let mut cfg = JournalConfig::new(dir.path().join("journal"));
+        cfg.flush_interval = Duration::from_millis(1);
+        // About twenty of these events: the backlog below is ten times that.
+        cfg.tail_bytes = 20 * (event("e-000", "k0").capacity() + 48);
+        Journal::open(cfg).unwrap()
+    };
+    let ids = |range: std::ops::Range<usize>| -> Vec<String> {
+        range.map(|i| format!("e-{i:03}")).collect()
+    };
+    let events = |range: std::ops::Range<usize>| -> Vec<Vec<u8>> {
+        range
+            .map(|i| event(&format!("e-{i:03}"), &format!("k{}", i % 7)))
+            .collect()
+    };
+    let start = |j: &Journal, sink: &Arc<Scripted>, stop: &CancellationToken| {
+        tokio::spawn(run(
+            "s".into(),
+            sink.clone(),
+            j.clone(),
+            Arc::new(Router::default()),
+            // A small window: the reader stays a few pages ahead of it, far behind the head.
+            Settings {
+                window: 8,
+                ..fast()
+            },
+            true,
+            stop.clone(),
+            Arc::new(Stats::default()),
+            None,
+        ))
+    };
+    // Per key, the order the events were appended in.
+    let in_key_order = |taken: &[String]| {
+        let mut by_key: HashMap<usize, Vec<usize>> = HashMap::new();
+        for id in taken {
+            let i: usize = id.trim_start_matches("e-").parse().unwrap();
+            by_key.entry(i % 7).or_default().push(i);
+        }
+        by_key.values().all(|v| v.windows(2).all(|w| w[0] < w[1]))
+    };
+
+    let j = open();
+    let sink = Arc::new(Scripted::default());
+    let stop = CancellationToken::new();
+    let driver = start(&j, &sink, &stop);
+    // Two hundred at once: the driver starts behind the tail and catches up through the store.
+    append(&j, events(0..200)).await;
+    until(|| sink.taken.lock().unwrap().len() == 200).await;
+    let (memory, store) = j.shared_reads();
+    assert!(store > 0, "the driver read the store behind the tail");
+    // At the head now: what comes next is handed over from memory.
+    for i in 200..210 {
+        append(&j, events(i..i + 1)).await;
+        until(|| sink.taken.lock().unwrap().len() == i + 1).await;
+    }
+    assert!(
+        j.shared_reads().0 > memory,
+        "the driver at the head read memory"
+    );
+    stop.cancel();
+    driver.await.unwrap();
+    let mut taken = sink.taken.lock().unwrap().clone();
+    assert!(in_key_order(&taken));
+    taken.sort();
+    assert_eq!(taken, ids(0..210), "each event once");
+    until(|| j.cursor("s").unwrap_or(0) == 210).await;
+
+    // Appended while no driver runs, then a restart: the reopened journal holds nothing in memory.
+    append(&j, events(210..260)).await;
+    j.clone().close().await.unwrap();
+    drop(j);
+    let j = open();
+    let sink = Arc::new(Scripted::default());
+    let stop = CancellationToken::new();
+    let driver = start(&j, &sink, &stop);
+    until(|| sink.taken.lock().unwrap().len() == 50).await;
+    assert_eq!(j.shared_reads().0, 0, "nothing came from memory");
+    stop.cancel();
+    driver.await.unwrap();
+    let taken = sink.taken.lock().unwrap().clone();
+    assert!(in_key_order(&taken));
+    let mut sorted = taken.clone();
+    sorted.sort();
+    assert_eq!(sorted, ids(210..260));
+    j.close().await.unwrap();
+}

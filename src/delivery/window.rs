@@ -16,7 +16,7 @@
 //! it after a restart is what debounce would do again, as the newer one is still pending and is
 //! sent.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -48,7 +48,7 @@ pub struct Pending {
 /// The pending events of one sink, in sequence order.
 #[derive(Debug, Default)]
 pub struct Window {
-    pending: BTreeMap<u64, Pending>,
+    pending: Ordered,
     /// Everything up to here was read from the journal.
     pub read_upto: u64,
     /// Everything up to here is done (delivered, skipped or dead-lettered) and acknowledged.
@@ -62,7 +62,8 @@ pub struct Window {
     /// object replaces ([`identity`]).
     newest: HashMap<String, u64>,
     /// Each key's pending events, oldest first: only the first may be in flight or sent.
-    keys: HashMap<Arc<str>, VecDeque<u64>>,
+    /// foldhash rather than SipHash: one lookup per event pushed and per event done.
+    keys: HashMap<Arc<str>, VecDeque<u64>, foldhash::fast::RandomState>,
     /// The keys' first pending events that are not in flight, in sequence order: what
     /// [`Window::take_ready`], [`Window::take_probe`] and [`Window::next_due`] look at.
     idle: BTreeSet<u64>,
@@ -72,13 +73,13 @@ impl Window {
     /// A window whose cursor stands at `cursor`.
     pub fn new(cursor: u64) -> Self {
         Self {
-            pending: BTreeMap::new(),
+            pending: Ordered::default(),
             read_upto: cursor,
             acked_upto: cursor,
             inherited: Vec::new(),
             changes: 0,
             newest: HashMap::new(),
-            keys: HashMap::new(),
+            keys: HashMap::default(),
             idle: BTreeSet::new(),
         }
     }
@@ -116,7 +117,7 @@ impl Window {
             _ => out.push(range),
         };
         let mut next = self.ack_point().saturating_add(1);
-        for &seq in self.pending.keys() {
+        for seq in self.pending.keys() {
             if out.len() > max {
                 break;
             }
@@ -153,8 +154,16 @@ impl Window {
     /// Adds an event read from the journal.
     pub fn push(&mut self, envelope: Envelope, now: Instant) {
         let seq = envelope.seq;
-        let key = ordering_key(&envelope);
         self.read_upto = self.read_upto.max(seq);
+        let name = envelope
+            .event
+            .partition_key()
+            .unwrap_or_else(|| envelope.event.id());
+        // A key with events pending already lends its name: no allocation per event.
+        let key = match self.keys.get_key_value(name) {
+            Some((key, _)) => Arc::clone(key),
+            None => Arc::from(name),
+        };
         match self.keys.get_mut(&*key) {
             Some(queue) => {
                 // Events arrive in sequence order, so a key's queue stays sorted.
@@ -204,7 +213,7 @@ impl Window {
             .newest
             .get(&object)
             .copied()
-            .filter(|old| self.pending.get(old).is_some_and(|p| !p.in_flight));
+            .filter(|old| self.pending.get(*old).is_some_and(|p| !p.in_flight));
         if let Some(old) = replaced
             && let Some(p) = self.remove(old)
         {
@@ -213,7 +222,7 @@ impl Window {
         }
         self.newest.insert(object, seq);
         self.push(envelope, now);
-        if let Some(p) = self.pending.get_mut(&seq) {
+        if let Some(p) = self.pending.get_mut(seq) {
             p.not_before = due;
         }
         replaced
@@ -232,7 +241,7 @@ impl Window {
         let chosen: Vec<u64> = self
             .idle
             .iter()
-            .filter(|seq| self.pending.get(seq).is_some_and(|p| p.not_before <= now))
+            .filter(|seq| self.pending.get(**seq).is_some_and(|p| p.not_before <= now))
             .take(max)
             .copied()
             .collect();
@@ -244,7 +253,7 @@ impl Window {
 
     /// Marks the idle event `seq` in flight and hands it out.
     fn take(&mut self, seq: u64) -> Option<Envelope> {
-        let p = self.pending.get_mut(&seq)?;
+        let p = self.pending.get_mut(seq)?;
         self.idle.remove(&seq);
         p.in_flight = true;
         Some(p.envelope.clone())
@@ -252,7 +261,7 @@ impl Window {
 
     /// `seq` is no longer in flight: it is idle again if it is still its key's first event.
     fn land(&mut self, seq: u64) {
-        let Some(p) = self.pending.get_mut(&seq) else {
+        let Some(p) = self.pending.get_mut(seq) else {
             return;
         };
         p.in_flight = false;
@@ -268,13 +277,13 @@ impl Window {
     /// Takes `seq` out of the window and out of its key's queue; the key's next event, if any,
     /// becomes the one that may go.
     fn remove(&mut self, seq: u64) -> Option<Pending> {
-        let p = self.pending.remove(&seq)?;
+        let p = self.pending.remove(seq)?;
         self.idle.remove(&seq);
         if let Some(queue) = self.keys.get_mut(&*p.key) {
             if queue.front() == Some(&seq) {
                 queue.pop_front();
                 if let Some(&next) = queue.front()
-                    && self.pending.get(&next).is_some_and(|n| !n.in_flight)
+                    && self.pending.get(next).is_some_and(|n| !n.in_flight)
                 {
                     self.idle.insert(next);
                 }
@@ -306,7 +315,7 @@ impl Window {
         // counting them would wake the driver for nothing.
         self.idle
             .iter()
-            .filter_map(|seq| self.pending.get(seq))
+            .filter_map(|seq| self.pending.get(*seq))
             .map(|p| p.not_before)
             .min()
     }
@@ -337,7 +346,7 @@ impl Window {
         now: Instant,
     ) -> Option<&Pending> {
         self.land(seq);
-        let p = self.pending.get_mut(&seq)?;
+        let p = self.pending.get_mut(seq)?;
         if counts {
             p.attempts = p.attempts.saturating_add(1);
         }
@@ -350,7 +359,7 @@ impl Window {
 
     /// Replaces the event `seq` (its reference-only form) and makes it due now; attempts stay.
     pub fn replace(&mut self, seq: u64, envelope: Envelope, now: Instant) {
-        if let Some(p) = self.pending.get_mut(&seq) {
+        if let Some(p) = self.pending.get_mut(seq) {
             p.envelope = envelope;
             p.not_before = now;
         }
@@ -364,10 +373,98 @@ impl Window {
 
     /// How far the cursor may move: to just before the oldest pending event, or to what was read.
     pub fn ack_point(&self) -> u64 {
-        match self.pending.keys().next() {
+        match self.pending.first() {
             Some(first) => first.saturating_sub(1).max(self.acked_upto),
             None => self.read_upto,
         }
+    }
+}
+
+/// The pending events by sequence number: a deque in sequence order, as the journal hands them
+/// over (a push is a push at the back), an event that leaves in the middle leaving a hole that is
+/// dropped once it reaches the front. A `BTreeMap` did the same with a node insert and a remove
+/// per event, moving each entry within its node (docs/operations.md, "Delivery from memory,
+/// round 6").
+#[derive(Debug, Default)]
+struct Ordered {
+    slots: VecDeque<(u64, Option<Pending>)>,
+    live: usize,
+}
+
+impl Ordered {
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    fn index(&self, seq: u64) -> Option<usize> {
+        let i = self.slots.partition_point(|(s, _)| *s < seq);
+        self.slots
+            .get(i)
+            .is_some_and(|(s, p)| *s == seq && p.is_some())
+            .then_some(i)
+    }
+
+    fn get(&self, seq: u64) -> Option<&Pending> {
+        self.slots.get(self.index(seq)?)?.1.as_ref()
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Pending> {
+        let i = self.index(seq)?;
+        self.slots.get_mut(i)?.1.as_mut()
+    }
+
+    fn insert(&mut self, seq: u64, pending: Pending) {
+        if let Some(i) = self.index(seq) {
+            // Read twice (it cannot be: the reader reads forward): the later read wins.
+            if let Some((_, slot)) = self.slots.get_mut(i) {
+                *slot = Some(pending);
+            }
+            return;
+        }
+        let i = self.slots.partition_point(|(s, _)| *s < seq);
+        if i == self.slots.len() {
+            self.slots.push_back((seq, Some(pending)));
+        } else if self.slots.get(i).is_some_and(|(s, _)| *s == seq) {
+            // A hole of the same number: filled again.
+            if let Some((_, slot)) = self.slots.get_mut(i) {
+                *slot = Some(pending);
+            }
+        } else {
+            self.slots.insert(i, (seq, Some(pending)));
+        }
+        self.live += 1;
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<Pending> {
+        let i = self.index(seq)?;
+        let taken = self.slots.get_mut(i)?.1.take();
+        self.live -= 1;
+        while self.slots.front().is_some_and(|(_, p)| p.is_none()) {
+            self.slots.pop_front();
+        }
+        // Holes behind an event stuck at the front: bounded by the events still pending, so a
+        // key in retries for hours does not keep a hole for every event delivered meanwhile.
+        if self.slots.len() > 2 * self.live + 64 {
+            self.slots.retain(|(_, p)| p.is_some());
+        }
+        taken
+    }
+
+    /// The lowest pending sequence number.
+    fn first(&self) -> Option<u64> {
+        // Holes never stay at the front.
+        self.slots.front().map(|(seq, _)| *seq)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slots
+            .iter()
+            .filter(|(_, p)| p.is_some())
+            .map(|(seq, _)| *seq)
     }
 }
 
@@ -465,6 +562,35 @@ mod tests {
         w.done(13);
         w.read_through(20);
         assert_eq!(w.ack_point(), 20, "skipped events count as done");
+    }
+
+    /// The holes the events done behind a stuck one leave are dropped: a key retrying for hours
+    /// while thousands of others are delivered keeps the window's memory bounded by what is
+    /// pending, and the cursor, the ranges above it and lookups stay right.
+    #[test]
+    fn holes_behind_a_stuck_event_stay_bounded() {
+        let now = Instant::now();
+        let mut w = Window::new(0);
+        w.push(env(1, "stuck"), now);
+        w.take_ready(now, 1);
+        for seq in 2..=5_000 {
+            w.push(env(seq, &format!("k{seq}")), now);
+            let taken = w.take_ready(now, 10);
+            assert_eq!(seqs(&taken), [seq]);
+            assert!(w.done(seq).is_some());
+            assert!(w.pending.slots.len() <= 2 * w.len() + 64);
+        }
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.ack_point(), 0);
+        assert_eq!(w.done_above(10), [(2, 5_000)]);
+        assert!(
+            w.retry(1, Duration::ZERO, Reason::new("x", "y"), true, now)
+                .is_some()
+        );
+        assert_eq!(seqs(&w.take_ready(now, 10)), [1]);
+        assert!(w.done(1).is_some());
+        assert!(w.is_empty());
+        assert_eq!(w.ack_point(), 5_000);
     }
 
     #[test]

@@ -96,6 +96,7 @@ mod integrity;
 mod keys;
 pub mod retention;
 mod salvage;
+mod tail;
 #[cfg(test)]
 mod tests;
 
@@ -108,11 +109,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+
 pub use compact::{AUTO_FLOOR_BYTES, AUTO_RATIO, Compacted, compact, worth_compacting};
 pub use error::{JournalError, Result};
 pub use failure::WriteFailure;
 pub use integrity::Report;
 pub use salvage::{Salvaged, salvage, take_unconfirmed_mark};
+pub use tail::TAIL_BYTES;
 
 /// The journal layout this build writes (`meta/schema_version`). Version 2 added the head record
 /// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys),
@@ -167,6 +171,10 @@ pub struct JournalConfig {
     /// [`AUTO_RATIO`] times what it holds ([`worth_compacting`]): `herald run` sets
     /// [`AUTO_FLOOR_BYTES`]; `None` (the other commands) leaves the store as it is.
     pub compact_at_open: Option<u64>,
+    /// Bytes of the most recently appended events kept in memory for the sinks' readers at the
+    /// head of the journal ([`TAIL_BYTES`]; `tail.rs`, ADR 0027). A reader behind them reads
+    /// the store.
+    pub tail_bytes: usize,
 }
 
 impl JournalConfig {
@@ -184,6 +192,7 @@ impl JournalConfig {
             cache_capacity: CACHE_CAPACITY,
             open_timeout: OPEN_TIMEOUT,
             compact_at_open: None,
+            tail_bytes: TAIL_BYTES,
         }
     }
 
@@ -280,6 +289,8 @@ struct Inner {
     /// A standby never delivers, so its backlog bound does not stop its watches
     /// ([`Journal::set_standby`]).
     standby: AtomicBool,
+    /// The events appended last, for readers at the head (`tail.rs`).
+    tail: tail::Tail,
     /// Holds our directory lock for as long as the store is open.
     _lock: File,
 }
@@ -391,6 +402,7 @@ impl Journal {
                 trimmed: AtomicU64::new(trimmed),
                 retention_floor: AtomicU64::new(u64::MAX),
                 standby: AtomicBool::new(false),
+                tail: tail::Tail::new(head, cfg.tail_bytes),
                 _lock: dir_lock,
             }),
         })
@@ -506,6 +518,16 @@ impl Journal {
         }
         if let Err(source) = self.inner.db.apply_batch(b) {
             return Err(self.note_write_error("append", &source));
+        }
+        if count > 0 {
+            // Before the head moves, so a reader never finds an event numbered yet missing here.
+            // A standby's cursors follow the leader; it never reads for delivery.
+            let passed = if self.inner.standby.load(Ordering::Relaxed) {
+                None
+            } else {
+                lock(&self.inner.cursors).values().copied().min()
+            };
+            self.inner.tail.push(head + 1, events.into_iter(), passed);
         }
         self.inner.flush.head.store(new_head, Ordering::Release);
         *last_ms = at;
@@ -809,10 +831,40 @@ impl Journal {
         self.read_as(sink, after, max, <[u8]>::to_vec)
     }
 
-    /// [`read`](Journal::read), each event's bytes copied once into the shared buffer delivery
-    /// keeps them in (a `Vec` copied again into one was a second allocation and copy per event).
-    pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Arc<[u8]>)>> {
-        self.read_as(sink, after, max, |payload| Arc::from(payload))
+    /// [`read`](Journal::read), each event's bytes in the shared buffer delivery keeps them in:
+    /// copied once into it from the store (a `Vec` copied again into one was a second
+    /// allocation and copy per event).
+    ///
+    /// A reader at the head gets them from memory, the very bytes appended (`tail.rs`); one
+    /// behind what memory holds reads the store.
+    pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Bytes)>> {
+        let passed = {
+            let cursors = lock(&self.inner.cursors);
+            if !cursors.contains_key(sink) {
+                return Err(JournalError::UnknownSink {
+                    sink: sink.to_owned(),
+                });
+            }
+            cursors.values().copied().min().unwrap_or_default()
+        };
+        if let Some(rows) = self.inner.tail.read(after, self.durable_seq(), max, passed) {
+            return Ok(rows);
+        }
+        let rows = self.read_as(sink, after, max, Bytes::copy_from_slice)?;
+        self.inner
+            .tail
+            .from_store
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        Ok(rows)
+    }
+
+    /// Events [`read_shared`](Journal::read_shared) handed out from memory and from the store
+    /// since the journal was opened.
+    pub fn shared_reads(&self) -> (u64, u64) {
+        (
+            self.inner.tail.from_memory.load(Ordering::Relaxed),
+            self.inner.tail.from_store.load(Ordering::Relaxed),
+        )
     }
 
     fn read_as<T>(

@@ -708,6 +708,85 @@ async fn reading_never_returns_events_that_are_not_durable() {
     j.close().await.unwrap();
 }
 
+/// The tail in memory (ADR 0027) hands out the bytes the store holds, never past `durable_seq`
+/// either; a reader behind it, or any reader after a reopen, reads the store.
+#[tokio::test]
+async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let open = || {
+        Journal::open(JournalConfig {
+            // Only the entry bound can trigger a flush in this test.
+            flush_interval: Duration::from_secs(3_600),
+            flush_entries: 5,
+            adaptive_commit: false,
+            // Room for four of these events (the tail counts their buffers' capacity).
+            tail_bytes: 4 * (event("pods", 1, "ns/a").capacity() + 48),
+            ..cfg(tmp.path())
+        })
+        .unwrap()
+    };
+    let j = open();
+    j.register_sink("s", true).unwrap();
+    let append = |rvs: std::ops::RangeInclusive<u64>| {
+        j.append(Batch {
+            stream: "pods".to_owned(),
+            events: rvs.map(|rv| event("pods", rv, "ns/a")).collect(),
+            ..Batch::default()
+        })
+        .unwrap()
+    };
+    append(1..=3);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(j.durable_seq(), 0);
+    assert!(
+        j.read_shared("s", 0, 100).unwrap().is_empty(),
+        "not durable"
+    );
+    let seqs = append(4..=6);
+    tokio::time::timeout(Duration::from_secs(10), j.durable(seqs[2]))
+        .await
+        .unwrap()
+        .unwrap();
+    let rvs = |rows: Vec<(u64, bytes::Bytes)>| -> Vec<(u64, u64)> {
+        rows.into_iter().map(|(s, b)| (s, rv_of(&b))).collect()
+    };
+    // The tail holds 3 to 6 (4 events); 1 and 2 went over its bound.
+    assert_eq!(
+        rvs(j.read_shared("s", 2, 100).unwrap()),
+        [(3, 3), (4, 4), (5, 5), (6, 6)]
+    );
+    assert_eq!(j.shared_reads(), (4, 0));
+    assert_eq!(
+        rvs(j.read_shared("s", 0, 3).unwrap()),
+        [(1, 1), (2, 2), (3, 3)]
+    );
+    assert_eq!(j.shared_reads(), (4, 3), "behind the tail: the store");
+    let stored: Vec<(u64, Vec<u8>)> = j.read("s", 2, 100).unwrap();
+    let shared = j.read_shared("s", 2, 100).unwrap();
+    assert_eq!(stored.len(), shared.len());
+    for ((a, x), (b, y)) in stored.iter().zip(&shared) {
+        assert_eq!(
+            (a, &x[..]),
+            (b, &y[..]),
+            "memory hands out what the store holds"
+        );
+    }
+    assert!(matches!(
+        j.read_shared("nobody", 0, 10),
+        Err(JournalError::UnknownSink { .. })
+    ));
+    j.close().await.unwrap();
+
+    let j = open();
+    assert_eq!(rvs(j.read_shared("s", 4, 100).unwrap()), [(5, 5), (6, 6)]);
+    assert_eq!(
+        j.shared_reads(),
+        (0, 2),
+        "a reopened journal reads the store"
+    );
+    j.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn durable_after_resolves_with_the_commit_that_makes_a_later_event_durable() {
     let tmp = tempfile::tempdir().unwrap();

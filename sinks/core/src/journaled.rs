@@ -10,8 +10,9 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::{Deref, Range};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
+use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
@@ -59,7 +60,7 @@ pub struct Journaled {
 
 #[derive(Clone)]
 struct Stored {
-    bytes: Arc<[u8]>,
+    bytes: Bytes,
     /// Where the JSON `data` value lies in `bytes`, when it is left unparsed (JSON data only; a
     /// text `data` is in the head).
     data: Option<Range<usize>>,
@@ -85,7 +86,7 @@ impl Journaled {
     /// # Errors
     ///
     /// The [`DecodeError`] [`CloudEvent::from_structured_json`] gives for the same bytes.
-    pub fn from_structured_json(bytes: impl Into<Arc<[u8]>>) -> Result<Self, DecodeError> {
+    pub fn from_structured_json(bytes: impl Into<Bytes>) -> Result<Self, DecodeError> {
         Self::read(bytes.into(), false)
     }
 
@@ -98,11 +99,11 @@ impl Journaled {
     /// # Errors
     ///
     /// The [`DecodeError`] [`CloudEvent::from_structured_json`] gives for the same bytes.
-    pub fn read_lazily(bytes: impl Into<Arc<[u8]>>) -> Result<Self, DecodeError> {
+    pub fn read_lazily(bytes: impl Into<Bytes>) -> Result<Self, DecodeError> {
         Self::read(bytes.into(), true)
     }
 
-    fn read(bytes: Arc<[u8]>, lazily: bool) -> Result<Self, DecodeError> {
+    fn read(bytes: Bytes, lazily: bool) -> Result<Self, DecodeError> {
         let Some(split) = split(&bytes) else {
             // The full decoder says exactly what is wrong, in the words it always used.
             let event = CloudEvent::from_structured_json(&bytes)?;

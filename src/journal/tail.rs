@@ -1,0 +1,206 @@
+//! The events appended last, kept in memory as the shared bytes delivery holds them, so that a
+//! reader at the head of the journal gets them without a sled range scan, a split of segments and
+//! a copy per event (ADR 0027). Bounded by bytes; a reader asking for anything older than what
+//! it holds reads the store, which stays the only record.
+//!
+//! It holds a contiguous run of sequence numbers ending at the head: every append adds its events
+//! under the journal's append lock, before the head moves, so an event numbered at or below the
+//! head is either here or was evicted (and is then read from sled). Durability is the reader's
+//! business, as for the store: [`Tail::read`] is given the durable sequence number and hands out
+//! nothing past it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+/// The default bound of the tail's bytes: about 8,000 of herald's 1 KiB events, more than a
+/// sink's window (4,096 events) and its reader's read-ahead (three pages of 1,024) hold, so a
+/// reader that keeps up with the recorder never reads sled.
+pub const TAIL_BYTES: usize = 8 * 1024 * 1024;
+
+/// Per-event overhead counted against the bound beside the buffer (the shared buffer's header, the
+/// deque's slot), so a flood of tiny events is bounded too.
+const OVERHEAD: usize = 48;
+
+#[derive(Debug)]
+pub(super) struct Tail {
+    bound: usize,
+    state: std::sync::Mutex<State>,
+    /// Events handed out from memory and read from the store, for tests and the docs' figures.
+    pub(super) from_memory: AtomicU64,
+    pub(super) from_store: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Every event after `after`, in order, up to the last appended, with the bytes it takes
+    /// (its buffer's capacity and [`OVERHEAD`]).
+    events: VecDeque<(u64, Bytes, usize)>,
+    /// The sequence number the first held event follows: nothing at or below it is held.
+    after: u64,
+    bytes: usize,
+}
+
+impl Tail {
+    /// A tail that holds nothing yet and starts after `head`.
+    pub(super) fn new(head: u64, bound: usize) -> Self {
+        Self {
+            bound,
+            state: std::sync::Mutex::new(State {
+                after: head,
+                ..State::default()
+            }),
+            from_memory: AtomicU64::new(0),
+            from_store: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every change below is done in steps that leave the state valid.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds the events numbered `first`, `first + 1`, …, appended after `head` (so `first` is
+    /// `head + 1`), and forgets what nobody can ask for from memory any more: the events at or
+    /// below `passed` (every registered sink's cursor has passed them; `None` keeps nothing, no
+    /// sink reads) and, oldest first, what is over the bound.
+    pub(super) fn push(
+        &self,
+        first: u64,
+        events: impl ExactSizeIterator<Item = Vec<u8>>,
+        passed: Option<u64>,
+    ) {
+        let mut state = self.lock();
+        let last = first + events.len() as u64 - 1;
+        if first != state.after + state.events.len() as u64 + 1 {
+            // Not contiguous with what is held (cannot happen under the append lock): hold
+            // only what follows.
+            state.events.clear();
+            state.bytes = 0;
+            state.after = first - 1;
+        }
+        let Some(passed) = passed else {
+            state.events.clear();
+            state.bytes = 0;
+            state.after = last;
+            return;
+        };
+        for (seq, event) in (first..).zip(events) {
+            // The appended buffer itself, shared without a copy (its spare capacity with it).
+            let size = event.capacity() + OVERHEAD;
+            state.bytes += size;
+            state.events.push_back((seq, Bytes::from(event), size));
+        }
+        state.forget(passed, self.bound);
+    }
+
+    /// Up to `max` events after `after` and at or below `durable`, when the tail holds every
+    /// event after `after` (`None`: the reader is behind it and reads the store). First forgets
+    /// the events every cursor has `passed`: readers poll while idle, so what was delivered last
+    /// does not stay in memory until the next append.
+    pub(super) fn read(
+        &self,
+        after: u64,
+        durable: u64,
+        max: usize,
+        passed: u64,
+    ) -> Option<Vec<(u64, Bytes)>> {
+        let mut state = self.lock();
+        state.forget(passed, self.bound);
+        if after < state.after {
+            return None;
+        }
+        let skip = usize::try_from(after - state.after).ok()?;
+        let out: Vec<(u64, Bytes)> = state
+            .events
+            .range(skip.min(state.events.len())..)
+            .take_while(|(seq, _, _)| *seq <= durable)
+            .take(max)
+            .map(|(seq, bytes, _)| (*seq, bytes.clone()))
+            .collect();
+        drop(state);
+        self.from_memory
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Some(out)
+    }
+}
+
+impl State {
+    /// Drops, oldest first, the events at or below `passed` and what is over `bound`.
+    fn forget(&mut self, passed: u64, bound: usize) {
+        while let Some(&(seq, _, size)) = self.events.front() {
+            if seq > passed && self.bytes <= bound {
+                break;
+            }
+            self.events.pop_front();
+            self.bytes -= size;
+            self.after = seq;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(n: usize, len: usize) -> impl ExactSizeIterator<Item = Vec<u8>> {
+        (0..n).map(move |_| vec![b'x'; len])
+    }
+
+    fn seqs(read: Option<Vec<(u64, Bytes)>>) -> Option<Vec<u64>> {
+        read.map(|rows| rows.into_iter().map(|(seq, _)| seq).collect())
+    }
+
+    #[test]
+    fn hands_out_what_follows_up_to_durable_and_max() {
+        let tail = Tail::new(10, 1 << 20);
+        tail.push(11, events(5, 10), Some(10));
+        assert_eq!(seqs(tail.read(10, 13, 100, 0)), Some(vec![11, 12, 13]));
+        assert_eq!(seqs(tail.read(12, 15, 2, 0)), Some(vec![13, 14]));
+        assert_eq!(seqs(tail.read(15, 15, 2, 0)), Some(vec![]));
+        assert_eq!(
+            seqs(tail.read(9, 15, 2, 0)),
+            None,
+            "before the tail: the store"
+        );
+    }
+
+    #[test]
+    fn evicts_over_the_bound_and_what_every_cursor_passed() {
+        let tail = Tail::new(0, 3 * (100 + OVERHEAD));
+        tail.push(1, events(2, 100), Some(0));
+        tail.push(3, events(2, 100), Some(0));
+        assert_eq!(
+            seqs(tail.read(0, 4, 10, 0)),
+            None,
+            "the oldest went over the bound"
+        );
+        assert_eq!(seqs(tail.read(1, 4, 10, 0)), Some(vec![2, 3, 4]));
+        tail.push(5, events(1, 10), Some(3));
+        assert_eq!(seqs(tail.read(2, 5, 10, 0)), None, "every cursor passed 3");
+        assert_eq!(seqs(tail.read(3, 5, 10, 0)), Some(vec![4, 5]));
+    }
+
+    #[test]
+    fn a_read_forgets_what_every_cursor_passed() {
+        let tail = Tail::new(0, 1 << 20);
+        tail.push(1, events(5, 10), Some(0));
+        assert_eq!(seqs(tail.read(3, 5, 10, 3)), Some(vec![4, 5]));
+        assert_eq!(seqs(tail.read(2, 5, 10, 0)), None, "1 to 3 were dropped");
+        assert_eq!(tail.lock().events.len(), 2);
+    }
+
+    #[test]
+    fn keeps_nothing_without_a_reader_and_restarts_after_a_gap() {
+        let tail = Tail::new(0, 1 << 20);
+        tail.push(1, events(3, 10), None);
+        assert_eq!(seqs(tail.read(0, 3, 10, 0)), None);
+        assert_eq!(seqs(tail.read(3, 3, 10, 0)), Some(vec![]));
+        tail.push(7, events(2, 10), Some(0));
+        assert_eq!(seqs(tail.read(3, 8, 10, 0)), None, "4 to 6 were never held");
+        assert_eq!(seqs(tail.read(6, 8, 10, 0)), Some(vec![7, 8]));
+    }
+}
