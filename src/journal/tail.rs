@@ -14,9 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-/// The default bound of the tail's bytes: about 8,000 of herald's 1 KiB events, more than a
-/// sink's window (4,096 events) and its reader's read-ahead (three pages of 1,024) hold, so a
-/// reader that keeps up with the recorder never reads sled.
+/// The default bound of the tail's bytes: some 6,000 to 8,000 of the bench's ~1 KiB events (each
+/// counted with its buffer's spare room), about what a sink's window (4,096 events) and its
+/// reader's read-ahead (three pages of 1,024) hold, so a reader that keeps up with the recorder
+/// seldom reads sled.
 pub const TAIL_BYTES: usize = 8 * 1024 * 1024;
 
 /// Per-event overhead counted against the bound beside the buffer (the shared buffer's header, the
@@ -88,8 +89,13 @@ impl Tail {
             state.after = last;
             return;
         };
-        for (seq, event) in (first..).zip(events) {
-            // The appended buffer itself, shared without a copy (its spare capacity with it).
+        for (seq, mut event) in (first..).zip(events) {
+            // The appended buffer itself, shared without a copy. The renderer sizes it from a
+            // guess that a long patch outgrows (the buffer then doubles): that spare room would
+            // stay held by every reader's copy of the event, so it is let go of first.
+            if event.capacity() - event.len() > event.len() / 8 {
+                event.shrink_to_fit();
+            }
             let size = event.capacity() + OVERHEAD;
             state.bytes += size;
             state.events.push_back((seq, Bytes::from(event), size));
@@ -165,6 +171,22 @@ mod tests {
             seqs(tail.read(9, 15, 2, 0)),
             None,
             "before the tail: the store"
+        );
+    }
+
+    #[test]
+    fn an_event_is_counted_without_the_spare_room_its_buffer_grew_with() {
+        let tail = Tail::new(0, 2 * (100 + OVERHEAD));
+        let grown = |_| {
+            let mut e = Vec::with_capacity(4096);
+            e.extend_from_slice(&[b'x'; 100]);
+            e
+        };
+        tail.push(1, (0..2).map(grown), Some(0));
+        assert_eq!(
+            seqs(tail.read(0, 2, 10, 0)),
+            Some(vec![1, 2]),
+            "two events of 100 bytes fit a bound of two"
         );
     }
 
