@@ -719,8 +719,9 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
             flush_interval: Duration::from_secs(3_600),
             flush_entries: 5,
             adaptive_commit: false,
-            // Room for four of these events (the tail counts their buffers' capacity).
-            tail_bytes: 4 * (event("pods", 1, "ns/a").capacity() + 48),
+            // Room for four of these events (the tail counts their buffers' capacity, which
+            // `exact` makes their length).
+            tail_bytes: 4 * (event("pods", 1, "ns/a").len() + 48),
             ..cfg(tmp.path())
         })
         .unwrap()
@@ -730,7 +731,13 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
     let append = |rvs: std::ops::RangeInclusive<u64>| {
         j.append(Batch {
             stream: "pods".to_owned(),
-            events: rvs.map(|rv| event("pods", rv, "ns/a")).collect(),
+            events: rvs
+                .map(|rv| {
+                    let mut exact = event("pods", rv, "ns/a");
+                    exact.shrink_to_fit();
+                    exact
+                })
+                .collect(),
             ..Batch::default()
         })
         .unwrap()
