@@ -8,7 +8,7 @@
 //! at every chance costs more CPU per event (more flushes, smaller delivery batches: about 10 %
 //! of catch-up throughput measured) than the milliseconds it saves. A small group switches back.
 //! Cursor moves alone always wait for the interval (they must reach disk, but nothing waits on
-//! them); those no append carried are written just before the flush (`acks.rs`).
+//! them).
 //!
 //! A thread, not a tokio task, because `sled::Db::flush` blocks in `fsync` for as long as the disk
 //! wants, and the journal opens before (and closes after) any runtime the caller may have.
@@ -77,13 +77,6 @@ pub(super) struct Shared {
     failure: OnceLock<Arc<WriteFailure>>,
     /// Writes that failed, the first one and every refused one after it.
     write_errors: AtomicU64,
-    /// Held while a batch gets its sequence numbers and is written, so seq order is key order
-    /// and `head` only ever covers batches already in sled; and while cursor moves are written
-    /// (`acks.rs`). Holds the last append time (ms), kept monotonic so that age order is sequence
-    /// order even if the clock steps back.
-    pub(super) append: Mutex<u64>,
-    /// Cursor moves not in the store yet: written with the next append, or before the next flush.
-    pub(super) acks: super::acks::Unwritten,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -117,8 +110,6 @@ impl Shared {
             path: path.to_owned(),
             failure: OnceLock::new(),
             write_errors: AtomicU64::new(0),
-            append: Mutex::new(0),
-            acks: super::acks::Unwritten::default(),
         }
     }
 
@@ -187,18 +178,6 @@ impl Shared {
         }
     }
 
-    /// Writes the cursor moves no append has carried (`acks.rs`).
-    pub(super) fn write_acks(&self, db: &sled::Db) -> Result<(), sled::Error> {
-        // Without the append lock when there is nothing: a flush need not wait out an append. A
-        // move recorded just after this look goes with the next flush, as one made after the
-        // flush started always did.
-        if self.acks.is_empty() {
-            return Ok(());
-        }
-        let _append = lock(&self.append);
-        super::acks::write(db, self.acks.take())
-    }
-
     pub(super) fn shutdown(&self) {
         lock(&self.pending).shutdown = true;
         self.wake.notify_one();
@@ -247,7 +226,6 @@ pub(super) fn flush_once(db: &sled::Db, shared: &Shared) -> Result<u64, sled::Er
     // Read the head before flushing: every batch counted in it is already in sled's log buffers,
     // and sled's flush makes every write that happened before the call durable.
     let target = shared.head.load(Ordering::Acquire);
-    shared.write_acks(db)?;
     db.flush()?;
     super::garbage::release();
     shared.durable.fetch_max(target, Ordering::AcqRel);

@@ -60,9 +60,8 @@
 //! - Every `apply_batch` rolls sled's io buffer before and after it reserves the batch's manifest
 //!   (`PageCache::pin_log`): two sealed buffers, each a job for sled's io threads (a `pwrite`, a
 //!   `sync_file_range`, a `notify_all` to its seven idle threads), whatever the batch holds. A
-//!   single-key `insert` seals nothing. So an acknowledgement writes no batch of its own: its keys
-//!   ride in the next append's batch, or go as plain inserts just before the next flush
-//!   (`acks.rs`, ADR 0028; docs/operations.md, "Acknowledgements without a sled batch").
+//!   single-key `insert` seals nothing. (Writing an in-order acknowledgement's cursor that way cut
+//!   those jobs but not herald's CPU per event; docs/operations.md, "sled's write path, round 5".)
 //! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files
 //!   under `blobs/`.
 //! - Locking: sled `flock`s its `db` file but reports contention only as an `io::Error` of kind
@@ -75,8 +74,7 @@
 //! - sled creates its files with the umask, later ones (snapshots, blobs) too: the directory is
 //!   0700 and the files are set to 0600 at open and at every retention pass.
 //! - Cursor moves ([`Journal::ack`], [`Journal::acknowledge`]) reach disk with the next group
-//!   commit (written into sled with the next append or just before that commit's flush, and
-//!   before a retention pass removes what they allow); a crash may move a cursor back (redelivery with the same ids), never forward. Events
+//!   commit; a crash may move a cursor back (redelivery with the same ids), never forward. Events
 //!   acknowledged above the cursor (one event stuck in a retry holds the cursor back while later
 //!   ones are delivered) are kept as ranges beside it (`a/` keys, [`MAX_ACKED_RANGES`]), so a
 //!   restart re-sends what was in flight, not everything after the stuck event.
@@ -86,7 +84,6 @@
 //!   [`Journal::write_failed`] resolves, and `herald run` exits 12 so that a restart reopens the
 //!   store and resumes from what was durable (ADR 0005, `docs/adr/0005-full-disk.md`).
 
-mod acks;
 mod compact;
 mod dlq;
 mod error;
@@ -266,6 +263,10 @@ struct Inner {
     db: sled::Db,
     flush: Arc<flusher::Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// Held while a batch gets its sequence numbers and is written, so seq order is key order
+    /// and `head` only ever covers batches already in sled. Holds the last append time (ms),
+    /// kept monotonic so that age order is sequence order even if the clock steps back.
+    append: Mutex<u64>,
     /// Sink cursors, mirrored from the `s/` keys so `backlog` needs no disk read.
     cursors: Mutex<BTreeMap<String, u64>>,
     closed: AtomicBool,
@@ -281,9 +282,6 @@ struct Inner {
     standby: AtomicBool,
     /// Holds our directory lock for as long as the store is open.
     _lock: File,
-    /// sled batches written through [`Journal::apply_batch`].
-    #[cfg(test)]
-    batches: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -386,6 +384,7 @@ impl Journal {
                 db,
                 flush,
                 flusher: Mutex::new(Some(thread)),
+                append: Mutex::new(0),
                 cursors: Mutex::new(cursors),
                 closed: AtomicBool::new(false),
                 appends: AtomicU64::new(0),
@@ -393,8 +392,6 @@ impl Journal {
                 retention_floor: AtomicU64::new(u64::MAX),
                 standby: AtomicBool::new(false),
                 _lock: dir_lock,
-                #[cfg(test)]
-                batches: AtomicU64::new(0),
             }),
         })
     }
@@ -414,14 +411,6 @@ impl Journal {
             return Err(JournalError::Unwritable(failure));
         }
         Ok(())
-    }
-
-    /// Writes a sled batch (counted in tests: each one seals sled's io buffer twice, see the
-    /// module doc).
-    fn apply_batch(&self, b: sled::Batch) -> std::result::Result<(), sled::Error> {
-        #[cfg(test)]
-        self.inner.batches.fetch_add(1, Ordering::Relaxed);
-        self.inner.db.apply_batch(b)
     }
 
     /// Records that a write to the store failed (from now on the journal refuses writes) and
@@ -487,7 +476,7 @@ impl Journal {
         let count = events.len() as u64;
         let writes = events.len() + index.len();
 
-        let mut last_ms = lock(&self.inner.flush.append);
+        let mut last_ms = lock(&self.inner.append);
         let head = self.inner.flush.head.load(Ordering::Acquire);
         let at = now_ms().max(*last_ms);
         let mut b = sled::Batch::default();
@@ -510,14 +499,12 @@ impl Journal {
             FirstSync::Skipping => b.insert(keys::first_sync(&stream), keys::FIRST_SYNC_SKIPPING),
             FirstSync::Done => b.remove(keys::first_sync(&stream)),
         }
-        // The acknowledgements since the last write ride along: no sled batch of their own.
-        acks::into_batch(self.inner.flush.acks.take(), &mut b);
         let new_head = head + count;
         if count > 0 {
             // Kept beside the events so numbering survives retention deleting all of them.
             b.insert(keys::HEAD_KEY, &new_head.to_be_bytes()[..]);
         }
-        if let Err(source) = self.apply_batch(b) {
+        if let Err(source) = self.inner.db.apply_batch(b) {
             return Err(self.note_write_error("append", &source));
         }
         self.inner.flush.head.store(new_head, Ordering::Release);
@@ -797,14 +784,11 @@ impl Journal {
     pub fn remove_sink(&self, sink: &str) -> Result<()> {
         self.check_open()?;
         keys::check_name("sink", sink)?;
-        // Before the cursors: the order every writer of cursor moves takes them in (`acks.rs`).
-        let _append = lock(&self.inner.flush.append);
         let mut cursors = lock(&self.inner.cursors);
-        self.inner.flush.acks.forget(sink);
         let mut forget = sled::Batch::default();
         forget.remove(keys::cursor(sink));
         forget.remove(keys::acked(sink));
-        if let Err(source) = self.apply_batch(forget) {
+        if let Err(source) = self.inner.db.apply_batch(forget) {
             return Err(self.note_write_error("register", &source));
         }
         cursors.remove(sink);
@@ -914,7 +898,13 @@ impl Journal {
                 durable,
             });
         }
-        self.inner.flush.acks.record(sink, Some(upto), None);
+        if let Err(source) = self
+            .inner
+            .db
+            .insert(keys::cursor(sink), &upto.to_be_bytes()[..])
+        {
+            return Err(self.note_write_error("ack", &source));
+        }
         *cursor = upto;
         drop(cursors);
         self.inner.flush.note_write(0);
@@ -923,8 +913,8 @@ impl Journal {
 
     /// Moves the sink's cursor to `upto` (as [`ack`](Journal::ack)) and records `above`, the events
     /// after it that are done too (delivered, dead-lettered or not routed to the sink), as ascending,
-    /// disjoint, non-adjacent inclusive ranges; both durable with the next group commit, written
-    /// into the store with the next append or just before that commit (`acks.rs`). `above` replaces what was recorded before and is cut to [`MAX_ACKED_RANGES`] ranges,
+    /// disjoint, non-adjacent inclusive ranges; both in one sled batch, durable with the next group
+    /// commit. `above` replaces what was recorded before and is cut to [`MAX_ACKED_RANGES`] ranges,
     /// keeping those nearest the cursor. A cursor behind the stored one is kept where it is, and
     /// ranges at or behind the cursor are dropped; ranges past
     /// [`durable_seq`](Journal::durable_seq) are a bug and fail.
@@ -952,8 +942,18 @@ impl Journal {
             .map(|&(first, last)| (first.max(upto + 1), last))
             .take(MAX_ACKED_RANGES)
             .collect();
-        let moved = (upto > *cursor).then_some(upto);
-        self.inner.flush.acks.record(sink, moved, Some(kept));
+        let mut b = sled::Batch::default();
+        if upto > *cursor {
+            b.insert(keys::cursor(sink), &upto.to_be_bytes()[..]);
+        }
+        if kept.is_empty() {
+            b.remove(keys::acked(sink));
+        } else {
+            b.insert(keys::acked(sink), keys::encode_ranges(&kept));
+        }
+        if let Err(source) = self.inner.db.apply_batch(b) {
+            return Err(self.note_write_error("ack", &source));
+        }
         *cursor = upto;
         drop(cursors);
         self.inner.flush.note_write(0);
@@ -965,28 +965,23 @@ impl Journal {
     pub fn acked(&self, sink: &str) -> Result<Vec<(u64, u64)>> {
         keys::check_name("sink", sink)?;
         let key = keys::acked(sink);
-        // Whoever took the unwritten ranges holds this until they are in the store.
-        let _append = lock(&self.inner.flush.append);
-        let stored = match self.inner.flush.acks.ranges(sink) {
-            Some(unwritten) => unwritten,
-            None => match self
-                .inner
-                .db
-                .get(&key)
-                .map_err(|source| JournalError::ReadFailed {
-                    sink: sink.to_owned(),
-                    source,
-                })? {
-                Some(v) => keys::decode_ranges(&key, &v)?,
-                None => Vec::new(),
-            },
-        };
+        let value = self
+            .inner
+            .db
+            .get(&key)
+            .map_err(|source| JournalError::ReadFailed {
+                sink: sink.to_owned(),
+                source,
+            })?;
         let cursor = self.cursor(sink).unwrap_or(0);
-        Ok(stored
-            .into_iter()
-            .filter(|&(_, last)| last > cursor)
-            .map(|(first, last)| (first.max(cursor + 1), last))
-            .collect())
+        match value {
+            Some(v) => Ok(keys::decode_ranges(&key, &v)?
+                .into_iter()
+                .filter(|&(_, last)| last > cursor)
+                .map(|(first, last)| (first.max(cursor + 1), last))
+                .collect()),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The sink's cursor: the last sequence number it has passed.
@@ -1046,10 +1041,6 @@ impl Journal {
     ///
     /// sled reclaims the space later, in the background.
     pub fn apply_retention(&self) -> Result<u64> {
-        // The cursors it goes by are on their way to disk before anything they allow is removed.
-        if let Err(source) = self.inner.flush.write_acks(&self.inner.db) {
-            return Err(self.note_write_error("ack", &source));
-        }
         let slowest = lock(&self.inner.cursors).values().copied().min();
         let bound = slowest
             .unwrap_or(u64::MAX)
@@ -1078,14 +1069,16 @@ impl Journal {
             in_chunk += 1;
             in_chunk_events += last - first + 1;
             if in_chunk == RETENTION_CHUNK {
-                self.apply_batch(std::mem::take(&mut chunk))
+                self.inner
+                    .db
+                    .apply_batch(std::mem::take(&mut chunk))
                     .map_err(write_failed)?;
                 removed += in_chunk_events;
                 (in_chunk, in_chunk_events) = (0, 0);
             }
         }
         if in_chunk > 0 {
-            self.apply_batch(chunk).map_err(write_failed)?;
+            self.inner.db.apply_batch(chunk).map_err(write_failed)?;
             removed += in_chunk_events;
         }
         if removed > 0 {

@@ -597,68 +597,6 @@ async fn sequence_numbers_continue_after_reopen_even_when_retention_emptied_the_
 }
 
 #[tokio::test]
-async fn acknowledgements_ride_with_the_next_append_and_reach_disk_without_one() {
-    let tmp = tempfile::tempdir().unwrap();
-    let j = Journal::open(cfg(tmp.path())).unwrap();
-    j.register_sink("out", false).unwrap();
-    j.register_sink("audit", false).unwrap();
-    j.append(batch("pods", 1, &["ns/a", "ns/b", "ns/c"]))
-        .unwrap();
-    j.durable(u64::MAX).await.unwrap();
-    let batches = |j: &Journal| j.inner.batches.load(Ordering::Relaxed);
-    let before = batches(&j);
-    j.acknowledge("out", 1, &[(3, 3)]).unwrap();
-    j.acknowledge("audit", 2, &[]).unwrap();
-    j.ack("audit", 3).unwrap();
-    assert_eq!(
-        batches(&j),
-        before,
-        "an acknowledgement writes no batch of its own"
-    );
-    assert_eq!(
-        j.acked("out").unwrap(),
-        [(3, 3)],
-        "readable before it is written"
-    );
-    j.append(batch("pods", 2, &["ns/a"])).unwrap();
-    assert_eq!(batches(&j), before + 1, "the append carries them");
-    j.durable(u64::MAX).await.unwrap();
-    // With no append after it: written before the next group commit, so a clean stop keeps it.
-    j.acknowledge("out", 4, &[]).unwrap();
-    let in_store = |j: &Journal| j.inner.db.get(keys::cursor("out")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while in_store(&j).is_none_or(|v| *v != 4u64.to_be_bytes()) {
-        assert!(Instant::now() < deadline, "the group commit writes it");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(batches(&j), before + 1, "with plain inserts");
-    drop(j);
-
-    let raw = raw_store(&tmp.path().join("journal"));
-    let stored = |key: Vec<u8>| raw.get(key).unwrap().map(|v| v.to_vec());
-    assert_eq!(
-        stored(keys::cursor("out")),
-        Some(4u64.to_be_bytes().to_vec())
-    );
-    assert_eq!(
-        stored(keys::cursor("audit")),
-        Some(3u64.to_be_bytes().to_vec())
-    );
-    assert_eq!(
-        stored(keys::acked("out")),
-        None,
-        "the cursor passed its ranges"
-    );
-    drop(raw);
-
-    let j = Journal::open(cfg(tmp.path())).unwrap();
-    assert_eq!(j.cursor("out").unwrap(), 4);
-    assert_eq!(j.cursor("audit").unwrap(), 3);
-    assert!(j.acked("out").unwrap().is_empty());
-    j.close().await.unwrap();
-}
-
-#[tokio::test]
 async fn cursors_survive_reopen() {
     let tmp = tempfile::tempdir().unwrap();
     let j = Journal::open(cfg(tmp.path())).unwrap();
