@@ -61,7 +61,9 @@
 //!   (`PageCache::pin_log`): two sealed buffers, each a job for sled's io threads (a `pwrite`, a
 //!   `sync_file_range`, a `notify_all` to its seven idle threads), whatever the batch holds. A
 //!   single-key `insert` seals nothing. (Writing an in-order acknowledgement's cursor that way cut
-//!   those jobs but not herald's CPU per event; docs/operations.md, "sled's write path, round 5".)
+//!   those jobs but not herald's CPU per event; docs/operations.md, "sled's write path, round 5".
+//!   Nor did carrying every acknowledgement in the next append's batch: the appends' own sled
+//!   work grew by what the io threads saved; ADR 0028.)
 //! - Values over about 128 KiB (a quarter of sled's 512 KiB segment) are stored as separate files
 //!   under `blobs/`.
 //! - Locking: sled `flock`s its `db` file but reports contention only as an `io::Error` of kind
