@@ -24,33 +24,65 @@ pub fn diff(old: &Value, new: &Value) -> Vec<Value> {
 /// what [`meaningful_update`](super::filter::meaningful_update) answers without `changed` or
 /// `ignoreFields`, so the recorder walks the two states once for both.
 pub fn write_diff(out: &mut Vec<u8>, old: &Value, new: &Value) -> bool {
-    out.push(b'[');
-    let mut first = true;
-    let mut outside = false;
+    let mut patch = PatchOut::open(out);
     // Room for a deep path at once, rather than growing it key by key.
     walk(
         old,
         new,
         &mut String::with_capacity(128),
         &mut |op, path, value| {
-            outside = outside || !bookkeeping(path);
-            if !std::mem::take(&mut first) {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"op\":\"");
-            out.extend_from_slice(op.as_bytes());
-            out.extend_from_slice(b"\",\"path\":\"");
-            super::write_escaped(out, path);
-            out.push(b'"');
-            if let Some(value) = value {
-                out.extend_from_slice(b",\"value\":");
-                super::write_json(out, value);
-            }
-            out.push(b'}');
+            patch.op(
+                op,
+                path,
+                value.map(|v| move |out: &mut Vec<u8>| super::write_json(out, v)),
+            );
         },
     );
-    out.push(b']');
-    outside
+    patch.close()
+}
+
+/// A patch being written as JSON, one operation at a time, for [`write_diff`] and
+/// [`write_diff_spans`]: the same bytes whichever walk found the operations.
+struct PatchOut<'o> {
+    out: &'o mut Vec<u8>,
+    first: bool,
+    /// An operation touched more than the bookkeeping ([`bookkeeping`]).
+    outside: bool,
+}
+
+impl<'o> PatchOut<'o> {
+    fn open(out: &'o mut Vec<u8>) -> Self {
+        out.push(b'[');
+        Self {
+            out,
+            first: true,
+            outside: false,
+        }
+    }
+
+    /// One operation; `value` writes its value's JSON (none for `remove`).
+    fn op(&mut self, op: &str, path: &str, value: Option<impl FnOnce(&mut Vec<u8>)>) {
+        self.outside = self.outside || !bookkeeping(path);
+        if !std::mem::take(&mut self.first) {
+            self.out.push(b',');
+        }
+        self.out.extend_from_slice(b"{\"op\":\"");
+        self.out.extend_from_slice(op.as_bytes());
+        self.out.extend_from_slice(b"\",\"path\":\"");
+        super::write_escaped(self.out, path);
+        self.out.push(b'"');
+        if let Some(value) = value {
+            self.out.extend_from_slice(b",\"value\":");
+            value(self.out);
+        }
+        self.out.push(b'}');
+    }
+
+    /// Whether an operation touched more than the bookkeeping.
+    fn close(self) -> bool {
+        self.out.push(b']');
+        self.outside
+    }
 }
 
 /// Whether a patch path is `metadata.resourceVersion` or `metadata.managedFields`, or below
@@ -146,32 +178,20 @@ pub fn write_diff_spans(
     old: super::spans::Members<'_>,
     new: super::spans::Members<'_>,
 ) -> Option<bool> {
-    out.push(b'[');
-    let mut first = true;
-    let mut outside = false;
+    let mut patch = PatchOut::open(out);
     objects_spans(
         old,
         new,
         &mut String::with_capacity(128),
         &mut |op, path, value| {
-            outside = outside || !bookkeeping(path);
-            if !std::mem::take(&mut first) {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"op\":\"");
-            out.extend_from_slice(op.as_bytes());
-            out.extend_from_slice(b"\",\"path\":\"");
-            super::write_escaped(out, path);
-            out.push(b'"');
-            if let Some(value) = value {
-                out.extend_from_slice(b",\"value\":");
-                out.extend_from_slice(value);
-            }
-            out.push(b'}');
+            patch.op(
+                op,
+                path,
+                value.map(|v| move |out: &mut Vec<u8>| out.extend_from_slice(v)),
+            );
         },
     )?;
-    out.push(b']');
-    Some(outside)
+    Some(patch.close())
 }
 
 /// Each operation, in order: its name, its path and its value's bytes (none for `remove`).

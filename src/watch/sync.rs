@@ -571,29 +571,15 @@ impl<'a> Recorder<'a> {
             obj_json,
             patch_json,
         );
-        if resync {
-            self.health
-                .resync_events
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        // The one definition the journal reader applies too. An event that breaks it is journaled
-        // all the same (dropping it here would lose it without a trace): every sink's reader
-        // dead-letters it with this reason. Odd characters in names are valid: they are carried.
-        if let Err(error) = attributes.validate() {
-            tracing::warn!(
-                message = "Event is not a valid CloudEvent; each sink will dead-letter it.",
-                resource = %self.resolved.display(),
-                id = %attributes.id(),
-                %error,
-            );
-        } else if [Some(obj), old]
-            .into_iter()
-            .flatten()
-            .any(|o| depth(o) > DEEP)
+        if self.counted_and_valid(resync, &attributes)
+            && [Some(obj), old]
+                .into_iter()
+                .flatten()
+                .any(|o| depth(o) > DEEP)
             && let Err(error) = herald_sink_core::CloudEvent::from_structured_json(&bytes)
         {
             // Nested near serde_json's limit: the event wraps the object two levels deeper, past
-            // what a reader parses. Journaled all the same, for the same reason as above.
+            // what a reader parses. Journaled all the same, as an invalid one is.
             tracing::warn!(
                 message = "Event cannot be read back (its object is nested too deep); each sink will dead-letter it.",
                 resource = %self.resolved.display(),
@@ -603,6 +589,28 @@ impl<'a> Recorder<'a> {
             );
         }
         p.events.push(bytes);
+    }
+
+    /// Counts a resync event, and whether the event's attributes are valid. The one definition the
+    /// journal reader applies too: an event that breaks it is journaled all the same (dropping it
+    /// here would lose it without a trace), and every sink's reader dead-letters it with this
+    /// reason. Odd characters in names are valid: they are carried.
+    fn counted_and_valid(&self, resync: bool, attributes: &event::Attributes<'_>) -> bool {
+        if resync {
+            self.health
+                .resync_events
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let Err(error) = attributes.validate() else {
+            return true;
+        };
+        tracing::warn!(
+            message = "Event is not a valid CloudEvent; each sink will dead-letter it.",
+            resource = %self.resolved.display(),
+            id = %attributes.id(),
+            %error,
+        );
+        false
     }
 
     /// An object that exists now, against what was recorded. `json` is `new` serialized, when the
@@ -1270,20 +1278,8 @@ impl Recorder<'_> {
                 observed_at: jiff::Timestamp::now(),
             },
         );
-        if resync {
-            self.health
-                .resync_events
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        // As `emit_json`; a plain object nests less than `DEEP`, so its event reads back.
-        if let Err(error) = attributes.validate() {
-            tracing::warn!(
-                message = "Event is not a valid CloudEvent; each sink will dead-letter it.",
-                resource = %self.resolved.display(),
-                id = %attributes.id(),
-                %error,
-            );
-        }
+        // A plain object nests less than `DEEP`, so its event reads back.
+        self.counted_and_valid(resync, &attributes);
         p.events.push(bytes);
     }
 }
