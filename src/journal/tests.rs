@@ -794,6 +794,45 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
     j.close().await.unwrap();
 }
 
+/// A standby's appends (its cursors follow the leader's, it never reads for delivery) keep
+/// nothing in memory; once it is elected, a reader below the head reads those events from the
+/// store, every one, in order, and the next appends come from memory again.
+#[tokio::test]
+async fn a_standby_keeps_no_tail_and_once_elected_reads_its_appends_from_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(JournalConfig {
+        flush_interval: Duration::from_millis(2),
+        ..cfg(tmp.path())
+    })
+    .unwrap();
+    j.register_sink("s", true).unwrap();
+    j.set_standby(true);
+    let append = |rvs: std::ops::RangeInclusive<u64>| {
+        j.append(Batch {
+            stream: "pods".to_owned(),
+            events: rvs.map(|rv| event("pods", rv, "ns/a")).collect(),
+            ..Batch::default()
+        })
+        .unwrap()
+    };
+    let seqs = append(1..=3);
+    j.durable(seqs[2]).await.unwrap();
+    j.set_standby(false);
+    let rvs = |rows: Vec<(u64, bytes::Bytes)>| -> Vec<(u64, u64)> {
+        rows.into_iter().map(|(s, b)| (s, rv_of(&b))).collect()
+    };
+    assert_eq!(
+        rvs(j.read_shared("s", 0, 100).unwrap()),
+        [(1, 1), (2, 2), (3, 3)]
+    );
+    assert_eq!(j.shared_reads(), (0, 3), "a standby's appends: the store");
+    let seqs = append(4..=5);
+    j.durable(seqs[1]).await.unwrap();
+    assert_eq!(rvs(j.read_shared("s", 3, 100).unwrap()), [(4, 4), (5, 5)]);
+    assert_eq!(j.shared_reads(), (2, 3), "elected: memory again");
+    j.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn durable_after_resolves_with_the_commit_that_makes_a_later_event_durable() {
     let tmp = tempfile::tempdir().unwrap();
