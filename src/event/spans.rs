@@ -18,42 +18,22 @@ pub struct Member {
     pub value: (usize, usize),
 }
 
-/// Where the string opening at `i` ends (just past its closing quote).
+/// Where the string opening at `i` ends (just past its closing quote). `None` when it does not end,
+/// or holds a control character, which JSON refuses in a string and no writer of these bytes
+/// leaves there.
 fn string_end(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
-        j += stop(b.get(j..)?)?;
+        // The delivery scan's search for a string's stop: its quote, an escape or a control
+        // character, eight bytes a step (most of an object's bytes are its strings).
+        j += herald_sink_core::journaled::string_stop(b.get(j..)?)?;
         match *b.get(j)? {
             b'"' => return Some(j + 1),
             // An escape: the escaped character is never the string's end.
-            _ => j += 2,
+            b'\\' => j += 2,
+            _ => return None,
         }
     }
-}
-
-/// Where the first quote or backslash in `bytes` is, eight bytes a step (as `journaled`'s scan
-/// finds a string's stop): most of an object's bytes are its strings.
-fn stop(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // The high bit of each zero byte; a borrow can mark a byte after the first one marked,
-    // never one before it, so the lowest mark is exact.
-    let zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH;
-    let mut chunks = bytes.chunks_exact(8);
-    let mut at = 0;
-    for chunk in &mut chunks {
-        let word = u64::from_le_bytes(chunk.try_into().ok()?);
-        let marks = zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\')));
-        if marks != 0 {
-            return Some(at + (marks.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&c| c == b'"' || c == b'\\')
-        .map(|i| at + i)
 }
 
 /// Where the value starting at `i` ends.
@@ -310,6 +290,7 @@ mod tests {
             }
         }
         assert_eq!(string_end(b"\"abc", 0), None);
+        assert_eq!(string_end(b"\"ab\ncd\"", 0), None, "a control character");
         assert_eq!(string_end(b"\"abcdefghijk\\", 0), None);
         let mut empty = Vec::new();
         members(b"{}", (0, 2), &mut empty).unwrap();

@@ -998,8 +998,9 @@ fn scan(bytes: &[u8]) -> Option<View<'_>> {
 
 /// Where a string's text stops in `bytes`: its closing quote, an escape, or a control character
 /// (which JSON refuses in a string). Eight bytes a step: most of an event's bytes are the
-/// object's strings.
-fn string_stop(bytes: &[u8]) -> Option<usize> {
+/// object's strings (herald's recorder finds the ends of its objects' strings with it too).
+#[must_use]
+pub fn string_stop(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     // The high bit of each byte below `n` (`n` ≤ 128); a borrow can mark a byte after the first
