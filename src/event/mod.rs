@@ -788,9 +788,15 @@ impl Marks {
             out.get(r.clone())
                 .is_some_and(|b| herald_sink_core::journaled::string_stop(b).is_none())
         };
-        if ![&self.id, &self.source, &self.ty, &self.partition_key, &self.time]
-            .into_iter()
-            .all(plain)
+        if ![
+            &self.id,
+            &self.source,
+            &self.ty,
+            &self.partition_key,
+            &self.time,
+        ]
+        .into_iter()
+        .all(plain)
         {
             return None;
         }

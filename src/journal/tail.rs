@@ -101,7 +101,9 @@ impl Tail {
             }
             let size = event.capacity() + OVERHEAD;
             state.bytes += size;
-            state.events.push_back((seq, Bytes::from(event), layout, size));
+            state
+                .events
+                .push_back((seq, Bytes::from(event), layout, size));
         }
         state.forget(passed, self.bound);
     }

@@ -1414,11 +1414,7 @@ async fn list_page(
 }
 
 /// Appends `batch` to the journal, with what it does to the stream's first-sync marker.
-fn append_batch(
-    journal: &Journal,
-    batch: Vouched,
-    first_sync: FirstSync,
-) -> Result<(), SyncError> {
+fn append_batch(journal: &Journal, batch: Vouched, first_sync: FirstSync) -> Result<(), SyncError> {
     journal
         .append_vouched(batch.batch, first_sync, batch.layouts)
         .map(|_| ())

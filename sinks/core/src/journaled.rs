@@ -628,9 +628,15 @@ impl Layout {
                     .is_some_and(|b| string_stop(b).is_none() && std::str::from_utf8(b).is_ok())
         };
         let (start, end) = (self.data.start as usize, self.data.end as usize);
-        [&self.id, &self.source, &self.ty, &self.partition_key, &self.time]
-            .into_iter()
-            .all(quoted)
+        [
+            &self.id,
+            &self.source,
+            &self.ty,
+            &self.partition_key,
+            &self.time,
+        ]
+        .into_iter()
+        .all(quoted)
             && start > 0
             && start < end
             && end <= bytes.len()
@@ -1465,7 +1471,11 @@ mod tests {
             assert!(vouched.has_data());
             assert_eq!(&*vouched.structured_json(), &bytes[..]);
             assert_eq!(&*vouched.data_bytes(), &event.data_bytes()[..]);
-            assert_eq!(vouched.attributes(), lazy.attributes(), "the head, on demand");
+            assert_eq!(
+                vouched.attributes(),
+                lazy.attributes(),
+                "the head, on demand"
+            );
             assert_eq!(vouched, event);
         }
     }
