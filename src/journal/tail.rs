@@ -125,13 +125,18 @@ impl Tail {
             return None;
         }
         let skip = usize::try_from(after - state.after).ok()?;
-        let out: Vec<(u64, Bytes, Option<Layout>)> = state
-            .events
-            .range(skip.min(state.events.len())..)
-            .take_while(|(seq, ..)| *seq <= durable)
-            .take(max)
-            .map(|(seq, bytes, layout, _)| (*seq, bytes.clone(), layout.clone()))
-            .collect();
+        let from = skip.min(state.events.len());
+        // Sized up front: a page grown event by event was a few reallocations per read.
+        let durable_held = usize::try_from(durable.saturating_sub(after)).unwrap_or(usize::MAX);
+        let mut out = Vec::with_capacity((state.events.len() - from).min(max).min(durable_held));
+        out.extend(
+            state
+                .events
+                .range(from..)
+                .take_while(|(seq, ..)| *seq <= durable)
+                .take(max)
+                .map(|(seq, bytes, layout, _)| (*seq, bytes.clone(), layout.clone())),
+        );
         drop(state);
         self.from_memory
             .fetch_add(out.len() as u64, Ordering::Relaxed);

@@ -614,18 +614,18 @@ impl Layout {
         })
     }
 
-    /// Whether the layout could be that of `bytes`: each string's range between quotes and free
-    /// of them and of escapes, `data` after a colon. A sanity check, not a reading: a layout
-    /// written for other bytes would otherwise hand out garbage as attributes.
+    /// Whether the layout could be that of `bytes`: each string's range within them and between
+    /// quotes, `data` after a colon. A sanity check, not a reading (that would be the scan the
+    /// layout saves): a layout written for other bytes would otherwise hand out garbage as
+    /// attributes. A range off a character boundary reads as empty ([`Journaled::id`] and the
+    /// others check the text they hand out).
     fn fits(&self, bytes: &[u8]) -> bool {
         let quoted = |r: &Range<u32>| {
             let (start, end) = (r.start as usize, r.end as usize);
             start > 0
+                && start <= end
                 && bytes.get(start - 1) == Some(&b'"')
                 && bytes.get(end) == Some(&b'"')
-                && bytes
-                    .get(start..end)
-                    .is_some_and(|b| string_stop(b).is_none() && std::str::from_utf8(b).is_ok())
         };
         let (start, end) = (self.data.start as usize, self.data.end as usize);
         [
