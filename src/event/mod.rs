@@ -320,9 +320,10 @@ pub fn normalize_structured_with<'a>(
     (attributes, bytes)
 }
 
-/// [`normalize_structured_with`], and where it wrote what delivery reads of every event (see
-/// [`Marks::layout`]): the recorder hands that to the journal's memory beside the bytes, so a
-/// reader at the head need not read them again.
+/// [`normalize_structured_with`], and where it wrote what delivery reads of every event (its
+/// [`Layout`]; none when one of those strings holds an escape): the recorder hands that to the
+/// journal's memory beside the bytes for an event it vouches for, so a reader at the head need not
+/// read it again (ADR 0031).
 ///
 /// # Panics
 ///
