@@ -112,6 +112,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use herald_sink_core::Layout;
 
 pub use compact::{AUTO_FLOOR_BYTES, AUTO_RATIO, Compacted, compact, worth_compacting};
 pub use error::{JournalError, Result};
@@ -472,6 +473,20 @@ impl Journal {
     /// [`append`](Journal::append), setting or removing the stream's first-sync marker in the
     /// same sled batch (see [`FirstSync`]).
     pub fn append_with(&self, batch: Batch, first_sync: FirstSync) -> Result<Vec<u64>> {
+        self.append_vouched(batch, first_sync, Vec::new())
+    }
+
+    /// [`append_with`](Journal::append_with), with the [`Layout`] of each event its renderer
+    /// vouches for (`layouts[i]` for `batch.events[i]`; missing ones, or `None`, vouch for
+    /// nothing): kept beside the events in memory, so a reader at the head builds a vouched
+    /// event from its bytes without reading them again. The store keeps the bytes only; whatever
+    /// is read back from it is read and judged in full.
+    pub fn append_vouched(
+        &self,
+        batch: Batch,
+        first_sync: FirstSync,
+        layouts: Vec<Option<Layout>>,
+    ) -> Result<Vec<u64>> {
         self.check_open()?;
         keys::check_name("stream", &batch.stream)?;
         if batch.events.is_empty()
@@ -529,7 +544,11 @@ impl Journal {
             } else {
                 lock(&self.inner.cursors).values().copied().min()
             };
-            self.inner.tail.push(head + 1, events.into_iter(), passed);
+            let mut layouts = layouts;
+            layouts.resize(events.len(), None);
+            self.inner
+                .tail
+                .push(head + 1, events.into_iter().zip(layouts), passed);
         }
         self.inner.flush.head.store(new_head, Ordering::Release);
         *last_ms = at;
@@ -840,6 +859,23 @@ impl Journal {
     /// A reader at the head gets them from memory, the very bytes appended (`tail.rs`); one
     /// behind what memory holds reads the store.
     pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Bytes)>> {
+        Ok(self
+            .read_vouched(sink, after, max)?
+            .into_iter()
+            .map(|(seq, bytes, _)| (seq, bytes))
+            .collect())
+    }
+
+    /// [`read_shared`](Journal::read_shared), each event with the [`Layout`] its renderer vouched
+    /// for when it comes from memory and was appended with one
+    /// ([`append_vouched`](Journal::append_vouched)); `None` for every other, which the reader
+    /// reads and judges in full.
+    pub fn read_vouched(
+        &self,
+        sink: &str,
+        after: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, Bytes, Option<Layout>)>> {
         let passed = {
             let cursors = lock(&self.inner.cursors);
             if !cursors.contains_key(sink) {
@@ -857,7 +893,10 @@ impl Journal {
             .tail
             .from_store
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        Ok(rows)
+        Ok(rows
+            .into_iter()
+            .map(|(seq, bytes)| (seq, bytes, None))
+            .collect())
     }
 
     /// Events [`read_shared`](Journal::read_shared) handed out from memory and from the store

@@ -794,6 +794,57 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
     j.close().await.unwrap();
 }
 
+/// The layouts an append vouches for are handed out beside the events from memory, and never
+/// with an event read back from the store (a reader behind the tail, or after a reopen, reads
+/// those in full).
+#[tokio::test]
+async fn vouched_layouts_come_with_events_from_memory_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let open = || {
+        Journal::open(JournalConfig {
+            flush_interval: Duration::from_millis(1),
+            ..cfg(tmp.path())
+        })
+        .unwrap()
+    };
+    let j = open();
+    j.register_sink("s", true).unwrap();
+    let layout = |n: usize| herald_sink_core::Layout::new(n..n, 1..2, 2..3, 3..4, 4..5, 5..6);
+    let seqs = j
+        .append_vouched(
+            Batch {
+                stream: "pods".to_owned(),
+                events: (1..=3).map(|rv| event("pods", rv, "ns/a")).collect(),
+                ..Batch::default()
+            },
+            FirstSync::Keep,
+            // The last event's layout is missing: it vouches for nothing.
+            vec![layout(1), None],
+        )
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), j.durable(seqs[2]))
+        .await
+        .unwrap()
+        .unwrap();
+    let layouts = |rows: Vec<(u64, bytes::Bytes, Option<herald_sink_core::Layout>)>| {
+        rows.into_iter()
+            .map(|(seq, bytes, l)| (seq, rv_of(&bytes), l))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        layouts(j.read_vouched("s", 0, 10).unwrap()),
+        [(1, 1, layout(1)), (2, 2, None), (3, 3, None)]
+    );
+    j.close().await.unwrap();
+    let j = open();
+    assert_eq!(
+        layouts(j.read_vouched("s", 0, 10).unwrap()),
+        [(1, 1, None), (2, 2, None), (3, 3, None)],
+        "the store keeps no layout"
+    );
+    j.close().await.unwrap();
+}
+
 /// A standby's appends (its cursors follow the leader's, it never reads for delivery) keep
 /// nothing in memory; once it is elected, a reader below the head reads those events from the
 /// store, every one, in order, and the next appends come from memory again.
