@@ -21,10 +21,10 @@ use herald_sink_core::Layout;
 /// seldom reads sled.
 pub const TAIL_BYTES: usize = 8 * 1024 * 1024;
 
-/// Per-event overhead counted against the bound beside the buffer (the shared buffer's header, the
-/// deque's slot), so a flood of tiny events is bounded too. A vouched event's layout (52 bytes)
-/// is not counted: a few per cent of the bench's events, and the bound is a guess of that order.
-const OVERHEAD: usize = 48;
+/// Per-event overhead counted against the bound beside the buffer: the deque's slot, layout
+/// included (it takes its room whether or not the event was vouched for), so a flood of tiny
+/// events is bounded too.
+pub(super) const OVERHEAD: usize = std::mem::size_of::<(u64, Bytes, Option<Layout>, usize)>();
 
 #[derive(Debug)]
 pub(super) struct Tail {

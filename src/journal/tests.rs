@@ -721,7 +721,7 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
             adaptive_commit: false,
             // Room for four of these events (the tail counts their buffers' capacity, which
             // `exact` makes their length).
-            tail_bytes: 4 * (event("pods", 1, "ns/a").len() + 48),
+            tail_bytes: 4 * (event("pods", 1, "ns/a").len() + super::tail::OVERHEAD),
             ..cfg(tmp.path())
         })
         .unwrap()

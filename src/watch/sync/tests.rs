@@ -1428,6 +1428,15 @@ async fn the_recorder_vouches_for_the_valid_events_it_wrote_and_no_other() {
         }
         v
     };
+    // Valid, and read as a watch line, but nested so deep that its event (two levels deeper) is
+    // refused by every reader: journaled to be dead-lettered, so never vouched for.
+    let mut deep = obj("deep", "u5", Some(5));
+    let mut nest = json!(1);
+    for _ in 0..126 {
+        nest = json!({ "n": nest });
+    }
+    deep["spec"] = nest;
+    assert!(serde_json::from_str::<serde_json::Value>(&deep.to_string()).is_ok());
     for spans in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let j = journal(dir.path());
@@ -1445,6 +1454,7 @@ async fn the_recorder_vouches_for_the_valid_events_it_wrote_and_no_other() {
             obj("no-version", "u2", None),
             obj("odd\"name", "u3", Some(3)),
             obj("b", "u4", Some(4)),
+            deep.clone(),
         ]
         .into_iter()
         .map(|v| {
@@ -1465,9 +1475,15 @@ async fn the_recorder_vouches_for_the_valid_events_it_wrote_and_no_other() {
         j.durable(u64::MAX).await.unwrap();
         let rows = j.read_vouched(READER, 0, 100).unwrap();
         let vouched: Vec<bool> = rows.iter().map(|(_, _, l)| l.is_some()).collect();
-        assert_eq!(vouched, [true, false, false, true], "spans path: {spans}");
+        assert_eq!(
+            vouched,
+            [true, false, false, true, false],
+            "spans path: {spans}"
+        );
         let no_version = herald_sink_core::Journaled::read_lazily(rows[1].1.clone());
         assert!(no_version.is_err(), "it is dead-lettered by every reader");
+        let too_deep = herald_sink_core::CloudEvent::from_structured_json(&rows[4].1);
+        assert!(too_deep.is_err(), "it is dead-lettered by every reader");
         for (_, bytes, layout) in &rows {
             let Some(layout) = layout else { continue };
             let full = herald_sink_core::CloudEvent::from_structured_json(bytes).unwrap();
