@@ -77,10 +77,19 @@ struct Built {
 
 impl Built {
     /// Creates `n` widgets named `<prefix>-<i>`, each with some bulk so the store grows past a few
-    /// MiB; returns their `created` ids.
+    /// MiB; returns their `created` ids. The bulk is bytes LZ4 finds no repeats in: the journal
+    /// compresses its values (schema 6), and a repeated byte would shrink to nothing.
     async fn create(&mut self, prefix: &str, n: usize) {
-        let pad = "x".repeat(1_500);
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ prefix.len() as u64;
         for i in 0..n {
+            let pad: String = (0..1_500)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    char::from(b"0123456789abcdefghijklmnopqrstuv"[(state % 32) as usize])
+                })
+                .collect();
             let body = json!({"apiVersion": "example.com/v1", "kind": "Widget",
                 "metadata": {"name": format!("{prefix}-{i}"), "namespace": "default"},
                 "spec": {"size": i, "pad": pad}});
