@@ -682,14 +682,15 @@ impl Journal {
     /// The last stored object under `key` (`<namespace>/<name>`) in the stream's index.
     pub fn index_get(&self, stream: &str, key: &str) -> Result<Option<Vec<u8>>> {
         keys::check_name("stream", stream)?;
+        let k = keys::index(stream, key);
         self.inner
             .db
-            .get(keys::index(stream, key))
+            .get(&k)
             .map_err(|source| JournalError::IndexReadFailed {
                 stream: stream.to_owned(),
                 source,
             })?
-            .map(|v| keys::index_object(&keys::index(stream, key), &v).map(Cow::into_owned))
+            .map(|v| keys::index_object(&k, &v).map(Cow::into_owned))
             .transpose()
     }
 
