@@ -87,6 +87,7 @@
 //!   store and resumes from what was durable (ADR 0005, `docs/adr/0005-full-disk.md`).
 
 mod compact;
+mod compressed;
 mod dlq;
 mod error;
 mod failure;
@@ -102,6 +103,7 @@ mod tail;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
@@ -126,7 +128,7 @@ pub use tail::TAIL_BYTES;
 /// version 4 the first-sync markers (`f/` keys, [`FirstSync`]), version 5 the event segments (one
 /// `e/` key for several events of an append, ADR 0020); a journal of an earlier version is upgraded
 /// when opened. See ADR 0002.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Acknowledged ranges kept above a sink's cursor at most (16 bytes each, rewritten with every
 /// acknowledgement). Past the bound the ranges furthest from the cursor are forgotten: a crash then
@@ -505,20 +507,32 @@ impl Journal {
         let count = events.len() as u64;
         let writes = events.len() + index.len();
 
-        let mut last_ms = lock(&self.inner.append);
-        let head = self.inner.flush.head.load(Ordering::Acquire);
-        let at = now_ms().max(*last_ms);
+        // Compressed before the append lock, so concurrent appenders compress side by side: the
+        // values do not depend on the sequence numbers, and the append time, which must not go
+        // back from one append to the next, is stored uncompressed and set under the lock.
         let mut b = sled::Batch::default();
-        for run in keys::segment_runs(&events) {
-            let (first, last) = (head + 1 + run.start as u64, head + run.end as u64);
-            let value = keys::segment_value(at, events[run].iter().map(Vec::as_slice))?;
-            b.insert(keys::segment(first, last), value);
-        }
         for update in index {
             match update {
-                IndexUpdate::Put { key, object } => b.insert(keys::index(&stream, &key), object),
+                IndexUpdate::Put { key, object } => {
+                    b.insert(keys::index(&stream, &key), compressed::index_value(object)?)
+                }
                 IndexUpdate::Remove { key } => b.remove(keys::index(&stream, &key)),
             }
+        }
+        let early = now_ms();
+        let mut segments = keys::segment_values(early, &events)?;
+
+        let mut last_ms = lock(&self.inner.append);
+        let head = self.inner.flush.head.load(Ordering::Acquire);
+        let at = early.max(*last_ms);
+        if at != early {
+            for (_, value) in &mut segments {
+                keys::set_append_time(value, at);
+            }
+        }
+        for (run, value) in segments {
+            let (first, last) = (head + 1 + run.start as u64, head + run.end as u64);
+            b.insert(keys::segment(first, last), value);
         }
         if let Some(rv) = checkpoint {
             b.insert(keys::checkpoint(&stream), rv.into_bytes());
@@ -693,14 +707,16 @@ impl Journal {
     /// The last stored object under `key` (`<namespace>/<name>`) in the stream's index.
     pub fn index_get(&self, stream: &str, key: &str) -> Result<Option<Vec<u8>>> {
         keys::check_name("stream", stream)?;
+        let k = keys::index(stream, key);
         self.inner
             .db
-            .get(keys::index(stream, key))
-            .map(|v| v.map(|v| v.to_vec()))
+            .get(&k)
             .map_err(|source| JournalError::IndexReadFailed {
                 stream: stream.to_owned(),
                 source,
-            })
+            })?
+            .map(|v| keys::index_object(&k, &v).map(Cow::into_owned))
+            .transpose()
     }
 
     /// Every object in the stream's index, in key order (for the relist diff).
@@ -720,7 +736,7 @@ impl Journal {
                     key: keys::printable(&k),
                     reason: "index key is not UTF-8",
                 })?;
-            out.push((key.to_owned(), v.to_vec()));
+            out.push((key.to_owned(), keys::index_object(&k, &v)?.into_owned()));
         }
         Ok(out)
     }
@@ -939,7 +955,8 @@ impl Journal {
         let range = start..keys::event(durable.saturating_add(1));
         'scan: for entry in self.inner.db.range(range) {
             let (k, v) = entry.map_err(failed)?;
-            let (_, events) = keys::split_events(&k, &v)?;
+            let plain = keys::plain_events(&k, &v)?;
+            let (_, events) = keys::split_events(&k, &plain)?;
             for (seq, payload) in events {
                 if seq <= after {
                     continue;
@@ -1410,7 +1427,8 @@ pub(crate) fn roll_back_events(dir: &Path, from: u64) {
         }
         raw.remove(&k).unwrap();
         if first < from {
-            let (at, events) = keys::split_events(&k, &v).unwrap();
+            let plain = keys::plain_events(&k, &v).unwrap();
+            let (at, events) = keys::split_events(&k, &plain).unwrap();
             let kept = events
                 .iter()
                 .filter(|(seq, _)| *seq < from)
@@ -1494,9 +1512,10 @@ fn scan(
 }
 
 /// Makes the store's layout the current one: a new store gets the schema version and its head
-/// record; a version-1 store (no head record) is upgraded by writing one; a version-2, 3 or 4
+/// record; a version-1 store (no head record) is upgraded by writing one; a version-2, 3, 4 or 5
 /// store needs nothing but the new version (its sinks have no acknowledged ranges yet, its streams
-/// no first-sync markers, its events are single-event keys, which stay readable beside segments).
+/// no first-sync markers, its events are single-event keys, which stay readable beside segments,
+/// its values are plain, which stay readable beside compressed ones).
 fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) -> Result<()> {
     let meta_failed = |source| JournalError::MetaFailed {
         path: path.to_owned(),
@@ -1506,13 +1525,14 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     if found == Some(current.as_str()) {
         return Ok(());
     }
-    // Versions 2 → 3 → 4 → 5 only add keys (`a/`, then `f/`, then segment `e/` keys) an older
-    // store does not have: setting the version is the whole upgrade. A version-3 store has no marker for a first sync a version-3
+    // Versions 2 → 3 → 4 → 5 → 6 only add keys (`a/`, then `f/`, then segment `e/` keys) or
+    // value forms (compressed values) an older store does not have: setting the version is the
+    // whole upgrade. A version-3 store has no marker for a first sync a version-3
     // herald left half-way: that sync is finished as a relist, which reports what it had not
     // reached (as version 3 did), never less. Before version 2 there was no head record: the record first, so a crash
     // before the version is written leaves a store that opens as before (a version-1 store with a
     // valid record, or an empty one), never a current store without a record.
-    if !matches!(found, Some("2" | "3" | "4")) {
+    if !matches!(found, Some("2" | "3" | "4" | "5")) {
         // What recovery found may sit in the OS cache only: it must be durable before a record
         // claims it, or a power cut would leave a record that leads the store.
         db.flush().map_err(meta_failed)?;
@@ -1526,7 +1546,7 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     db.flush().map_err(meta_failed)?;
     if let Some(old) = found {
         tracing::info!(
-            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors, first-sync markers and event segments.",
+            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors, first-sync markers, event segments and compressed values.",
             path = %path.display(),
             from = old,
             to = SCHEMA_VERSION,
