@@ -257,11 +257,22 @@ fn report_orphans(
             continue;
         }
         // Only the kinds this pattern takes.
-        let kind = ctx
-            .journal
-            .index_scan(&stream)
-            .ok()
-            .and_then(|entries| entries.into_iter().next())
+        let entries = match ctx.journal.index_scan(&stream) {
+            Ok(entries) => entries,
+            Err(error) => {
+                // Damage found after the open's integrity scan: the stream's objects cannot be
+                // listed, so no gone report for it (and nothing removed) until it is repaired.
+                tracing::warn!(
+                    message = "Cannot read the object index of a stream that is no longer watched; its deletions are not reported.",
+                    stream = %stream,
+                    error = %problem::chain(&error),
+                );
+                continue;
+            }
+        };
+        let kind = entries
+            .into_iter()
+            .next()
             .and_then(|(_, raw)| serde_json::from_slice::<serde_json::Value>(&raw).ok())
             .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned));
         if kind.is_some_and(|k| spec.takes_kind(&k)) {

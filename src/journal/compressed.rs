@@ -37,6 +37,11 @@ const LEN_LEN: usize = 4;
 /// and allocating it would let one damaged value exhaust memory.
 const MAX_RATIO: usize = 255;
 
+/// The largest plain value stored compressed: anything larger (no Kubernetes object comes near)
+/// is stored plain, so a damaged length, which the ratio alone would let reach 255 times a big
+/// value, never asks for more than this.
+pub(super) const MAX_PLAIN: usize = 64 * 1024 * 1024;
+
 /// Appends the compressed form of `plain` (tag, length, block) to `out`.
 pub(super) fn compress_into(out: &mut Vec<u8>, plain: &[u8]) -> Result<()> {
     out.push(LZ4_DICTIONARY_1);
@@ -88,7 +93,7 @@ pub(super) fn decompress_body_into(key: &[u8], body: &[u8], out: &mut Vec<u8>) -
         .split_first_chunk::<LEN_LEN>()
         .ok_or_else(|| corrupt("compressed value ends inside its length"))?;
     let len = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX);
-    if len > block.len().saturating_mul(MAX_RATIO).saturating_add(16) {
+    if len > MAX_PLAIN || len > block.len().saturating_mul(MAX_RATIO).saturating_add(16) {
         return Err(corrupt("compressed value states a length it cannot hold"));
     }
     let start = out.len();
@@ -105,6 +110,9 @@ pub(super) fn decompress_body_into(key: &[u8], body: &[u8], out: &mut Vec<u8>) -
 /// An `i/` value as stored: the object compressed when that makes it smaller, else the object
 /// itself (a JSON object, which the tag cannot start).
 pub(super) fn index_value(object: Vec<u8>) -> Result<Vec<u8>> {
+    if object.len() > MAX_PLAIN && object.first() == Some(&b'{') {
+        return Ok(object);
+    }
     let mut packed = Vec::with_capacity(object.len() / 2 + 16);
     compress_into(&mut packed, &object)?;
     if packed.len() >= object.len() && object.first() == Some(&b'{') {

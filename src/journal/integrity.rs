@@ -309,17 +309,21 @@ impl Checker {
             // A span of every number (0..=u64::MAX) counts as many as a u64 holds.
             let count = (last - first).saturating_add(1);
             let plain = keys::plain_events(k, v);
+            // Why nothing of the value reads: it does not decompress, or is not what its key names.
+            let why = match &plain {
+                Err(JournalError::CorruptEntry { reason, .. }) => reason,
+                Err(_) | Ok(_) if first == last => "not a stored CloudEvent",
+                Err(_) | Ok(_) => "not the events its key names",
+            };
             match plain.as_deref().ok().and_then(|p| readable_events(k, p)) {
                 None if first == last => {
                     self.report.events_lost = true;
-                    self.problem(format!(
-                        "event {first} is unreadable (not a stored CloudEvent)"
-                    ));
+                    self.problem(format!("event {first} is unreadable ({why})"));
                 }
                 None => {
                     self.report.events_lost = true;
                     self.problem(format!(
-                        "the segment of events {first}..={last} is unreadable (not the events its key names)"
+                        "the segment of events {first}..={last} is unreadable ({why})"
                     ));
                 }
                 Some((_, readable)) if readable.len() as u64 != count => {

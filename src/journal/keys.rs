@@ -236,6 +236,9 @@ pub(super) fn segment_value<'a>(
     events: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Vec<u8>> {
     let plain = segment_plain(append_ms, events)?;
+    if plain.len() > compressed::MAX_PLAIN {
+        return Ok(plain);
+    }
     let mut packed = Vec::with_capacity(plain.len() / 3 + 32);
     packed.push(compressed::LZ4_DICTIONARY_1);
     packed.extend_from_slice(&plain[..TIME_LEN]);
