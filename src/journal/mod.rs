@@ -86,6 +86,7 @@
 //!   [`Journal::write_failed`] resolves, and `herald run` exits 12 so that a restart reopens the
 //!   store and resumes from what was durable (ADR 0005, `docs/adr/0005-full-disk.md`).
 
+mod appender;
 mod compact;
 mod dlq;
 mod error;
@@ -274,6 +275,8 @@ struct Inner {
     db: sled::Db,
     flush: Arc<flusher::Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// The append thread's queue ([`Journal::append_queued`], `appender.rs`).
+    appends_queued: Mutex<std::sync::mpsc::Sender<appender::Job>>,
     /// Held while a batch gets its sequence numbers and is written, so seq order is key order
     /// and `head` only ever covers batches already in sled. Holds the last append time (ms),
     /// kept monotonic so that age order is sequence order even if the clock steps back.
@@ -388,6 +391,11 @@ impl Journal {
                 move || flusher::run(db, flush)
             })
             .map_err(|source| JournalError::FlusherStartFailed { source })?;
+        let (appends_queued, jobs) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("journal-append".to_owned())
+            .spawn(move || appender::run(&jobs))
+            .map_err(|source| JournalError::AppenderStartFailed { source })?;
         tracing::debug!(message = "Journal opened.", path = %path.display(), head, sinks = cursors.len());
         Ok(Journal {
             inner: Arc::new(Inner {
@@ -397,6 +405,7 @@ impl Journal {
                 db,
                 flush,
                 flusher: Mutex::new(Some(thread)),
+                appends_queued: Mutex::new(appends_queued),
                 append: Mutex::new(0),
                 cursors: Mutex::new(cursors),
                 closed: AtomicBool::new(false),
@@ -541,6 +550,28 @@ impl Journal {
         }
         self.inner.flush.note_write(writes.max(1));
         Ok((head + 1..=new_head).collect())
+    }
+
+    /// [`append_with`](Journal::append_with) on the journal's append thread, after the appends
+    /// queued before it; `done` gets the outcome there. Every queued append of this journal runs on
+    /// that one thread, so sled's node copies are made and freed in one allocator heap
+    /// (`appender.rs`). Without the thread (it is gone only if it panicked) `done` gets
+    /// [`JournalError::Closed`] at once.
+    pub fn append_queued(
+        &self,
+        batch: Batch,
+        first_sync: FirstSync,
+        done: impl FnOnce(Result<Vec<u64>>) + Send + 'static,
+    ) {
+        let job = appender::Job {
+            journal: self.clone(),
+            batch,
+            first_sync,
+            done: Box::new(done),
+        };
+        if let Err(std::sync::mpsc::SendError(job)) = lock(&self.inner.appends_queued).send(job) {
+            (job.done)(Err(JournalError::Closed));
+        }
     }
 
     /// Waits until every event up to `seq` (clamped to the head: `u64::MAX` means "everything
