@@ -276,7 +276,7 @@ struct Inner {
     flush: Arc<flusher::Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     /// The append thread's queue ([`Journal::append_queued`], `appender.rs`).
-    appends_queued: Mutex<std::sync::mpsc::Sender<appender::Job>>,
+    appends_queued: appender::Queue,
     /// Held while a batch gets its sequence numbers and is written, so seq order is key order
     /// and `head` only ever covers batches already in sled. Holds the last append time (ms),
     /// kept monotonic so that age order is sequence order even if the clock steps back.
@@ -391,11 +391,6 @@ impl Journal {
                 move || flusher::run(db, flush)
             })
             .map_err(|source| JournalError::FlusherStartFailed { source })?;
-        let (appends_queued, jobs) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("journal-append".to_owned())
-            .spawn(move || appender::run(&jobs))
-            .map_err(|source| JournalError::AppenderStartFailed { source })?;
         tracing::debug!(message = "Journal opened.", path = %path.display(), head, sinks = cursors.len());
         Ok(Journal {
             inner: Arc::new(Inner {
@@ -405,7 +400,7 @@ impl Journal {
                 db,
                 flush,
                 flusher: Mutex::new(Some(thread)),
-                appends_queued: Mutex::new(appends_queued),
+                appends_queued: appender::Queue::default(),
                 append: Mutex::new(0),
                 cursors: Mutex::new(cursors),
                 closed: AtomicBool::new(false),
@@ -553,25 +548,22 @@ impl Journal {
     }
 
     /// [`append_with`](Journal::append_with) on the journal's append thread, after the appends
-    /// queued before it; `done` gets the outcome there. Every queued append of this journal runs on
-    /// that one thread, so sled's node copies are made and freed in one allocator heap
-    /// (`appender.rs`). Without the thread (it is gone only if it panicked) `done` gets
-    /// [`JournalError::Closed`] at once.
+    /// queued before it; `done` gets the outcome there (or
+    /// [`JournalError::AppenderStartFailed`] at once if the thread could not be started). Every
+    /// queued append runs on that one thread while appends keep coming, so sled's io buffers and
+    /// node copies are made and freed in one allocator heap (`appender.rs`).
     pub fn append_queued(
         &self,
         batch: Batch,
         first_sync: FirstSync,
         done: impl FnOnce(Result<Vec<u64>>) + Send + 'static,
     ) {
-        let job = appender::Job {
+        self.inner.appends_queued.push(appender::Job {
             journal: self.clone(),
             batch,
             first_sync,
             done: Box::new(done),
-        };
-        if let Err(std::sync::mpsc::SendError(job)) = lock(&self.inner.appends_queued).send(job) {
-            (job.done)(Err(JournalError::Closed));
-        }
+        });
     }
 
     /// Waits until every event up to `seq` (clamped to the head: `u64::MAX` means "everything

@@ -1582,7 +1582,10 @@ async fn queued_appends_run_in_order_on_one_thread() {
         .collect();
     let expected: Vec<(u64, Vec<u64>)> = (1..=20).map(|rv| (rv, vec![rv])).collect();
     assert_eq!(order, expected);
-    assert!(seen.iter().all(|(_, _, id, _)| *id == seen[0].2), "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, _, id, _)| *id == seen[0].2),
+        "{seen:?}"
+    );
     assert_eq!(seen[0].3.as_deref(), Some("journal-append"));
     assert_ne!(seen[0].2, std::thread::current().id());
     j.durable(u64::MAX).await.unwrap();
@@ -1614,5 +1617,31 @@ async fn a_journal_dropped_with_an_append_queued_lets_go_of_its_directory() {
     assert_eq!(rx.await.unwrap().unwrap(), 1);
     let j = Journal::open(cfg(tmp.path())).unwrap();
     assert_eq!(j.head(), 1);
+    j.close().await.unwrap();
+}
+
+/// The append thread ends once idle (so its allocator heap gives back what the last appends freed),
+/// and the next queued append starts another that carries on the numbering.
+#[tokio::test]
+async fn an_append_after_the_append_thread_went_idle_starts_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let queue = |rv: u64| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let key = format!("ns/{rv}");
+        j.append_queued(
+            batch("s", rv, &[key.as_str()]),
+            FirstSync::Keep,
+            move |appended| {
+                let _ = tx.send((appended.unwrap(), std::thread::current().id()));
+            },
+        );
+        rx
+    };
+    let (first, on) = queue(1).await.unwrap();
+    tokio::time::sleep(appender::IDLE * 2 + Duration::from_millis(500)).await;
+    let (second, then) = queue(2).await.unwrap();
+    assert_eq!((first, second), (vec![1], vec![2]));
+    assert_ne!(on, then);
     j.close().await.unwrap();
 }
