@@ -8,7 +8,7 @@
 //! links into; with two threads these came from two mimalloc heaps, each reusing what it freed
 //! half as often, so mimalloc had given the memory back to the kernel (10 ms after a free) before
 //! it was asked for again, and the append that wrote into the new buffer took its page faults.
-//! How many depended on timing: 20,000–78,000 per 60,000-change catch-up of one build
+//! How many depended on timing: 20,695–79,382 per 60,000-change catch-up of one build
 //! (docs/operations.md, "sled's two modes (round 7)").
 //!
 //! Why it ends when idle: mimalloc purges a thread's freed memory, and takes back what other
