@@ -5,7 +5,7 @@
 //! `herald journal salvage` followed by `herald run` delivers every change. Also: a journal written
 //! by an earlier layout (schema 1, `tests/fixtures/journal-v1`; schema 2,
 //! `tests/fixtures/journal-v2`; schema 3, `tests/fixtures/journal-v3`; schema 4,
-//! `tests/fixtures/journal-v4`) opens, is upgraded and delivers its events; a journal of a newer
+//! `tests/fixtures/journal-v4`; schema 5, `tests/fixtures/journal-v5`) opens, is upgraded and delivers its events; a journal of a newer
 //! layout is refused with exit 12.
 
 use std::collections::BTreeSet;
@@ -77,10 +77,19 @@ struct Built {
 
 impl Built {
     /// Creates `n` widgets named `<prefix>-<i>`, each with some bulk so the store grows past a few
-    /// MiB; returns their `created` ids.
+    /// MiB; returns their `created` ids. The bulk is bytes LZ4 finds no repeats in: the journal
+    /// compresses its values (schema 6), and a repeated byte would shrink to nothing.
     async fn create(&mut self, prefix: &str, n: usize) {
-        let pad = "x".repeat(1_500);
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ prefix.len() as u64;
         for i in 0..n {
+            let pad: String = (0..1_500)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    char::from(b"0123456789abcdefghijklmnopqrstuv"[(state % 32) as usize])
+                })
+                .collect();
             let body = json!({"apiVersion": "example.com/v1", "kind": "Widget",
                 "metadata": {"name": format!("{prefix}-{i}"), "namespace": "default"},
                 "spec": {"size": i, "pad": pad}});
@@ -456,7 +465,7 @@ async fn a_journal_written_by_schema_1_is_upgraded_and_delivers_its_events() {
     let record = std::fs::read_to_string(journal.join("herald.head")).unwrap();
     assert!(record.contains("00000000000000000006"), "{record}");
     let report = verify_report(&journal).await;
-    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "6", "{report}");
 
     // And `run` delivers them (sink `out` kept its cursor at 0).
     delivers_the_fixture(dir.path(), &config, &ids).await;
@@ -471,7 +480,7 @@ async fn a_journal_written_by_schema_2_is_upgraded_and_delivers_its_events() {
     assert_eq!(ids.len(), 6);
     let config = upgrade_by_status(&sim, dir.path()).await;
     let report = verify_report(&journal).await;
-    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "6", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
 
     delivers_the_fixture(dir.path(), &config, &ids).await;
@@ -496,7 +505,7 @@ async fn a_journal_written_by_schema_3_is_upgraded_and_delivers_its_events() {
     assert_eq!(report["report"]["indexEntries"], 6, "{report}");
     let config = upgrade_by_status(&sim, dir.path()).await;
     let report = verify().await;
-    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "6", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
     assert_eq!(
         report["report"]["checkpoints"].as_object().map(|c| c.len()),
@@ -522,7 +531,7 @@ async fn a_journal_written_by_schema_4_is_upgraded_and_delivers_its_events() {
     assert_eq!(report["report"]["events"], 6, "{report}");
     let config = upgrade_by_status(&sim, dir.path()).await;
     let report = verify().await;
-    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], "6", "{report}");
     assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
     assert_eq!(
         (
@@ -536,13 +545,46 @@ async fn a_journal_written_by_schema_4_is_upgraded_and_delivers_its_events() {
     delivers_the_fixture(dir.path(), &config, &ids).await;
 }
 
+/// Schema 5 stored values plain; schema 6 compresses them. The fixture's plain segments (one of
+/// three events) and index entries stay readable beside the compressed values appended after the
+/// upgrade, and its six events are delivered.
+#[tokio::test]
+async fn a_journal_written_by_schema_5_is_upgraded_and_delivers_its_events() {
+    let sim = sim().await;
+    Raw::new(&sim).install_crd(&widgets_crd()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ids) = fixture("journal-v5", dir.path());
+    assert_eq!(ids.len(), 6);
+    let verify = async || verify_report(&journal).await;
+    let report = verify().await;
+    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
+    assert_eq!(report["report"]["events"], 6, "{report}");
+    assert_eq!(report["report"]["indexEntries"], 6, "{report}");
+    let config = upgrade_by_status(&sim, dir.path()).await;
+    let report = verify().await;
+    assert_eq!(report["report"]["schemaVersion"], "6", "{report}");
+    assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
+    assert_eq!(
+        (
+            report["report"]["firstEvent"].as_u64(),
+            report["report"]["lastEvent"].as_u64()
+        ),
+        (Some(1), Some(6)),
+        "{report}"
+    );
+
+    assert_eq!(report["report"]["indexEntries"], 6, "{report}");
+
+    delivers_the_fixture(dir.path(), &config, &ids).await;
+}
+
 #[tokio::test]
 async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, _) = v1_fixture(dir.path());
     {
         let db = sled::Config::new().path(&journal).open().unwrap();
-        db.insert(b"meta/schema_version", b"6").unwrap();
+        db.insert(b"meta/schema_version", b"7").unwrap();
         db.flush().unwrap();
     }
     for args in [
@@ -552,7 +594,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
         let (code, stdout, stderr) = herald(&args).await;
         assert_eq!(code, 12, "{args:?}: {stdout}\n{stderr}");
         assert!(
-            stdout.contains("schema version 6") || stderr.contains("\"6\""),
+            stdout.contains("schema version 7") || stderr.contains("\"7\""),
             "{stdout}\n{stderr}"
         );
     }
@@ -563,7 +605,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
     let (code, _, stderr) = herald(&["status", "-c", config_path.to_str().unwrap()]).await;
     assert_eq!(code, 12, "{stderr}");
     assert!(
-        stderr.contains("schema version Some(\"6\")") || stderr.contains("\"6\""),
+        stderr.contains("schema version Some(\"7\")") || stderr.contains("\"7\""),
         "{stderr}"
     );
 }

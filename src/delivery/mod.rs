@@ -854,7 +854,7 @@ async fn read_ahead<S: Sink>(
     out: tokio::sync::mpsc::Sender<Vec<Read>>,
 ) {
     loop {
-        let rows = match journal.read_shared(&name, after, page) {
+        let rows = match journal.read_vouched(&name, after, page) {
             Ok(rows) => rows,
             Err(error) => {
                 tracing::error!(message = "Reading the journal failed.", sink = %name, %error);
@@ -866,14 +866,17 @@ async fn read_ahead<S: Sink>(
             continue;
         }
         let mut decoded = Vec::with_capacity(rows.len());
-        for (seq, bytes) in rows {
+        for (seq, bytes, layout) in rows {
             after = seq;
             let len = bytes.len();
-            // A sink that sends the stored bytes as they are needs no attribute decoded.
-            let event = if S::READS_ATTRIBUTES {
-                Journaled::from_structured_json(bytes.clone())
-            } else {
-                Journaled::read_lazily(bytes.clone())
+            // A sink that sends the stored bytes as they are needs no attribute decoded; and an
+            // event the recorder vouched for (handed over from memory with its layout) is not
+            // read at all for it. Anything else is read and judged: an entry journaled to be
+            // dead-lettered never comes with a layout.
+            let event = match layout {
+                Some(layout) if !S::READS_ATTRIBUTES => Journaled::vouched(bytes.clone(), &layout),
+                _ if S::READS_ATTRIBUTES => Journaled::from_structured_json(bytes.clone()),
+                _ => Journaled::read_lazily(bytes.clone()),
             };
             let read = match event {
                 // Only a route `when` for this sink reads `data`: routing parses it for that alone.

@@ -9,7 +9,9 @@ pub mod spans;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
+use std::ops::Range;
 
+use herald_sink_core::Layout;
 use herald_sink_core::event::{CloudEvent, ExtensionValue};
 use serde_json::{Map, Value, json};
 
@@ -313,12 +315,32 @@ pub fn normalize_structured_with<'a>(
     object_json: Option<&[u8]>,
     patch_json: Option<&[u8]>,
 ) -> (Attributes<'a>, Vec<u8>) {
+    let (attributes, bytes, _) =
+        normalize_structured_laid_out(resource, ob, object_json, patch_json);
+    (attributes, bytes)
+}
+
+/// [`normalize_structured_with`], and where it wrote what delivery reads of every event (its
+/// [`Layout`]; none when one of those strings holds an escape): the recorder hands that to the
+/// journal's memory beside the bytes for an event it vouches for, so a reader at the head need not
+/// read it again (ADR 0031).
+///
+/// # Panics
+///
+/// As [`normalize_structured`]: never in practice.
+pub fn normalize_structured_laid_out<'a>(
+    resource: &'a Resource,
+    ob: Observed<'a>,
+    object_json: Option<&[u8]>,
+    patch_json: Option<&[u8]>,
+) -> (Attributes<'a>, Vec<u8>, Option<Layout>) {
     let (attributes, data) = normalize_parts(resource, ob);
     let raw = object_json.filter(|_| data.object.is_some());
     let mut out = Vec::with_capacity(raw.map_or(0, <[u8]>::len) + 640);
     // `{…attributes…,"data":{…}}`, as the event's serializer writes it (`data` last); `data`
     // written member by member as `Data`'s derived serializer writes it.
-    attributes.write_json(&mut out);
+    let marks = attributes.write_json(&mut out);
+    let data_at = out.len() + b",\"data\":".len();
     out.extend_from_slice(b",\"data\":{\"op\":\"");
     // `created`, `updated` or `deleted`: nothing to escape.
     out.extend_from_slice(data.op.as_bytes());
@@ -349,7 +371,8 @@ pub fn normalize_structured_with<'a>(
     } else {
         b",\"resync\":false}}"
     });
-    (attributes, out)
+    let layout = marks.layout(&out, data_at..out.len() - 1);
+    (attributes, out, layout)
 }
 
 /// What a change's attributes are made of, read from an object kept as its bytes
@@ -410,6 +433,15 @@ pub fn normalize_bytes<'a>(
     resource: &'a Resource,
     ob: ObservedBytes<'a>,
 ) -> (Attributes<'a>, Vec<u8>) {
+    let (attributes, bytes, _) = normalize_bytes_laid_out(resource, ob);
+    (attributes, bytes)
+}
+
+/// [`normalize_bytes`], and the event's [`Layout`], as [`normalize_structured_laid_out`].
+pub fn normalize_bytes_laid_out<'a>(
+    resource: &'a Resource,
+    ob: ObservedBytes<'a>,
+) -> (Attributes<'a>, Vec<u8>, Option<Layout>) {
     let attributes = Attributes {
         resource,
         op: ob.op,
@@ -427,7 +459,8 @@ pub fn normalize_bytes<'a>(
         if p.object { ob.object.len() } else { 0 } + ob.patch.map_or(0, <[u8]>::len) + 640,
     );
     // As `normalize_structured_with` writes the attributes and `data`.
-    attributes.write_json(&mut out);
+    let marks = attributes.write_json(&mut out);
+    let data_at = out.len() + b",\"data\":".len();
     out.extend_from_slice(b",\"data\":{\"op\":\"");
     out.extend_from_slice(ob.op.as_str().as_bytes());
     out.push(b'"');
@@ -457,7 +490,8 @@ pub fn normalize_bytes<'a>(
     } else {
         b",\"resync\":false}}"
     });
-    (attributes, out)
+    let layout = marks.layout(&out, data_at..out.len() - 1);
+    (attributes, out, layout)
 }
 
 /// Appends `value` as compact JSON.
@@ -647,19 +681,24 @@ impl<'a> Attributes<'a> {
     }
 
     /// Writes `{` and the attributes, comma-separated, as the event's serializer writes them: the
-    /// caller appends `data` and the closing brace.
-    fn write_json(&self, out: &mut Vec<u8>) {
+    /// caller appends `data` and the closing brace. Returns where it wrote the strings delivery
+    /// reads of every event ([`Layout`]).
+    fn write_json(&self, out: &mut Vec<u8>) -> Marks {
         let resource = self.resource;
         let op = self.op.as_str();
         // `id` and `source` written from their parts (`:` and `/` need no escaping), as
         // [`id`](Self::id) and [`Resource::source`] make them.
         out.extend_from_slice(b"{\"specversion\":\"1.0\",\"id\":\"");
+        let id = out.len();
         write_escaped(out, self.uid);
         out.push(b':');
         write_escaped(out, self.rv);
         out.push(b':');
         out.extend_from_slice(op.as_bytes());
-        out.extend_from_slice(b"\",\"source\":\"k8s://");
+        let id = id..out.len();
+        out.extend_from_slice(b"\",\"source\":\"");
+        let source = out.len();
+        out.extend_from_slice(b"k8s://");
         write_escaped(out, &resource.cluster);
         out.push(b'/');
         write_escaped(
@@ -672,15 +711,20 @@ impl<'a> Attributes<'a> {
         );
         out.push(b'/');
         write_escaped(out, &resource.plural);
+        let source = source..out.len();
         out.extend_from_slice(b"\",\"type\":\"");
+        let ty = out.len();
         write_escaped(out, &resource.type_prefix);
         out.push(b'.');
         out.extend_from_slice(op.as_bytes());
+        let ty = ty..out.len();
         out.push(b'"');
         write_member(out, "subject", &self.key);
         out.extend_from_slice(b",\"time\":\"");
+        let time = out.len();
         // Digits and separators only: nothing to escape.
         write_time(out, self.observed_at);
+        let time = time..out.len();
         out.extend_from_slice(b"\",\"datacontenttype\":\"application/json\",\"dataschema\":\"");
         out.extend_from_slice(DATASCHEMA.as_bytes());
         out.push(b'"');
@@ -698,7 +742,12 @@ impl<'a> Attributes<'a> {
         }
         write_member(out, "k8suid", self.uid);
         write_member(out, "k8sversion", &resource.version);
-        write_member(out, "partitionkey", &self.key);
+        // `write_member`'s bytes, its string's place noted.
+        out.extend_from_slice(b",\"partitionkey\":\"");
+        let partition_key = out.len();
+        write_escaped(out, &self.key);
+        let partition_key = partition_key..out.len();
+        out.push(b'"');
         write_member(out, "resourceversion", self.rv);
         out.extend_from_slice(if self.resync {
             b",\"resync\":true"
@@ -713,6 +762,53 @@ impl<'a> Attributes<'a> {
             }
             Err(_) => write_member(out, "sequence", self.rv),
         }
+        Marks {
+            id,
+            source,
+            ty,
+            partition_key,
+            time,
+        }
+    }
+}
+
+/// Where [`Attributes::write_json`] wrote the strings of a [`Layout`].
+struct Marks {
+    id: Range<usize>,
+    source: Range<usize>,
+    ty: Range<usize>,
+    partition_key: Range<usize>,
+    time: Range<usize>,
+}
+
+impl Marks {
+    /// The event's [`Layout`], `data` lying at `data` in `out`: none when one of the strings
+    /// holds an escape (a reader finds it escaped, not where it reads), so a reader reads it.
+    fn layout(self, out: &[u8], data: Range<usize>) -> Option<Layout> {
+        let plain = |r: &Range<usize>| {
+            out.get(r.clone())
+                .is_some_and(|b| herald_sink_core::journaled::string_stop(b).is_none())
+        };
+        if ![
+            &self.id,
+            &self.source,
+            &self.ty,
+            &self.partition_key,
+            &self.time,
+        ]
+        .into_iter()
+        .all(plain)
+        {
+            return None;
+        }
+        Layout::new(
+            self.id,
+            self.source,
+            self.ty,
+            self.partition_key,
+            self.time,
+            data,
+        )
     }
 }
 

@@ -541,3 +541,103 @@ fn the_patch_outside_the_bookkeeping_is_what_meaningful_update_says() {
         }
     }
 }
+
+/// Where `bytes` (an event as herald writes it, its attributes unescaped) hold the string after
+/// `"<name>":"`, found by searching rather than by the writer's bookkeeping.
+fn string_at(bytes: &[u8], name: &str) -> std::ops::Range<usize> {
+    let marker = format!("\"{name}\":\"");
+    let start = bytes
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+        .unwrap()
+        + marker.len();
+    let len = bytes[start..].iter().position(|&b| b == b'"').unwrap();
+    start..start + len
+}
+
+/// The layout both writers give is where a reader finds the attributes and `data` (searched for
+/// here; and a vouched read is the lazy read), for every payload, op and scope; and none is given
+/// when an attribute a reader takes from the bytes holds an escape.
+#[test]
+fn the_layout_written_is_where_a_reader_finds_the_attributes() {
+    let (old, new) = (db("41", 1), db("42", 2));
+    let odd = {
+        let mut o = db("43", 2);
+        o["metadata"]["name"] = json!("or\"ders");
+        o
+    };
+    for payload in [
+        Payload::DEFAULT,
+        Payload {
+            object: false,
+            old_object: true,
+            patch: false,
+        },
+    ] {
+        for namespaced in [true, false] {
+            let r = Resource {
+                payload,
+                namespaced,
+                ..resource()
+            };
+            for (op, object, prior) in [
+                (Op::Created, &new, None),
+                (Op::Updated, &new, Some(&old)),
+                (Op::Deleted, &new, Some(&old)),
+                (Op::Created, &odd, None),
+            ] {
+                let ob = observed(op, object, prior);
+                let object_bytes = serde_json::to_vec(object).unwrap();
+                let old_bytes = prior.map(|o| serde_json::to_vec(o).unwrap());
+                let by_tree = normalize_structured_laid_out(&r, ob, None, None);
+                let by_bytes = normalize_bytes_laid_out(
+                    &r,
+                    ObservedBytes {
+                        op,
+                        ident: Ident {
+                            uid: "u-1",
+                            resource_version: meta_str(object, "resourceVersion"),
+                            name: meta_str(object, "name"),
+                            namespace: meta_str(object, "namespace"),
+                            generation: Some(3),
+                        },
+                        object: &object_bytes,
+                        old: old_bytes.as_deref(),
+                        patch: None,
+                        resync: false,
+                        resource_version: None,
+                        observed_at: at(),
+                    },
+                );
+                for (_, bytes, layout) in [by_tree, by_bytes] {
+                    let text = String::from_utf8(bytes.clone()).unwrap();
+                    if std::ptr::eq(object, &odd) {
+                        assert_eq!(layout, None, "an escaped partition key: {text}");
+                        continue;
+                    }
+                    let expected = herald_sink_core::Layout::new(
+                        string_at(&bytes, "id"),
+                        string_at(&bytes, "source"),
+                        string_at(&bytes, "type"),
+                        string_at(&bytes, "partitionkey"),
+                        string_at(&bytes, "time"),
+                        text.find(",\"data\":").unwrap() + b",\"data\":".len()..bytes.len() - 1,
+                    );
+                    assert!(expected.is_some());
+                    assert_eq!(layout, expected, "{text}");
+                    let layout = layout.unwrap();
+                    let vouched =
+                        herald_sink_core::Journaled::vouched(bytes.clone(), &layout).unwrap();
+                    let lazy = herald_sink_core::Journaled::read_lazily(bytes.clone()).unwrap();
+                    assert_eq!(vouched.id(), lazy.id());
+                    assert_eq!(vouched.source(), lazy.source());
+                    assert_eq!(vouched.ty(), lazy.ty());
+                    assert_eq!(vouched.partition_key(), lazy.partition_key());
+                    assert_eq!(vouched.time(), lazy.time());
+                    assert_eq!(&*vouched.data_bytes(), &*lazy.data_bytes());
+                    assert_eq!(vouched, lazy);
+                }
+            }
+        }
+    }
+}

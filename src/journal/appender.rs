@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::error::JournalError;
+use herald_sink_core::Layout;
+
 use super::{Batch, FirstSync, Journal, Result, lock};
 
 /// How long the append thread waits for work before it ends.
@@ -30,6 +32,7 @@ pub(super) struct Job {
     pub(super) journal: Journal,
     pub(super) batch: Batch,
     pub(super) first_sync: FirstSync,
+    pub(super) layouts: Vec<Option<Layout>>,
     pub(super) done: Box<dyn FnOnce(Result<Vec<u64>>) + Send>,
 }
 
@@ -92,9 +95,10 @@ fn run(jobs: &mpsc::Receiver<Job>, queue: &Mutex<Option<mpsc::Sender<Job>>>) {
             journal,
             batch,
             first_sync,
+            layouts,
             done,
         } = job;
-        let appended = journal.append_with(batch, first_sync);
+        let appended = journal.append_vouched(batch, first_sync, layouts);
         // The job's clone goes before its caller hears back, so the journal's last clone is
         // never the one this thread holds once the caller can drop its own.
         drop(journal);

@@ -170,7 +170,8 @@ impl Journal {
             if !k.starts_with(keys::EVENT_PREFIX) {
                 break;
             }
-            let (_, events) = keys::split_events(&k, &v)?;
+            let plain = keys::plain_events(&k, &v)?;
+            let (_, events) = keys::split_events(&k, &plain)?;
             for (seq, event) in events {
                 if seq <= after {
                     continue;

@@ -253,11 +253,13 @@ pub(super) struct Checker {
     acked_last: BTreeMap<String, u64>,
 }
 
-/// The events of an event entry (`k` under `e/`, `v` its value, either form) that read back as
-/// stored CloudEvents: its append time and `(seq, payload)` of each, or `None` when the entry
-/// itself cannot be split into the events its key names. The one rule `verify` and `salvage` share.
-pub(super) fn readable_events<'a>(k: &[u8], v: &'a [u8]) -> Option<keys::Stored<'a>> {
-    let (at, mut events) = keys::split_events(k, v).ok()?;
+/// The events of an event entry (`k` under `e/`, `plain` its value as [`keys::plain_events`]
+/// decodes it, either key form) that read back as stored CloudEvents: its append time and
+/// `(seq, payload)` of each, or `None` when the entry itself cannot be split into the events its
+/// key names. The one rule `verify` and `salvage` share; a value that does not decompress is
+/// unreadable like one that does not split.
+pub(super) fn readable_events<'a>(k: &[u8], plain: &'a [u8]) -> Option<keys::Stored<'a>> {
+    let (at, mut events) = keys::split_events(k, plain).ok()?;
     events.retain(|(_, payload)| is_json_object(payload));
     Some((at, events))
 }
@@ -306,7 +308,8 @@ impl Checker {
             };
             // A span of every number (0..=u64::MAX) counts as many as a u64 holds.
             let count = (last - first).saturating_add(1);
-            match readable_events(k, v) {
+            let plain = keys::plain_events(k, v);
+            match plain.as_deref().ok().and_then(|p| readable_events(k, p)) {
                 None if first == last => {
                     self.report.events_lost = true;
                     self.problem(format!(
@@ -358,7 +361,7 @@ impl Checker {
         } else if let Some(rest) = k.strip_prefix(keys::INDEX_PREFIX) {
             if !index_key_readable(rest) {
                 self.problem(format!("index key {} is malformed", keys::printable(k)));
-            } else if !is_json(v) {
+            } else if !keys::index_object(k, v).is_ok_and(|object| is_json(&object)) {
                 self.problem(format!("index entry {} is unreadable", keys::printable(k)));
             }
             self.report.index_entries += 1;
@@ -506,9 +509,9 @@ impl Checker {
         let version = self.report.schema_version.clone();
         let current = SCHEMA_VERSION.to_string();
         match version.as_deref() {
-            // Versions 2, 3 and 4 differ only by having no `a/`, no `f/` or no segment keys;
-            // opening upgrades them.
-            Some(v) if v == current || v == "2" || v == "3" || v == "4" => match record {
+            // Versions 2, 3, 4 and 5 differ only by having no `a/`, no `f/`, no segment keys or
+            // no compressed values; opening upgrades them.
+            Some(v) if v == current || matches!(v, "2" | "3" | "4" | "5") => match record {
                 Stored::Head(h) if *h > head => {
                     self.report.events_lost = true;
                     self.problem(format!(

@@ -1,15 +1,15 @@
-//! The key layout of the journal's single sled tree (schema version 5; version 4 had single-event
-//! `e/` keys only, version 3 no `f/` keys either, version 2 no `a/` keys either, version 1 neither
-//! those nor the head record file).
+//! The key layout of the journal's single sled tree (schema version 6; version 5 stored values
+//! uncompressed only, version 4 had single-event `e/` keys only, version 3 no `f/` keys either,
+//! version 2 no `a/` keys either, version 1 neither those nor the head record file).
 //!
 //! | prefix | key | value |
 //! |---|---|---|
-//! | `meta/schema_version` | | ASCII decimal, `5` |
+//! | `meta/schema_version` | | ASCII decimal, `6` |
 //! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
 //! | `meta/redaction_key` | | 32 random bytes: the key of the index's digests of redacted values |
-//! | `e/` | u64 BE first + u64 BE last sequence number: a segment (schema 5) | u64 BE append time (ms since the epoch), then per event (first, first + 1 … last) u32 BE length + rendered CloudEvent |
-//! | `e/` | u64 BE sequence number: one event (schemas 1–4, still read) | u64 BE append time + rendered CloudEvent |
-//! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen |
+//! | `e/` | u64 BE first + u64 BE last sequence number: a segment (schema 5) | *plain*: u64 BE append time (ms since the epoch), then per event (first, first + 1 … last) u32 BE length + rendered CloudEvent; or *compressed* (schema 6): tag `0x01`, the u64 BE append time, then the rest of the plain form compressed (`compressed.rs`) |
+//! | `e/` | u64 BE sequence number: one event (schemas 1–4, still read; salvage writes them) | u64 BE append time + rendered CloudEvent |
+//! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen: its JSON (schemas 1–5, and schema 6 when compression would not shrink it) or compressed (schema 6: tag `0x01`, `compressed.rs`) |
 //! | `c/` | stream | resourceVersion (UTF-8) |
 //! | `f/` | stream | `skip`: the stream's first sync is under way and records the existing objects silently (`initialState: skip`); written with its first index entries, removed by the append that writes its first checkpoint (schema 4) |
 //! | `s/` | sink | u64 BE cursor: the last acknowledged sequence number |
@@ -23,11 +23,18 @@
 //! `e/<n>` sorts before `e/<n><m>`, which sorts before `e/<n + 1>`, so both event forms sort by their
 //! first sequence number, and [`event`]`(n)` is the lower bound of every key whose events start at
 //! `n` or later. A segment holds the events of one append (several when it has more than
-//! [`SEGMENT_BYTES`]): sled pays per key (an insert clones the leaf it changes, the rightmost leaf
-//! splits every ~8 keys), not per byte (docs/adr/0020-event-segments.md).
+//! [`SEGMENT_PLAIN_BYTES`] or its stored value would pass [`SEGMENT_BYTES`]): sled pays per key
+//! (an insert clones the leaf it changes, the rightmost leaf splits every ~8 keys,
+//! docs/adr/0020-event-segments.md) and per byte it logs (ADR 0029). Every reader of a value goes
+//! through one decoder of its kind: [`plain_events`] for `e/`, [`index_object`] for `i/`.
 //! The NUL after the stream keeps `i/a\0…` from matching a prefix scan of stream `a` for stream `ab`.
 
+use std::borrow::Cow;
+
+use super::compressed;
 use super::error::{JournalError, Result};
+
+pub(super) use compressed::index_object;
 
 pub(super) const SCHEMA_VERSION_KEY: &[u8] = b"meta/schema_version";
 pub(super) const HEAD_KEY: &[u8] = b"meta/head";
@@ -49,12 +56,18 @@ const TIME_LEN: usize = 8;
 /// Bytes of the length in front of each event of a segment.
 const LEN_LEN: usize = 4;
 
-/// An append's events go into one segment until its value would pass this many bytes (an event
-/// bigger than this gets a segment of its own). sled rewrites a leaf of up to 17 entries whole, and
-/// writes a log message over a quarter of its 512 KiB segment as a separate blob file: 17 values
-/// must stay well under that. 6 KiB cost less CPU per event but raised the idle RSS at 100,000
-/// objects past the issue's 100 MiB (104–105 MiB); 3 KiB kept it below main's (ADR 0020).
+/// A segment's stored value stays within this many bytes (an event bigger than this gets a segment
+/// of its own). sled rewrites a leaf of up to 17 entries whole, and writes a log message over a
+/// quarter of its 512 KiB segment as a separate blob file: 17 values must stay well under that.
+/// 6 KiB values cost less CPU per event but raised the idle RSS at 100,000 objects past the
+/// issue's 100 MiB (104–105 MiB); 3 KiB kept it below main's (ADR 0020).
 pub(super) const SEGMENT_BYTES: usize = 3 * 1024;
+
+/// An append's events go into one segment until their plain form would pass this many bytes:
+/// compressed, the events of one append share most of their bytes, so a segment holds several
+/// times the events of a plain one in the same [`SEGMENT_BYTES`] (ADR 0029). A run whose
+/// compressed value still passes [`SEGMENT_BYTES`] is halved until it fits.
+pub(super) const SEGMENT_PLAIN_BYTES: usize = 16 * 1024;
 
 pub(super) fn check_name(what: &'static str, name: &str) -> Result<()> {
     if name.is_empty() || name.contains('\0') {
@@ -200,8 +213,8 @@ pub(super) fn event_value(append_ms: u64, payload: &[u8]) -> Vec<u8> {
     v
 }
 
-/// A segment's value: the append time once, then each event with its length.
-pub(super) fn segment_value<'a>(
+/// A segment's plain value (schema 5): the append time once, then each event with its length.
+pub(super) fn segment_plain<'a>(
     append_ms: u64,
     events: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Vec<u8>> {
@@ -216,15 +229,55 @@ pub(super) fn segment_value<'a>(
     Ok(v)
 }
 
-/// Splits an append's events into runs of consecutive events whose segment stays within
-/// [`SEGMENT_BYTES`] (one event per run at least): the index range of each run.
-pub(super) fn segment_runs(events: &[Vec<u8>]) -> Vec<std::ops::Range<usize>> {
+/// A segment's value as schema 6 stores it: compressed (tag, append time, then the rest of the
+/// plain form compressed), or plain when compression would not make it smaller.
+pub(super) fn segment_value<'a>(
+    append_ms: u64,
+    events: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Vec<u8>> {
+    let plain = segment_plain(append_ms, events)?;
+    let mut packed = Vec::with_capacity(plain.len() / 3 + 32);
+    packed.push(compressed::LZ4_DICTIONARY_1);
+    packed.extend_from_slice(&plain[..TIME_LEN]);
+    compressed::compress_body_into(&mut packed, &plain[TIME_LEN..])?;
+    if packed.len() >= plain.len() {
+        return Ok(plain);
+    }
+    Ok(packed)
+}
+
+/// An append's events as stored segments: runs of consecutive events whose plain form stays
+/// within [`SEGMENT_PLAIN_BYTES`], each halved until its stored value stays within
+/// [`SEGMENT_BYTES`] (one event per segment at least). The index range of each run and its value.
+pub(super) fn segment_values(
+    append_ms: u64,
+    events: &[Vec<u8>],
+) -> Result<Vec<(std::ops::Range<usize>, Vec<u8>)>> {
+    let mut out = Vec::with_capacity(1 + events.len() / 8);
+    let mut pending: Vec<std::ops::Range<usize>> = segment_runs(events, SEGMENT_PLAIN_BYTES);
+    pending.reverse();
+    while let Some(run) = pending.pop() {
+        let value = segment_value(append_ms, events[run.clone()].iter().map(Vec::as_slice))?;
+        if value.len() > SEGMENT_BYTES && run.len() > 1 {
+            let mid = run.start + run.len() / 2;
+            pending.push(mid..run.end);
+            pending.push(run.start..mid);
+            continue;
+        }
+        out.push((run, value));
+    }
+    Ok(out)
+}
+
+/// Splits an append's events into runs of consecutive events whose plain segment stays within
+/// `bound` bytes (one event per run at least): the index range of each run.
+pub(super) fn segment_runs(events: &[Vec<u8>], bound: usize) -> Vec<std::ops::Range<usize>> {
     let mut runs = Vec::with_capacity(1 + events.len() / 4);
     let mut start = 0;
     let mut bytes = TIME_LEN;
     for (i, event) in events.iter().enumerate() {
         let len = LEN_LEN + event.len();
-        if i > start && bytes + len > SEGMENT_BYTES {
+        if i > start && bytes + len > bound {
             runs.push(start..i);
             start = i;
             bytes = TIME_LEN;
@@ -237,10 +290,12 @@ pub(super) fn segment_runs(events: &[Vec<u8>]) -> Vec<std::ops::Range<usize>> {
     runs
 }
 
-/// The append time of a stored event or segment (its first 8 bytes in both forms).
+/// The append time of a stored event or segment (its first 8 bytes in the plain forms, after the
+/// tag in the compressed one): retention reads it without decompressing.
 pub(super) fn append_time(key: &[u8], value: &[u8]) -> Result<u64> {
+    let skip = usize::from(compressed::is_compressed(value));
     let time = value
-        .get(..TIME_LEN)
+        .get(skip..skip + TIME_LEN)
         .ok_or_else(|| JournalError::CorruptEntry {
             key: printable(key),
             reason: "event shorter than its timestamp",
@@ -248,12 +303,45 @@ pub(super) fn append_time(key: &[u8], value: &[u8]) -> Result<u64> {
     decode_u64(key, time)
 }
 
+/// Overwrites the append time of a value [`segment_values`] made (either form).
+pub(super) fn set_append_time(value: &mut [u8], append_ms: u64) {
+    let skip = usize::from(compressed::is_compressed(value));
+    if let Some(time) = value.get_mut(skip..skip + TIME_LEN) {
+        time.copy_from_slice(&append_ms.to_be_bytes());
+    }
+}
+
 /// What an `e/` entry holds: its append time and each `(seq, rendered CloudEvent)` in order.
 pub(super) type Stored<'a> = (u64, Vec<(u64, &'a [u8])>);
 
-/// The events an `e/` entry holds, either form: its append time and each `(seq, rendered
-/// CloudEvent)` in order. A segment must hold exactly the events its key names, nothing after them.
+/// The plain form of an `e/` value, whichever form it is stored in: what [`split_events`] reads.
+/// The one decoder of event values; a compressed value that does not decompress is corrupt.
+pub(super) fn plain_events<'a>(key: &[u8], value: &'a [u8]) -> Result<Cow<'a, [u8]>> {
+    if !compressed::is_compressed(value) {
+        return Ok(Cow::Borrowed(value));
+    }
+    let at = value
+        .get(1..1 + TIME_LEN)
+        .ok_or_else(|| JournalError::CorruptEntry {
+            key: printable(key),
+            reason: "event shorter than its timestamp",
+        })?;
+    let mut plain = Vec::new();
+    plain.extend_from_slice(at);
+    compressed::decompress_body_into(key, &value[1 + TIME_LEN..], &mut plain)?;
+    Ok(Cow::Owned(plain))
+}
+
+/// The events of an `e/` entry's plain form ([`plain_events`]), either key form: its append time
+/// and each `(seq, rendered CloudEvent)` in order. A segment must hold exactly the events its key
+/// names, nothing after them.
 pub(super) fn split_events<'a>(key: &[u8], value: &'a [u8]) -> Result<Stored<'a>> {
+    if compressed::is_compressed(value) {
+        return Err(JournalError::CorruptEntry {
+            key: printable(key),
+            reason: "compressed events read without their decoder",
+        });
+    }
     let (first, last) = event_span(key)?;
     let rest = key.get(EVENT_PREFIX.len()..).unwrap_or_default();
     if rest.len() == 8 {
@@ -345,7 +433,7 @@ mod tests {
     #[test]
     fn a_segment_round_trips_its_events_and_a_damaged_one_is_corrupt() {
         let events: [&[u8]; 3] = [b"{\"a\":1}", b"", b"{}"];
-        let v = segment_value(42, events).unwrap();
+        let v = segment_plain(42, events).unwrap();
         let (at, read) = split_events(&segment(7, 9), &v).unwrap();
         assert_eq!(at, 42);
         assert_eq!(read, [(7, events[0]), (8, events[1]), (9, events[2])]);
@@ -364,23 +452,123 @@ mod tests {
         assert!(split_events(&segment(7, 9), &v[..4]).is_err());
     }
 
+    /// Events of one append, as herald renders them: most of their bytes are shared.
+    fn rendered(n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"specversion":"1.0","id":"8e08ddf6-b4cc-4ee8-a9f2-e0ac6861{i:04}:{rv}:updated","source":"k8s://bench/example.com/widgets","type":"dev.herald.resource.updated","subject":"default/widget-{i:06}","time":"2026-12-04T21:12:24.881Z","datacontenttype":"application/json","dataschema":"urn:herald:change:v1","k8sgroup":"example.com","k8skind":"Widget","k8sname":"widget-{i:06}","resourceversion":"{rv}","resync":false,"data":{{"op":"updated","object":{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"widget-{i:06}","namespace":"default","resourceVersion":"{rv}"}},"spec":{{"replicas":3,"image":"registry.example/app:1.2.3"}}}},"resync":false}}}}"#,
+                    rv = 1000 + i
+                )
+                .into_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_compressed_segment_reads_back_through_its_decoder_and_a_damaged_one_is_corrupt() {
+        let events = rendered(3);
+        let v = segment_value(42, events.iter().map(Vec::as_slice)).unwrap();
+        let plain = segment_plain(42, events.iter().map(Vec::as_slice)).unwrap();
+        assert!(compressed::is_compressed(&v));
+        assert!(
+            v.len() * 2 < plain.len(),
+            "{} of {} bytes",
+            v.len(),
+            plain.len()
+        );
+        // Retention reads the time without decompressing; an append sets it after compressing.
+        assert_eq!(append_time(&segment(7, 9), &v).unwrap(), 42);
+        let mut later = v.clone();
+        set_append_time(&mut later, 43);
+        assert_eq!(append_time(&segment(7, 9), &later).unwrap(), 43);
+        assert_eq!(
+            split_events(
+                &segment(7, 9),
+                &plain_events(&segment(7, 9), &later).unwrap()
+            )
+            .unwrap()
+            .0,
+            43
+        );
+        let key = segment(7, 9);
+        let read = plain_events(&key, &v).unwrap();
+        assert_eq!(*read, *plain);
+        let (at, read) = split_events(&key, &read).unwrap();
+        assert_eq!(at, 42);
+        let expected: Vec<(u64, &[u8])> = (7..).zip(events.iter().map(Vec::as_slice)).collect();
+        assert_eq!(read, expected);
+        // A plain (schema-5) value reads as it is; a compressed one only through the decoder.
+        assert_eq!(plain_events(&key, &plain).unwrap(), plain);
+        assert!(split_events(&key, &v).is_err());
+        // Cut anywhere, or its length damaged: corrupt, never a panic.
+        for cut in 1..v.len() {
+            assert!(plain_events(&key, &v[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut damaged = v.clone();
+        damaged[9..13].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(plain_events(&key, &damaged).is_err());
+    }
+
     #[test]
     fn an_append_is_cut_into_segments_of_at_most_segment_bytes() {
         let small = vec![0u8; 1_000];
         let big = vec![0u8; SEGMENT_BYTES * 2];
         // Three 1,004-byte entries and the time fill 3,020 bytes: the 4th starts a new segment.
         let events = vec![small.clone(); 13];
-        assert_eq!(segment_runs(&events), [0..3, 3..6, 6..9, 9..12, 12..13]);
-        let events = vec![small.clone(), big.clone(), small.clone()];
-        assert_eq!(segment_runs(&events), [0..1, 1..2, 2..3]);
         assert_eq!(
-            segment_runs(&[big]),
+            segment_runs(&events, SEGMENT_BYTES),
+            [0..3, 3..6, 6..9, 9..12, 12..13]
+        );
+        let events = vec![small.clone(), big.clone(), small.clone()];
+        assert_eq!(segment_runs(&events, SEGMENT_BYTES), [0..1, 1..2, 2..3]);
+        assert_eq!(
+            segment_runs(&[big], SEGMENT_BYTES),
             std::iter::once(0..1).collect::<Vec<_>>()
         );
-        assert!(segment_runs(&[]).is_empty());
-        for run in segment_runs(&vec![small; 40]) {
-            let v = segment_value(0, vec![&[0u8; 1_000][..]; run.len()]).unwrap();
+        assert!(segment_runs(&[], SEGMENT_BYTES).is_empty());
+        for run in segment_runs(&vec![small; 40], SEGMENT_BYTES) {
+            let v = segment_plain(0, vec![&[0u8; 1_000][..]; run.len()]).unwrap();
             assert!(v.len() <= SEGMENT_BYTES);
+        }
+    }
+
+    #[test]
+    fn compressed_segments_hold_more_events_and_never_pass_segment_bytes() {
+        // Shared bytes: a segment holds several times the events a plain one did (two or three).
+        let events = rendered(64);
+        let segments = segment_values(5, &events).unwrap();
+        assert!(segments.len() <= 64 / 8, "{} segments", segments.len());
+        // Bytes that do not compress: runs halved until each value fits, every event kept in order.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let noise: Vec<Vec<u8>> = (0..12)
+            .map(|_| {
+                (0..900)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        state.to_be_bytes()[0]
+                    })
+                    .collect()
+            })
+            .collect();
+        for events in [&events, &noise] {
+            let segments = segment_values(5, events).unwrap();
+            let mut next = 0;
+            for (run, value) in &segments {
+                assert_eq!(run.start, next);
+                next = run.end;
+                assert!(value.len() <= SEGMENT_BYTES, "{} bytes", value.len());
+                let key = segment(run.start as u64, run.end as u64 - 1);
+                let plain = plain_events(&key, value).unwrap();
+                let (at, read) = split_events(&key, &plain).unwrap();
+                assert_eq!(at, 5);
+                let read: Vec<&[u8]> = read.into_iter().map(|(_, e)| e).collect();
+                let expected: Vec<&[u8]> = events[run.clone()].iter().map(Vec::as_slice).collect();
+                assert_eq!(read, expected);
+            }
+            assert_eq!(next, events.len());
         }
     }
 

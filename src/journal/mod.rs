@@ -88,6 +88,7 @@
 
 mod appender;
 mod compact;
+mod compressed;
 mod dlq;
 mod error;
 mod failure;
@@ -103,6 +104,7 @@ mod tail;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
@@ -113,6 +115,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use herald_sink_core::Layout;
 
 pub use compact::{AUTO_FLOOR_BYTES, AUTO_RATIO, Compacted, compact, worth_compacting};
 pub use error::{JournalError, Result};
@@ -126,7 +129,7 @@ pub use tail::TAIL_BYTES;
 /// version 4 the first-sync markers (`f/` keys, [`FirstSync`]), version 5 the event segments (one
 /// `e/` key for several events of an append, ADR 0020); a journal of an earlier version is upgraded
 /// when opened. See ADR 0002.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Acknowledged ranges kept above a sink's cursor at most (16 bytes each, rewritten with every
 /// acknowledgement). Past the bound the ranges furthest from the cursor are forgotten: a crash then
@@ -476,6 +479,20 @@ impl Journal {
     /// [`append`](Journal::append), setting or removing the stream's first-sync marker in the
     /// same sled batch (see [`FirstSync`]).
     pub fn append_with(&self, batch: Batch, first_sync: FirstSync) -> Result<Vec<u64>> {
+        self.append_vouched(batch, first_sync, Vec::new())
+    }
+
+    /// [`append_with`](Journal::append_with), with the [`Layout`] of each event its renderer
+    /// vouches for (`layouts[i]` for `batch.events[i]`; missing ones, or `None`, vouch for
+    /// nothing): kept beside the events in memory, so a reader at the head builds a vouched
+    /// event from its bytes without reading them again. The store keeps the bytes only; whatever
+    /// is read back from it is read and judged in full.
+    pub fn append_vouched(
+        &self,
+        batch: Batch,
+        first_sync: FirstSync,
+        layouts: Vec<Option<Layout>>,
+    ) -> Result<Vec<u64>> {
         self.check_open()?;
         keys::check_name("stream", &batch.stream)?;
         if batch.events.is_empty()
@@ -494,20 +511,32 @@ impl Journal {
         let count = events.len() as u64;
         let writes = events.len() + index.len();
 
-        let mut last_ms = lock(&self.inner.append);
-        let head = self.inner.flush.head.load(Ordering::Acquire);
-        let at = now_ms().max(*last_ms);
+        // Compressed before the append lock, so concurrent appenders compress side by side: the
+        // values do not depend on the sequence numbers, and the append time, which must not go
+        // back from one append to the next, is stored uncompressed and set under the lock.
         let mut b = sled::Batch::default();
-        for run in keys::segment_runs(&events) {
-            let (first, last) = (head + 1 + run.start as u64, head + run.end as u64);
-            let value = keys::segment_value(at, events[run].iter().map(Vec::as_slice))?;
-            b.insert(keys::segment(first, last), value);
-        }
         for update in index {
             match update {
-                IndexUpdate::Put { key, object } => b.insert(keys::index(&stream, &key), object),
+                IndexUpdate::Put { key, object } => {
+                    b.insert(keys::index(&stream, &key), compressed::index_value(object)?)
+                }
                 IndexUpdate::Remove { key } => b.remove(keys::index(&stream, &key)),
             }
+        }
+        let early = now_ms();
+        let mut segments = keys::segment_values(early, &events)?;
+
+        let mut last_ms = lock(&self.inner.append);
+        let head = self.inner.flush.head.load(Ordering::Acquire);
+        let at = early.max(*last_ms);
+        if at != early {
+            for (_, value) in &mut segments {
+                keys::set_append_time(value, at);
+            }
+        }
+        for (run, value) in segments {
+            let (first, last) = (head + 1 + run.start as u64, head + run.end as u64);
+            b.insert(keys::segment(first, last), value);
         }
         if let Some(rv) = checkpoint {
             b.insert(keys::checkpoint(&stream), rv.into_bytes());
@@ -533,7 +562,17 @@ impl Journal {
             } else {
                 lock(&self.inner.cursors).values().copied().min()
             };
-            self.inner.tail.push(head + 1, events.into_iter(), passed);
+            // Missing layouts at the end vouch for nothing; more layouts than events cannot be
+            // paired with them, so none of those is trusted and every event is read in full.
+            let mut layouts = layouts;
+            if layouts.len() > events.len() {
+                debug_assert!(false, "{} layouts for {count} events", layouts.len());
+                layouts.clear();
+            }
+            layouts.resize(events.len(), None);
+            self.inner
+                .tail
+                .push(head + 1, events.into_iter().zip(layouts), passed);
         }
         self.inner.flush.head.store(new_head, Ordering::Release);
         *last_ms = at;
@@ -547,7 +586,7 @@ impl Journal {
         Ok((head + 1..=new_head).collect())
     }
 
-    /// [`append_with`](Journal::append_with) on the journal's append thread, after the appends
+    /// [`append_vouched`](Journal::append_vouched) on the journal's append thread, after the appends
     /// queued before it; `done` gets the outcome there (or
     /// [`JournalError::AppenderStartFailed`] at once if the thread could not be started). Every
     /// queued append runs on that one thread while appends keep coming, so sled's io buffers and
@@ -556,12 +595,14 @@ impl Journal {
         &self,
         batch: Batch,
         first_sync: FirstSync,
+        layouts: Vec<Option<Layout>>,
         done: impl FnOnce(Result<Vec<u64>>) + Send + 'static,
     ) {
         self.inner.appends_queued.push(appender::Job {
             journal: self.clone(),
             batch,
             first_sync,
+            layouts,
             done: Box::new(done),
         });
     }
@@ -691,14 +732,16 @@ impl Journal {
     /// The last stored object under `key` (`<namespace>/<name>`) in the stream's index.
     pub fn index_get(&self, stream: &str, key: &str) -> Result<Option<Vec<u8>>> {
         keys::check_name("stream", stream)?;
+        let k = keys::index(stream, key);
         self.inner
             .db
-            .get(keys::index(stream, key))
-            .map(|v| v.map(|v| v.to_vec()))
+            .get(&k)
             .map_err(|source| JournalError::IndexReadFailed {
                 stream: stream.to_owned(),
                 source,
-            })
+            })?
+            .map(|v| keys::index_object(&k, &v).map(Cow::into_owned))
+            .transpose()
     }
 
     /// Every object in the stream's index, in key order (for the relist diff).
@@ -718,7 +761,7 @@ impl Journal {
                     key: keys::printable(&k),
                     reason: "index key is not UTF-8",
                 })?;
-            out.push((key.to_owned(), v.to_vec()));
+            out.push((key.to_owned(), keys::index_object(&k, &v)?.into_owned()));
         }
         Ok(out)
     }
@@ -863,6 +906,23 @@ impl Journal {
     /// A reader at the head gets them from memory, the very bytes appended (`tail.rs`); one
     /// behind what memory holds reads the store.
     pub fn read_shared(&self, sink: &str, after: u64, max: usize) -> Result<Vec<(u64, Bytes)>> {
+        Ok(self
+            .read_vouched(sink, after, max)?
+            .into_iter()
+            .map(|(seq, bytes, _)| (seq, bytes))
+            .collect())
+    }
+
+    /// [`read_shared`](Journal::read_shared), each event with the [`Layout`] its renderer vouched
+    /// for when it comes from memory and was appended with one
+    /// ([`append_vouched`](Journal::append_vouched)); `None` for every other, which the reader
+    /// reads and judges in full.
+    pub fn read_vouched(
+        &self,
+        sink: &str,
+        after: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, Bytes, Option<Layout>)>> {
         let passed = {
             let cursors = lock(&self.inner.cursors);
             if !cursors.contains_key(sink) {
@@ -880,7 +940,10 @@ impl Journal {
             .tail
             .from_store
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        Ok(rows)
+        Ok(rows
+            .into_iter()
+            .map(|(seq, bytes)| (seq, bytes, None))
+            .collect())
     }
 
     /// Events [`read_shared`](Journal::read_shared) handed out from memory and from the store
@@ -917,7 +980,8 @@ impl Journal {
         let range = start..keys::event(durable.saturating_add(1));
         'scan: for entry in self.inner.db.range(range) {
             let (k, v) = entry.map_err(failed)?;
-            let (_, events) = keys::split_events(&k, &v)?;
+            let plain = keys::plain_events(&k, &v)?;
+            let (_, events) = keys::split_events(&k, &plain)?;
             for (seq, payload) in events {
                 if seq <= after {
                     continue;
@@ -1388,7 +1452,8 @@ pub(crate) fn roll_back_events(dir: &Path, from: u64) {
         }
         raw.remove(&k).unwrap();
         if first < from {
-            let (at, events) = keys::split_events(&k, &v).unwrap();
+            let plain = keys::plain_events(&k, &v).unwrap();
+            let (at, events) = keys::split_events(&k, &plain).unwrap();
             let kept = events
                 .iter()
                 .filter(|(seq, _)| *seq < from)
@@ -1472,9 +1537,10 @@ fn scan(
 }
 
 /// Makes the store's layout the current one: a new store gets the schema version and its head
-/// record; a version-1 store (no head record) is upgraded by writing one; a version-2, 3 or 4
+/// record; a version-1 store (no head record) is upgraded by writing one; a version-2, 3, 4 or 5
 /// store needs nothing but the new version (its sinks have no acknowledged ranges yet, its streams
-/// no first-sync markers, its events are single-event keys, which stay readable beside segments).
+/// no first-sync markers, its events are single-event keys, which stay readable beside segments,
+/// its values are plain, which stay readable beside compressed ones).
 fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) -> Result<()> {
     let meta_failed = |source| JournalError::MetaFailed {
         path: path.to_owned(),
@@ -1484,13 +1550,14 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     if found == Some(current.as_str()) {
         return Ok(());
     }
-    // Versions 2 → 3 → 4 → 5 only add keys (`a/`, then `f/`, then segment `e/` keys) an older
-    // store does not have: setting the version is the whole upgrade. A version-3 store has no marker for a first sync a version-3
+    // Versions 2 → 3 → 4 → 5 → 6 only add keys (`a/`, then `f/`, then segment `e/` keys) or
+    // value forms (compressed values) an older store does not have: setting the version is the
+    // whole upgrade. A version-3 store has no marker for a first sync a version-3
     // herald left half-way: that sync is finished as a relist, which reports what it had not
     // reached (as version 3 did), never less. Before version 2 there was no head record: the record first, so a crash
     // before the version is written leaves a store that opens as before (a version-1 store with a
     // valid record, or an empty one), never a current store without a record.
-    if !matches!(found, Some("2" | "3" | "4")) {
+    if !matches!(found, Some("2" | "3" | "4" | "5")) {
         // What recovery found may sit in the OS cache only: it must be durable before a record
         // claims it, or a power cut would leave a record that leads the store.
         db.flush().map_err(meta_failed)?;
@@ -1504,7 +1571,7 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     db.flush().map_err(meta_failed)?;
     if let Some(old) = found {
         tracing::info!(
-            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors, first-sync markers and event segments.",
+            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors, first-sync markers, event segments and compressed values.",
             path = %path.display(),
             from = old,
             to = SCHEMA_VERSION,

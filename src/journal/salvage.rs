@@ -207,7 +207,10 @@ fn mark_unconfirmed(
     let mut marked = 0;
     for item in new.scan_prefix(keys::INDEX_PREFIX) {
         let (k, v) = item?;
-        let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&v) else {
+        let Ok(stored) = keys::index_object(&k, &v) else {
+            continue;
+        };
+        let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&stored) else {
             continue;
         };
         if object_state(&object).is_some_and(|s| confirmed.contains(&s)) {
@@ -215,6 +218,7 @@ fn mark_unconfirmed(
         }
         if let Some(m) = object.as_object_mut() {
             m.insert(UNCONFIRMED_MARK.to_owned(), serde_json::Value::Bool(true));
+            // Stored plain: schema 6 reads both forms, and salvage is no hot path.
             if let Ok(bytes) = serde_json::to_vec(&object) {
                 new.insert(k, bytes)?;
                 marked += 1;
@@ -266,7 +270,12 @@ fn rebuild(
             // others, and the renumbering below needs no segment boundaries.
             let stored =
                 keys::event_span(k).map_or(1, |(first, last)| (last - first).saturating_add(1));
-            let (at, readable) = integrity::readable_events(k, v).unwrap_or_default();
+            let plain = keys::plain_events(k, v);
+            let (at, readable) = plain
+                .as_deref()
+                .ok()
+                .and_then(|p| integrity::readable_events(k, p))
+                .unwrap_or_default();
             out.events_dropped += stored - readable.len() as u64;
             let mut staging = Ok(!readable.is_empty());
             for (seq, payload) in readable {
@@ -280,7 +289,8 @@ fn rebuild(
             }
             staging
         } else if let Some(rest) = k.strip_prefix(keys::INDEX_PREFIX) {
-            let readable = integrity::index_key_readable(rest) && integrity::is_json(v);
+            let readable = integrity::index_key_readable(rest)
+                && keys::index_object(k, v).is_ok_and(|object| integrity::is_json(&object));
             if readable {
                 out.index_entries_kept += 1;
                 new.insert(k, v).map(|_| true)

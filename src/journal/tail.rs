@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use herald_sink_core::Layout;
 
 /// The default bound of the tail's bytes: some 6,000 to 8,000 of the bench's ~1 KiB events (each
 /// counted with its buffer's spare room), about what a sink's window (4,096 events) and its
@@ -20,9 +21,10 @@ use bytes::Bytes;
 /// seldom reads sled.
 pub const TAIL_BYTES: usize = 8 * 1024 * 1024;
 
-/// Per-event overhead counted against the bound beside the buffer (the shared buffer's header, the
-/// deque's slot), so a flood of tiny events is bounded too.
-const OVERHEAD: usize = 48;
+/// Per-event overhead counted against the bound beside the buffer: the deque's slot, layout
+/// included (it takes its room whether or not the event was vouched for), so a flood of tiny
+/// events is bounded too.
+pub(super) const OVERHEAD: usize = std::mem::size_of::<(u64, Bytes, Option<Layout>, usize)>();
 
 #[derive(Debug)]
 pub(super) struct Tail {
@@ -35,9 +37,10 @@ pub(super) struct Tail {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Every event after `after`, in order, up to the last appended, with the bytes it takes
-    /// (its buffer's capacity and [`OVERHEAD`]).
-    events: VecDeque<(u64, Bytes, usize)>,
+    /// Every event after `after`, in order, up to the last appended, with its layout when the
+    /// recorder vouched for it (so a reader need not read it again) and the bytes it takes (its
+    /// buffer's capacity and [`OVERHEAD`]).
+    events: VecDeque<(u64, Bytes, Option<Layout>, usize)>,
     /// The sequence number the first held event follows: nothing at or below it is held.
     after: u64,
     bytes: usize,
@@ -67,11 +70,12 @@ impl Tail {
     /// Adds the events numbered `first`, `first + 1`, …, appended after `head` (so `first` is
     /// `head + 1`), and forgets what nobody can ask for from memory any more: the events at or
     /// below `passed` (every registered sink's cursor has passed them; `None` keeps nothing, no
-    /// sink reads) and, oldest first, what is over the bound.
+    /// sink reads) and, oldest first, what is over the bound. Each event comes with the layout
+    /// its writer vouched for, if any.
     pub(super) fn push(
         &self,
         first: u64,
-        events: impl ExactSizeIterator<Item = Vec<u8>>,
+        events: impl ExactSizeIterator<Item = (Vec<u8>, Option<Layout>)>,
         passed: Option<u64>,
     ) {
         let mut state = self.lock();
@@ -89,7 +93,7 @@ impl Tail {
             state.after = last;
             return;
         };
-        for (seq, mut event) in (first..).zip(events) {
+        for (seq, (mut event, layout)) in (first..).zip(events) {
             // The appended buffer itself, shared without a copy. The renderer sizes it from a
             // guess that a long patch outgrows (the buffer then doubles): that spare room would
             // stay held by every reader's copy of the event, so it is let go of first.
@@ -98,7 +102,9 @@ impl Tail {
             }
             let size = event.capacity() + OVERHEAD;
             state.bytes += size;
-            state.events.push_back((seq, Bytes::from(event), size));
+            state
+                .events
+                .push_back((seq, Bytes::from(event), layout, size));
         }
         state.forget(passed, self.bound);
     }
@@ -113,20 +119,25 @@ impl Tail {
         durable: u64,
         max: usize,
         passed: u64,
-    ) -> Option<Vec<(u64, Bytes)>> {
+    ) -> Option<Vec<(u64, Bytes, Option<Layout>)>> {
         let mut state = self.lock();
         state.forget(passed, self.bound);
         if after < state.after {
             return None;
         }
         let skip = usize::try_from(after - state.after).ok()?;
-        let out: Vec<(u64, Bytes)> = state
-            .events
-            .range(skip.min(state.events.len())..)
-            .take_while(|(seq, _, _)| *seq <= durable)
-            .take(max)
-            .map(|(seq, bytes, _)| (*seq, bytes.clone()))
-            .collect();
+        let from = skip.min(state.events.len());
+        // Sized up front: a page grown event by event was a few reallocations per read.
+        let durable_held = usize::try_from(durable.saturating_sub(after)).unwrap_or(usize::MAX);
+        let mut out = Vec::with_capacity((state.events.len() - from).min(max).min(durable_held));
+        out.extend(
+            state
+                .events
+                .range(from..)
+                .take_while(|(seq, ..)| *seq <= durable)
+                .take(max)
+                .map(|(seq, bytes, layout, _)| (*seq, bytes.clone(), layout.clone())),
+        );
         drop(state);
         self.from_memory
             .fetch_add(out.len() as u64, Ordering::Relaxed);
@@ -137,7 +148,7 @@ impl Tail {
 impl State {
     /// Drops, oldest first, the events at or below `passed` and what is over `bound`.
     fn forget(&mut self, passed: u64, bound: usize) {
-        while let Some(&(seq, _, size)) = self.events.front() {
+        while let Some(&(seq, _, _, size)) = self.events.front() {
             if seq > passed && self.bytes <= bound {
                 break;
             }
@@ -152,12 +163,12 @@ impl State {
 mod tests {
     use super::*;
 
-    fn events(n: usize, len: usize) -> impl ExactSizeIterator<Item = Vec<u8>> {
-        (0..n).map(move |_| vec![b'x'; len])
+    fn events(n: usize, len: usize) -> impl ExactSizeIterator<Item = (Vec<u8>, Option<Layout>)> {
+        (0..n).map(move |_| (vec![b'x'; len], None))
     }
 
-    fn seqs(read: Option<Vec<(u64, Bytes)>>) -> Option<Vec<u64>> {
-        read.map(|rows| rows.into_iter().map(|(seq, _)| seq).collect())
+    fn seqs(read: Option<Vec<(u64, Bytes, Option<Layout>)>>) -> Option<Vec<u64>> {
+        read.map(|rows| rows.into_iter().map(|(seq, ..)| seq).collect())
     }
 
     #[test]
@@ -182,7 +193,7 @@ mod tests {
             e.extend_from_slice(&[b'x'; 100]);
             e
         };
-        tail.push(1, (0..2).map(grown), Some(0));
+        tail.push(1, (0..2).map(grown).map(|e| (e, None)), Some(0));
         assert_eq!(
             seqs(tail.read(0, 2, 10, 0)),
             Some(vec![1, 2]),

@@ -214,17 +214,17 @@ async fn writes_and_checks_the_schema_version() {
     let dir = empty_store(tmp.path()).await;
     {
         let raw = raw_store(&dir);
-        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
-        raw.insert(b"meta/schema_version", b"6").unwrap();
+        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"6");
+        raw.insert(b"meta/schema_version", b"7").unwrap();
         raw.flush().unwrap();
     }
     // A newer herald's journal is refused, naming its version.
     let err = Journal::open(cfg(tmp.path())).unwrap_err();
     assert!(
-        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 5, .. } if v == "6"),
+        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 6, .. } if v == "7"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("\"6\""), "{err}");
+    assert!(err.to_string().contains("\"7\""), "{err}");
 
     // A store with data but no version was not written by herald.
     let other = tmp.path().join("other");
@@ -259,7 +259,7 @@ async fn a_version_1_store_is_upgraded_with_a_head_record() {
     assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
     j.close().await.unwrap();
     let raw = raw_store(&dir);
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"6");
 }
 
 /// Schema 4: a first sync's marker is written and removed with the appends that carry it, read
@@ -356,7 +356,7 @@ async fn a_version_3_store_is_upgraded_in_place() {
     assert!(!j.first_sync_skipping("pods").unwrap());
     j.close().await.unwrap();
     let raw = raw_store(&dir);
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"5");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"6");
 }
 
 #[tokio::test]
@@ -459,7 +459,8 @@ async fn a_store_behind_its_head_record_is_damaged_and_salvage_rebuilds_it() {
         // Events 1 and 2 share a segment: it is rewritten with event 1 alone.
         let both = keys::segment(1, 2);
         let value = raw.remove(&both).unwrap().unwrap();
-        let (at, events) = keys::split_events(&both, &value).unwrap();
+        let plain = keys::plain_events(&both, &value).unwrap();
+        let (at, events) = keys::split_events(&both, &plain).unwrap();
         let first = keys::segment_value(at, [events[0].1]).unwrap();
         raw.insert(keys::segment(1, 1), first).unwrap();
         raw.insert(keys::HEAD_KEY, &1u64.to_be_bytes()[..]).unwrap();
@@ -721,7 +722,7 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
             adaptive_commit: false,
             // Room for four of these events (the tail counts their buffers' capacity, which
             // `exact` makes their length).
-            tail_bytes: 4 * (event("pods", 1, "ns/a").len() + 48),
+            tail_bytes: 4 * (event("pods", 1, "ns/a").len() + super::tail::OVERHEAD),
             ..cfg(tmp.path())
         })
         .unwrap()
@@ -790,6 +791,57 @@ async fn shared_reads_come_from_memory_at_the_head_and_from_the_store_behind_it(
         j.shared_reads(),
         (0, 2),
         "a reopened journal reads the store"
+    );
+    j.close().await.unwrap();
+}
+
+/// The layouts an append vouches for are handed out beside the events from memory, and never
+/// with an event read back from the store (a reader behind the tail, or after a reopen, reads
+/// those in full).
+#[tokio::test]
+async fn vouched_layouts_come_with_events_from_memory_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let open = || {
+        Journal::open(JournalConfig {
+            flush_interval: Duration::from_millis(1),
+            ..cfg(tmp.path())
+        })
+        .unwrap()
+    };
+    let j = open();
+    j.register_sink("s", true).unwrap();
+    let layout = |n: usize| herald_sink_core::Layout::new(n..n, 1..2, 2..3, 3..4, 4..5, 5..6);
+    let seqs = j
+        .append_vouched(
+            Batch {
+                stream: "pods".to_owned(),
+                events: (1..=3).map(|rv| event("pods", rv, "ns/a")).collect(),
+                ..Batch::default()
+            },
+            FirstSync::Keep,
+            // The last event's layout is missing: it vouches for nothing.
+            vec![layout(1), None],
+        )
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), j.durable(seqs[2]))
+        .await
+        .unwrap()
+        .unwrap();
+    let layouts = |rows: Vec<(u64, bytes::Bytes, Option<herald_sink_core::Layout>)>| {
+        rows.into_iter()
+            .map(|(seq, bytes, l)| (seq, rv_of(&bytes), l))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        layouts(j.read_vouched("s", 0, 10).unwrap()),
+        [(1, 1, layout(1)), (2, 2, None), (3, 3, None)]
+    );
+    j.close().await.unwrap();
+    let j = open();
+    assert_eq!(
+        layouts(j.read_vouched("s", 0, 10).unwrap()),
+        [(1, 1, None), (2, 2, None), (3, 3, None)],
+        "the store keeps no layout"
     );
     j.close().await.unwrap();
 }
@@ -1464,7 +1516,7 @@ async fn a_version_4_store_keeps_its_single_events_beside_new_segments() {
     j.close().await.unwrap();
     let report = verify(&dir, OPEN_TIMEOUT).unwrap();
     assert!(report.intact(), "{report:?}");
-    assert_eq!(report.schema_version.as_deref(), Some("5"));
+    assert_eq!(report.schema_version.as_deref(), Some("6"));
     assert_eq!(
         (report.events, report.first_event, report.last_event),
         (2, Some(4), Some(5))
@@ -1495,7 +1547,8 @@ async fn verify_and_salvage_see_into_segments() {
         // Event 2's bytes no longer a CloudEvent; the segment of 4 and 5 cut short.
         let first = keys::segment(1, 3);
         let value = raw.get(&first).unwrap().unwrap();
-        let (at, events) = keys::split_events(&first, &value).unwrap();
+        let plain = keys::plain_events(&first, &value).unwrap();
+        let (at, events) = keys::split_events(&first, &plain).unwrap();
         let broken = keys::segment_value(at, [events[0].1, b"{not json", events[2].1]).unwrap();
         raw.insert(&first, broken).unwrap();
         let second = keys::segment(4, 5);
@@ -1564,6 +1617,7 @@ async fn queued_appends_run_in_order_on_one_thread() {
         j.append_queued(
             batch("s", rv, &[key.as_str()]),
             FirstSync::Keep,
+            Vec::new(),
             move |appended| {
                 let on = std::thread::current();
                 let _ = tx.send((rv, appended.unwrap(), on.id(), on.name().map(str::to_owned)));
@@ -1610,9 +1664,14 @@ async fn a_journal_dropped_with_an_append_queued_lets_go_of_its_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let j = Journal::open(cfg(tmp.path())).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    j.append_queued(batch("s", 1, &["ns/a"]), FirstSync::Keep, move |appended| {
-        let _ = tx.send(appended.map(|seqs| seqs.len()));
-    });
+    j.append_queued(
+        batch("s", 1, &["ns/a"]),
+        FirstSync::Keep,
+        Vec::new(),
+        move |appended| {
+            let _ = tx.send(appended.map(|seqs| seqs.len()));
+        },
+    );
     drop(j);
     assert_eq!(rx.await.unwrap().unwrap(), 1);
     let j = Journal::open(cfg(tmp.path())).unwrap();
@@ -1632,6 +1691,7 @@ async fn an_append_after_the_append_thread_went_idle_starts_another() {
         j.append_queued(
             batch("s", rv, &[key.as_str()]),
             FirstSync::Keep,
+            Vec::new(),
             move |appended| {
                 let _ = tx.send((appended.unwrap(), std::thread::current().id()));
             },
@@ -1643,5 +1703,216 @@ async fn an_append_after_the_append_thread_went_idle_starts_another() {
     let (second, then) = queue(2).await.unwrap();
     assert_eq!((first, second), (vec![1], vec![2]));
     assert_ne!(on, then);
+    j.close().await.unwrap();
+}
+
+/// An object as the API server sends it: big enough that the dictionary shrinks it.
+fn object(key: &str, rv: u64) -> Vec<u8> {
+    serde_json::to_vec(&json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": key, "namespace": "ns", "uid": format!("8e08ddf6-b4cc-4ee8-a9f2-{rv:012}"),
+            "resourceVersion": rv.to_string(), "generation": 1, "creationTimestamp": "2026-12-04T21:09:14Z",
+            "labels": {"app": "bench"}},
+        "spec": {"replicas": 3, "image": "registry.example/app:1.2.3"}}))
+    .unwrap()
+}
+
+/// A CloudEvent as herald renders one: its attributes and the object.
+fn rendered(key: &str, rv: u64) -> Vec<u8> {
+    let mut e = serde_json::to_vec(
+        &json!({"specversion": "1.0", "id": format!("uid:{rv}:updated"),
+        "source": "k8s://bench/example.com/widgets", "type": "dev.herald.resource.updated",
+        "subject": key, "datacontenttype": "application/json", "dataschema": "urn:herald:change:v1",
+        "key": key, "resourceversion": rv.to_string(), "resync": false}),
+    )
+    .unwrap();
+    e.pop();
+    e.extend_from_slice(b",\"data\":{\"op\":\"updated\",\"object\":");
+    e.extend_from_slice(&object(key, rv));
+    e.extend_from_slice(b"}}");
+    e
+}
+
+/// Schema 6: a schema-5 store's plain values (segments and index entries) stay readable beside the
+/// compressed ones appended after the upgrade: reads, index reads, replays, retention and verify
+/// see one journal, and what the new appends wrote is stored compressed.
+#[tokio::test]
+async fn a_version_5_store_keeps_its_plain_values_beside_compressed_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = empty_store(tmp.path()).await;
+    let old: Vec<Vec<u8>> = ["ns/a", "ns/b", "ns/c"]
+        .iter()
+        .zip(1..)
+        .map(|(k, rv)| rendered(k, rv))
+        .collect();
+    {
+        // What a schema-5 herald wrote for an append of three events and their index entries.
+        let raw = raw_store(&dir);
+        let value = keys::segment_plain(now_ms(), old.iter().map(Vec::as_slice)).unwrap();
+        raw.insert(keys::segment(1, 3), value).unwrap();
+        for (key, rv) in [("ns/a", 1), ("ns/b", 2), ("ns/c", 3)] {
+            raw.insert(keys::index("pods", key), object(key, rv))
+                .unwrap();
+        }
+        raw.insert(keys::HEAD_KEY, &3u64.to_be_bytes()[..]).unwrap();
+        raw.insert(b"meta/schema_version", b"5").unwrap();
+        raw.flush().unwrap();
+    }
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.schema_version.as_deref(), Some("5"));
+
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", true).unwrap();
+    let new: Vec<Vec<u8>> = ["ns/b", "ns/d"]
+        .iter()
+        .zip(4..)
+        .map(|(k, rv)| rendered(k, rv))
+        .collect();
+    let appended = j
+        .append(Batch {
+            stream: "pods".to_owned(),
+            events: new.clone(),
+            index: vec![
+                IndexUpdate::Put {
+                    key: "ns/b".to_owned(),
+                    object: object("ns/b", 4),
+                },
+                IndexUpdate::Put {
+                    key: "ns/d".to_owned(),
+                    object: object("ns/d", 5),
+                },
+            ],
+            checkpoint: Some("5".to_owned()),
+        })
+        .unwrap();
+    assert_eq!(appended, [4, 5]);
+    j.durable(u64::MAX).await.unwrap();
+    let all: Vec<Vec<u8>> = old.iter().chain(&new).cloned().collect();
+    let read = j.read("out", 0, 100).unwrap();
+    assert_eq!(seqs(&read), [1, 2, 3, 4, 5]);
+    assert_eq!(read.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>(), all);
+    // From the store, not the in-memory tail: a reader inside each kind of segment.
+    assert_eq!(j.read("out", 2, 100).unwrap()[0].1, all[2]);
+    assert_eq!(j.read("out", 4, 100).unwrap()[0].1, all[4]);
+    assert_eq!(j.events_from(3, 2).unwrap()[1].1, all[3]);
+    assert_eq!(
+        j.index_get("pods", "ns/a").unwrap(),
+        Some(object("ns/a", 1))
+    );
+    assert_eq!(
+        j.index_get("pods", "ns/b").unwrap(),
+        Some(object("ns/b", 4))
+    );
+    let scanned = j.index_scan("pods").unwrap();
+    assert_eq!(
+        scanned,
+        [
+            ("ns/a".to_owned(), object("ns/a", 1)),
+            ("ns/b".to_owned(), object("ns/b", 4)),
+            ("ns/c".to_owned(), object("ns/c", 3)),
+            ("ns/d".to_owned(), object("ns/d", 5)),
+        ]
+    );
+    j.ack("out", 3).unwrap();
+    assert_eq!(j.apply_retention().unwrap(), 3);
+    assert_eq!(seqs(&j.read("out", 0, 100).unwrap()), [4, 5]);
+    j.close().await.unwrap();
+
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.schema_version.as_deref(), Some("6"));
+    assert_eq!((report.events, report.index_entries), (2, 4));
+    // The new values are compressed, and smaller than their plain forms; the old index entries
+    // stay as they were.
+    let raw = raw_store(&dir);
+    let segment = raw.get(keys::segment(4, 5)).unwrap().unwrap();
+    assert_eq!(segment.first(), Some(&compressed::LZ4_DICTIONARY_1));
+    let plain = keys::segment_plain(0, new.iter().map(Vec::as_slice)).unwrap();
+    assert!(
+        segment.len() < plain.len() / 2,
+        "{} of {}",
+        segment.len(),
+        plain.len()
+    );
+    let b = raw.get(keys::index("pods", "ns/b")).unwrap().unwrap();
+    assert_eq!(b.first(), Some(&compressed::LZ4_DICTIONARY_1));
+    assert!(b.len() < object("ns/b", 4).len());
+    let a = raw.get(keys::index("pods", "ns/a")).unwrap().unwrap();
+    assert_eq!(&a[..], &object("ns/a", 1)[..]);
+}
+
+/// A compressed value that does not decompress is unreadable, like bad JSON: verify names it, a
+/// start refuses the journal, and salvage keeps everything else.
+#[tokio::test]
+async fn compressed_values_that_do_not_decompress_are_unreadable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", false).unwrap();
+    for (rv, keys) in [(1, ["ns/a", "ns/b"]), (2, ["ns/c", "ns/d"])] {
+        j.append(Batch {
+            stream: "pods".to_owned(),
+            events: keys.iter().map(|k| rendered(k, rv)).collect(),
+            index: keys
+                .iter()
+                .map(|k| IndexUpdate::Put {
+                    key: (*k).to_owned(),
+                    object: object(k, rv),
+                })
+                .collect(),
+            checkpoint: Some(rv.to_string()),
+        })
+        .unwrap();
+    }
+    j.close().await.unwrap();
+    assert!(verify(&dir, OPEN_TIMEOUT).unwrap().intact());
+    {
+        // The block of the first segment and of one index value damaged, lengths intact.
+        let raw = raw_store(&dir);
+        for key in [keys::segment(1, 2), keys::index("pods", "ns/c")] {
+            let mut value = raw.get(&key).unwrap().unwrap().to_vec();
+            assert_eq!(value.first(), Some(&compressed::LZ4_DICTIONARY_1));
+            let end = value.len();
+            for b in &mut value[end - 40..] {
+                *b = 0xff;
+            }
+            raw.insert(&key, value).unwrap();
+        }
+        raw.flush().unwrap();
+    }
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(!report.intact());
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.starts_with("the segment of events 1..=2 is unreadable")),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p == "index entry i/pods\0ns/c is unreadable"),
+        "{report:?}"
+    );
+    assert!(matches!(
+        Journal::open(cfg(tmp.path())),
+        Err(JournalError::Damaged { .. })
+    ));
+    let out = salvage(&dir, OPEN_TIMEOUT, false).unwrap();
+    assert_eq!((out.events_kept, out.events_dropped), (2, 2), "{out:?}");
+    assert_eq!(out.index_entries_kept, 3, "{out:?}");
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let kept: Vec<Vec<u8>> = j
+        .read("out", out.cursors["out"], 100)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    assert_eq!(kept, [rendered("ns/c", 2), rendered("ns/d", 2)]);
+    assert_eq!(j.index_get("pods", "ns/c").unwrap(), None);
+    let d: Value = serde_json::from_slice(&j.index_get("pods", "ns/d").unwrap().unwrap()).unwrap();
+    assert_eq!(d["metadata"]["name"], "ns/d");
     j.close().await.unwrap();
 }

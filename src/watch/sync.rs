@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use herald_sink_core::Layout;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
@@ -231,11 +232,21 @@ type Keyed<V> = HashMap<String, V, foldhash::fast::RandomState>;
 #[derive(Default)]
 struct Pending {
     events: Vec<Vec<u8>>,
+    /// Each event's layout when the recorder vouches for it (valid, and readable as written):
+    /// handed to the journal's memory beside the bytes, so delivery reads none of it again.
+    layouts: Vec<Option<Layout>>,
     index: Vec<IndexUpdate>,
     /// Index state changed within this batch, so a second change to the same object sees the first.
     overlay: Keyed<Option<State>>,
     /// The size of each overlay state's index entry (for [`Known`]'s bound).
     sizes: Keyed<usize>,
+}
+
+/// A journal batch and the layouts of the events the recorder vouches for
+/// ([`Journal::append_vouched`]).
+struct Vouched {
+    batch: Batch,
+    layouts: Vec<Option<Layout>>,
 }
 
 /// `v` without the index's [`REDACTED_DIGESTS`] (borrowed when it has none).
@@ -253,6 +264,12 @@ fn public(v: &Value) -> std::borrow::Cow<'_, Value> {
 }
 
 impl Pending {
+    /// Adds a rendered event, with its layout if the recorder vouches for it.
+    fn push_event(&mut self, bytes: Vec<u8>, vouched: Option<Layout>) {
+        self.events.push(bytes);
+        self.layouts.push(vouched);
+    }
+
     /// Whether a relist should append what it has built: at [`RELIST_CHUNK`] events, or as many
     /// index updates (a relist whose changes are mostly filtered records them without events, and
     /// one batch for all of them would be unbounded).
@@ -558,7 +575,7 @@ impl<'a> Recorder<'a> {
         self.health
             .emitted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (attributes, bytes) = event::normalize_structured_with(
+        let (attributes, bytes, layout) = event::normalize_structured_laid_out(
             &self.resolved.resource,
             Observed {
                 op,
@@ -571,13 +588,13 @@ impl<'a> Recorder<'a> {
             obj_json,
             patch_json,
         );
-        if self.counted_and_valid(resync, &attributes)
+        let valid = self.counted_and_valid(resync, &attributes);
+        let deep = valid
             && [Some(obj), old]
                 .into_iter()
                 .flatten()
-                .any(|o| depth(o) > DEEP)
-            && let Err(error) = herald_sink_core::CloudEvent::from_structured_json(&bytes)
-        {
+                .any(|o| depth(o) > DEEP);
+        if deep && let Err(error) = herald_sink_core::CloudEvent::from_structured_json(&bytes) {
             // Nested near serde_json's limit: the event wraps the object two levels deeper, past
             // what a reader parses. Journaled all the same, as an invalid one is.
             tracing::warn!(
@@ -588,7 +605,9 @@ impl<'a> Recorder<'a> {
                 %error,
             );
         }
-        p.events.push(bytes);
+        // Vouched for only when valid and nested too little to be refused by a reader (a deep
+        // one that reads back is read in full, as before).
+        p.push_event(bytes, layout.filter(|_| valid && !deep));
     }
 
     /// Counts a resync event, and whether the event's attributes are valid. The one definition the
@@ -744,15 +763,18 @@ impl<'a> Recorder<'a> {
 
     /// The journal batch of `p` and `checkpoint`; none when there is nothing to append (a
     /// first-sync marker alone protects nothing: it goes with index entries or the checkpoint).
-    fn batch(&self, p: Pending, checkpoint: Option<String>) -> Option<Batch> {
+    fn batch(&self, p: Pending, checkpoint: Option<String>) -> Option<Vouched> {
         if p.events.is_empty() && p.index.is_empty() && checkpoint.is_none() {
             return None;
         }
-        Some(Batch {
-            stream: self.resolved.stream.clone(),
-            events: p.events,
-            index: p.index,
-            checkpoint,
+        Some(Vouched {
+            batch: Batch {
+                stream: self.resolved.stream.clone(),
+                events: p.events,
+                index: p.index,
+                checkpoint,
+            },
+            layouts: p.layouts,
         })
     }
 
@@ -950,7 +972,7 @@ impl<'a> Recorder<'a> {
             *rv = next;
             return Ok(());
         };
-        let events = batch.events.len() as u64;
+        let events = batch.batch.events.len() as u64;
         *self.lock_appending() = Some(Appending {
             append: Chunk::spawn(self.journal, batch, FirstSync::Keep),
             overlay,
@@ -1265,7 +1287,7 @@ impl Recorder<'_> {
         self.health
             .emitted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (attributes, bytes) = event::normalize_bytes(
+        let (attributes, bytes, layout) = event::normalize_bytes_laid_out(
             &self.resolved.resource,
             event::ObservedBytes {
                 op,
@@ -1278,9 +1300,9 @@ impl Recorder<'_> {
                 observed_at: jiff::Timestamp::now(),
             },
         );
-        // A plain object nests less than `DEEP`, so its event reads back.
-        self.counted_and_valid(resync, &attributes);
-        p.events.push(bytes);
+        // A plain object nests less than `DEEP`, so a valid event reads back.
+        let valid = self.counted_and_valid(resync, &attributes);
+        p.push_event(bytes, layout.filter(|_| valid));
     }
 }
 
@@ -1392,9 +1414,9 @@ async fn list_page(
 }
 
 /// Appends `batch` to the journal, with what it does to the stream's first-sync marker.
-fn append_batch(journal: &Journal, batch: Batch, first_sync: FirstSync) -> Result<(), SyncError> {
+fn append_batch(journal: &Journal, batch: Vouched, first_sync: FirstSync) -> Result<(), SyncError> {
     journal
-        .append_with(batch, first_sync)
+        .append_vouched(batch.batch, first_sync, batch.layouts)
         .map(|_| ())
         .map_err(SyncError::JournalFailed)
 }
@@ -1408,10 +1430,11 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn spawn(journal: &Journal, batch: Batch, first_sync: FirstSync) -> Self {
+    fn spawn(journal: &Journal, batch: Vouched, first_sync: FirstSync) -> Self {
         let (done, landed) = std::sync::mpsc::channel::<()>();
         let (tx, appended) = tokio::sync::oneshot::channel();
-        journal.append_queued(batch, first_sync, move |outcome| {
+        let Vouched { batch, layouts } = batch;
+        journal.append_queued(batch, first_sync, layouts, move |outcome| {
             // A receiver gone is a watcher that no longer waits for it.
             let _ = tx.send(outcome.map(|_| ()).map_err(SyncError::JournalFailed));
             drop(done);

@@ -140,6 +140,40 @@ impl Journaled {
         self.head.get_or_init(|| self.decode_head())
     }
 
+    /// [`Journaled::read_lazily`] of an event whose writer says where its attributes and `data`
+    /// lie ([`Layout`]), without reading it again: herald's recorder vouches this way for the
+    /// events it rendered itself and found valid, and a reader given them in memory beside their
+    /// bytes skips the scan. Anything the writer did not vouch for (an entry read back from the
+    /// store, one journaled to be dead-lettered) goes through [`Journaled::read_lazily`], which
+    /// reads and judges it. A layout that does not fit the bytes is not trusted: the bytes are
+    /// read as [`Journaled::read_lazily`] reads them.
+    ///
+    /// # Errors
+    ///
+    /// Only for a layout that does not fit the bytes: what [`Journaled::read_lazily`] gives.
+    pub fn vouched(bytes: impl Into<Bytes>, layout: &Layout) -> Result<Self, DecodeError> {
+        let bytes = bytes.into();
+        if !layout.fits(&bytes) {
+            return Self::read(bytes, true);
+        }
+        let range = |r: &Range<u32>| r.start as usize..r.end as usize;
+        Ok(Self {
+            head: OnceLock::new(),
+            stored: Some(Stored {
+                data: Some(range(&layout.data)),
+                marks: Some(Marks {
+                    id: range(&layout.id),
+                    source: range(&layout.source),
+                    ty: range(&layout.ty),
+                    partition_key: Some(range(&layout.partition_key)),
+                    time: Some(range(&layout.time)),
+                }),
+                bytes,
+            }),
+            full: OnceLock::new(),
+        })
+    }
+
     /// The head of an event read lazily, from its stored bytes with `data` cut out (it is read
     /// on its own, when asked for).
     fn decode_head(&self) -> CloudEvent {
@@ -536,6 +570,78 @@ struct Marks {
     ty: Range<usize>,
     partition_key: Option<Range<usize>>,
     time: Option<Range<usize>>,
+}
+
+/// Where an event's writer put the attributes delivery reads of every event and its JSON `data`,
+/// in the JSON-format bytes it wrote: what [`Journaled::vouched`] takes instead of reading them.
+/// The writer vouches that the bytes are a valid event (its attributes pass
+/// [`CloudEvent::validate`], `data` is JSON a parse accepts, `datacontenttype` is JSON's) and that
+/// each string attribute here lies unescaped at its range, as [`Journaled::read_lazily`] would
+/// find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    id: Range<u32>,
+    source: Range<u32>,
+    ty: Range<u32>,
+    partition_key: Range<u32>,
+    time: Range<u32>,
+    data: Range<u32>,
+}
+
+impl Layout {
+    /// The layout of the `id`, `source`, `type`, `partitionkey` and `time` strings (their
+    /// content, between the quotes) and the JSON `data` value; `None` when one lies past what a
+    /// `u32` counts (the event is then read as any other).
+    #[must_use]
+    pub fn new(
+        id: Range<usize>,
+        source: Range<usize>,
+        ty: Range<usize>,
+        partition_key: Range<usize>,
+        time: Range<usize>,
+        data: Range<usize>,
+    ) -> Option<Self> {
+        let narrow = |r: Range<usize>| -> Option<Range<u32>> {
+            Some(u32::try_from(r.start).ok()?..u32::try_from(r.end).ok()?)
+        };
+        Some(Self {
+            id: narrow(id)?,
+            source: narrow(source)?,
+            ty: narrow(ty)?,
+            partition_key: narrow(partition_key)?,
+            time: narrow(time)?,
+            data: narrow(data)?,
+        })
+    }
+
+    /// Whether the layout could be that of `bytes`: each string's range within them and between
+    /// quotes, `data` after a colon. A sanity check, not a reading (that would be the scan the
+    /// layout saves): a layout written for other bytes would otherwise hand out garbage as
+    /// attributes. A range off a character boundary reads as empty ([`Journaled::id`] and the
+    /// others check the text they hand out).
+    fn fits(&self, bytes: &[u8]) -> bool {
+        let quoted = |r: &Range<u32>| {
+            let (start, end) = (r.start as usize, r.end as usize);
+            start > 0
+                && start <= end
+                && bytes.get(start - 1) == Some(&b'"')
+                && bytes.get(end) == Some(&b'"')
+        };
+        let (start, end) = (self.data.start as usize, self.data.end as usize);
+        [
+            &self.id,
+            &self.source,
+            &self.ty,
+            &self.partition_key,
+            &self.time,
+        ]
+        .into_iter()
+        .all(quoted)
+            && start > 0
+            && start < end
+            && end <= bytes.len()
+            && bytes.get(start - 1) == Some(&b':')
+    }
 }
 
 /// The core attributes in the order of [`CORE_ATTRIBUTES`], then `data` and `data_base64`: a
@@ -1324,6 +1430,75 @@ mod tests {
                 (full, read) => panic!("{text}: {full:?} vs {read:?}"),
             }
         }
+    }
+
+    /// The layout of `bytes` as the lazy read found it (the test's stand-in for a writer's).
+    fn layout_found(bytes: &[u8]) -> Layout {
+        let lazy = Journaled::read_lazily(bytes.to_vec()).unwrap();
+        let stored = lazy.stored.as_ref().unwrap();
+        let marks = stored.marks.clone().unwrap();
+        Layout::new(
+            marks.id,
+            marks.source,
+            marks.ty,
+            marks.partition_key.unwrap(),
+            marks.time.unwrap(),
+            stored.data.clone().unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_vouched_event_reads_as_the_lazy_read_does_without_reading_it() {
+        let events = [
+            widget(),
+            widget()
+                .subject("ns/\"escaped\"\n")
+                .extension("k8sname", "a\\b"),
+            widget().data(json!({"op": "created", "object": {"s": "\u{1}\u{d7ff}", "n": 1e300}})),
+        ];
+        for event in events {
+            let bytes = event.to_structured_json();
+            let layout = layout_found(&bytes);
+            let vouched = Journaled::vouched(bytes.clone(), &layout).unwrap();
+            assert!(vouched.head.get().is_none(), "nothing read");
+            let lazy = Journaled::read_lazily(bytes.clone()).unwrap();
+            assert_eq!(vouched.id(), lazy.id());
+            assert_eq!(vouched.source(), lazy.source());
+            assert_eq!(vouched.ty(), lazy.ty());
+            assert_eq!(vouched.partition_key(), lazy.partition_key());
+            assert_eq!(vouched.time(), lazy.time());
+            assert!(vouched.has_data());
+            assert_eq!(&*vouched.structured_json(), &bytes[..]);
+            assert_eq!(&*vouched.data_bytes(), &event.data_bytes()[..]);
+            assert_eq!(
+                vouched.attributes(),
+                lazy.attributes(),
+                "the head, on demand"
+            );
+            assert_eq!(vouched, event);
+        }
+    }
+
+    #[test]
+    fn a_layout_that_does_not_fit_its_bytes_is_not_trusted() {
+        let long = widget().to_structured_json();
+        let layout = layout_found(&long);
+        let short = CloudEvent::new("1", "/s", "t")
+            .extension("partitionkey", "k")
+            .time("2026-01-02T03:04:05Z")
+            .data(json!({}))
+            .to_structured_json();
+        let read = Journaled::vouched(short.clone(), &layout).unwrap();
+        assert_eq!(read.id(), "1", "read, not taken from the layout");
+        assert_eq!(read.partition_key(), Some("k"));
+        assert_eq!(&*read.data_bytes(), b"{}");
+        let broken = b"{\"specversion\":\"1.0\"}".to_vec();
+        let layout = Layout::new(0..1, 0..1, 0..1, 0..1, 0..1, 0..2).unwrap();
+        assert!(
+            Journaled::vouched(broken, &layout).is_err(),
+            "bytes the layout does not fit are judged as any others"
+        );
     }
 
     #[test]

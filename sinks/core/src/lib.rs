@@ -16,7 +16,7 @@ pub mod template;
 pub use dead_letter::{DeadLetter, ErrorContext};
 pub use encode::{DecodeError, Mode};
 pub use event::{CloudEvent, ExtensionValue, ValidationError};
-pub use journaled::{Journaled, Sendable};
+pub use journaled::{Journaled, Layout, Sendable};
 pub use metrics::MetricName;
 pub use sink::{Envelope, Outcome, Reason, Sink, SinkError};
 pub use template::{Template, TemplateError, Vars};

@@ -1410,3 +1410,89 @@ async fn a_relist_on_the_spans_path_journals_what_the_tree_path_journals() {
         j.close().await.unwrap();
     }
 }
+
+/// The recorder vouches (a layout beside the bytes in the journal's memory) for the events it
+/// found valid and wrote with unescaped attributes, on both paths, and for no other: an event
+/// journaled to be dead-lettered (no resourceVersion: an empty `sequence`) and one whose
+/// partition key holds an escape are read in full by delivery, and every layout is where a
+/// reader finds the attributes.
+#[tokio::test]
+async fn the_recorder_vouches_for_the_valid_events_it_wrote_and_no_other() {
+    let (_sim, resolved) = cluster().await;
+    let obj = |name: &str, uid: &str, rv: Option<u64>| {
+        let mut v = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": name, "namespace": "default", "uid": uid},
+               "spec": {"v": 1, "s": "\u{1}é"}});
+        if let Some(rv) = rv {
+            v["metadata"]["resourceVersion"] = json!(rv.to_string());
+        }
+        v
+    };
+    // Valid, and read as a watch line, but nested so deep that its event (two levels deeper) is
+    // refused by every reader: journaled to be dead-lettered, so never vouched for.
+    let mut deep = obj("deep", "u5", Some(5));
+    let mut nest = json!(1);
+    for _ in 0..126 {
+        nest = json!({ "n": nest });
+    }
+    deep["spec"] = nest;
+    assert!(serde_json::from_str::<serde_json::Value>(&deep.to_string()).is_ok());
+    for spans in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let j = journal(dir.path());
+        let mut spec = spec();
+        if !spans {
+            spec.when = Some(crate::config::When::new(
+                "true",
+                crate::config::OnError::default(),
+            ));
+        }
+        let (health, ns) = (Health::default(), NamespaceCache::default());
+        let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
+        let changes = [
+            obj("a", "u1", Some(1)),
+            obj("no-version", "u2", None),
+            obj("odd\"name", "u3", Some(3)),
+            obj("b", "u4", Some(4)),
+            deep.clone(),
+        ]
+        .into_iter()
+        .map(|v| {
+            let text = serde_json::to_string(&v).unwrap();
+            let object = if spans {
+                let decoded: crate::watch::Spans<true> = serde_json::from_str(&text).unwrap();
+                crate::watch::WatchedObject::into_object(decoded).unwrap()
+            } else {
+                let decoded: crate::watch::Stripped = serde_json::from_str(&text).unwrap();
+                crate::watch::WatchedObject::into_object(decoded).unwrap()
+            };
+            (Seen::Added, object)
+        })
+        .collect();
+        let mut at = String::new();
+        rec.record_objects_beside(changes, &mut at).await.unwrap();
+        rec.settle_watch(&mut at).await.unwrap();
+        j.durable(u64::MAX).await.unwrap();
+        let rows = j.read_vouched(READER, 0, 100).unwrap();
+        let vouched: Vec<bool> = rows.iter().map(|(_, _, l)| l.is_some()).collect();
+        assert_eq!(
+            vouched,
+            [true, false, false, true, false],
+            "spans path: {spans}"
+        );
+        let no_version = herald_sink_core::Journaled::read_lazily(rows[1].1.clone());
+        assert!(no_version.is_err(), "it is dead-lettered by every reader");
+        let too_deep = herald_sink_core::CloudEvent::from_structured_json(&rows[4].1);
+        assert!(too_deep.is_err(), "it is dead-lettered by every reader");
+        for (_, bytes, layout) in &rows {
+            let Some(layout) = layout else { continue };
+            let full = herald_sink_core::CloudEvent::from_structured_json(bytes).unwrap();
+            let read = herald_sink_core::Journaled::vouched(bytes.clone(), layout).unwrap();
+            assert_eq!(read.id(), full.id);
+            assert_eq!(read.partition_key(), full.partition_key());
+            assert_eq!(read.time(), full.time.as_deref());
+            assert_eq!(*read, full);
+        }
+        j.close().await.unwrap();
+    }
+}
