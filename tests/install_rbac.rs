@@ -102,6 +102,7 @@ fn run_herald(dir: &Path, config: &str) -> Herald {
         stderr,
         bin: None,
         args: vec![],
+        env: Vec::new(),
     }
 }
 

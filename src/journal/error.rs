@@ -146,6 +146,13 @@ pub enum JournalError {
         #[source]
         source: io::Error,
     },
+    /// The journal's append thread could not be started.
+    #[error("failed to start the journal's append thread")]
+    AppenderStartFailed {
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
     /// The thread that opens and checks the store could not be started.
     #[error("failed to start the journal reader thread")]
     ReaderStartFailed {

@@ -86,6 +86,7 @@
 //!   [`Journal::write_failed`] resolves, and `herald run` exits 12 so that a restart reopens the
 //!   store and resumes from what was durable (ADR 0005, `docs/adr/0005-full-disk.md`).
 
+mod appender;
 mod compact;
 mod compressed;
 mod dlq;
@@ -277,6 +278,8 @@ struct Inner {
     db: sled::Db,
     flush: Arc<flusher::Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// The append thread's queue ([`Journal::append_queued`], `appender.rs`).
+    appends_queued: appender::Queue,
     /// Held while a batch gets its sequence numbers and is written, so seq order is key order
     /// and `head` only ever covers batches already in sled. Holds the last append time (ms),
     /// kept monotonic so that age order is sequence order even if the clock steps back.
@@ -400,6 +403,7 @@ impl Journal {
                 db,
                 flush,
                 flusher: Mutex::new(Some(thread)),
+                appends_queued: appender::Queue::default(),
                 append: Mutex::new(0),
                 cursors: Mutex::new(cursors),
                 closed: AtomicBool::new(false),
@@ -580,6 +584,27 @@ impl Journal {
         }
         self.inner.flush.note_write(writes.max(1));
         Ok((head + 1..=new_head).collect())
+    }
+
+    /// [`append_vouched`](Journal::append_vouched) on the journal's append thread, after the appends
+    /// queued before it; `done` gets the outcome there (or
+    /// [`JournalError::AppenderStartFailed`] at once if the thread could not be started). Every
+    /// queued append runs on that one thread while appends keep coming, so sled's io buffers and
+    /// node copies are made and freed in one allocator heap (`appender.rs`).
+    pub fn append_queued(
+        &self,
+        batch: Batch,
+        first_sync: FirstSync,
+        layouts: Vec<Option<Layout>>,
+        done: impl FnOnce(Result<Vec<u64>>) + Send + 'static,
+    ) {
+        self.inner.appends_queued.push(appender::Job {
+            journal: self.clone(),
+            batch,
+            first_sync,
+            layouts,
+            done: Box::new(done),
+        });
     }
 
     /// Waits until every event up to `seq` (clamped to the head: `u64::MAX` means "everything

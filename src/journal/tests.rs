@@ -1602,6 +1602,110 @@ async fn verify_and_salvage_see_into_segments() {
     assert!(verify(&dir, OPEN_TIMEOUT).unwrap().intact());
 }
 
+/// Queued appends all run on the journal's one append thread, in the order they were queued (so
+/// sled's node copies are made and freed in one allocator heap; `appender.rs`), and the journal
+/// holds what they appended, numbered in that order.
+#[tokio::test]
+async fn queued_appends_run_in_order_on_one_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.register_sink("out", true).unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for rv in 1..=20u64 {
+        let tx = tx.clone();
+        let key = format!("ns/{rv}");
+        j.append_queued(
+            batch("s", rv, &[key.as_str()]),
+            FirstSync::Keep,
+            Vec::new(),
+            move |appended| {
+                let on = std::thread::current();
+                let _ = tx.send((rv, appended.unwrap(), on.id(), on.name().map(str::to_owned)));
+            },
+        );
+    }
+    drop(tx);
+    let mut seen = Vec::new();
+    while let Some(one) = rx.recv().await {
+        seen.push(one);
+    }
+    assert_eq!(seen.len(), 20);
+    let order: Vec<(u64, Vec<u64>)> = seen
+        .iter()
+        .map(|(rv, seqs, ..)| (*rv, seqs.clone()))
+        .collect();
+    let expected: Vec<(u64, Vec<u64>)> = (1..=20).map(|rv| (rv, vec![rv])).collect();
+    assert_eq!(order, expected);
+    assert!(
+        seen.iter().all(|(_, _, id, _)| *id == seen[0].2),
+        "{seen:?}"
+    );
+    assert_eq!(seen[0].3.as_deref(), Some("journal-append"));
+    assert_ne!(seen[0].2, std::thread::current().id());
+    j.durable(u64::MAX).await.unwrap();
+    let stored: Vec<u64> = j
+        .read("out", 0, 100)
+        .unwrap()
+        .iter()
+        .map(|(_, e)| {
+            serde_json::from_slice::<Value>(e).unwrap()["rv"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(stored, (1..=20).collect::<Vec<u64>>());
+    j.close().await.unwrap();
+}
+
+/// A journal whose callers all let go of it while an append is queued is still released: the
+/// append lands, and the directory can be opened again at once.
+#[tokio::test]
+async fn a_journal_dropped_with_an_append_queued_lets_go_of_its_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    j.append_queued(
+        batch("s", 1, &["ns/a"]),
+        FirstSync::Keep,
+        Vec::new(),
+        move |appended| {
+            let _ = tx.send(appended.map(|seqs| seqs.len()));
+        },
+    );
+    drop(j);
+    assert_eq!(rx.await.unwrap().unwrap(), 1);
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.head(), 1);
+    j.close().await.unwrap();
+}
+
+/// The append thread ends once idle (so its allocator heap gives back what the last appends freed),
+/// and the next queued append starts another that carries on the numbering.
+#[tokio::test]
+async fn an_append_after_the_append_thread_went_idle_starts_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let queue = |rv: u64| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let key = format!("ns/{rv}");
+        j.append_queued(
+            batch("s", rv, &[key.as_str()]),
+            FirstSync::Keep,
+            Vec::new(),
+            move |appended| {
+                let _ = tx.send((appended.unwrap(), std::thread::current().id()));
+            },
+        );
+        rx
+    };
+    let (first, on) = queue(1).await.unwrap();
+    tokio::time::sleep(appender::IDLE * 2 + Duration::from_millis(500)).await;
+    let (second, then) = queue(2).await.unwrap();
+    assert_eq!((first, second), (vec![1], vec![2]));
+    assert_ne!(on, then);
+    j.close().await.unwrap();
+}
+
 /// An object as the API server sends it: big enough that the dictionary shrinks it.
 fn object(key: &str, rv: u64) -> Vec<u8> {
     serde_json::to_vec(&json!({"apiVersion": "example.com/v1", "kind": "Widget",

@@ -1421,32 +1421,33 @@ fn append_batch(journal: &Journal, batch: Vouched, first_sync: FirstSync) -> Res
         .map_err(SyncError::JournalFailed)
 }
 
-/// A batch appending on a blocking thread while the next is recorded: a relist's chunk
+/// A batch appending on the journal's append thread while the next is recorded: a relist's chunk
 /// ([`Recorder::append_beside`]) or a watch batch ([`Appending`]).
 struct Chunk {
-    task: tokio::task::JoinHandle<Result<(), SyncError>>,
+    appended: tokio::sync::oneshot::Receiver<Result<(), SyncError>>,
     /// Waited for when the chunk is dropped unsettled (its watcher aborted): see [`Landed`].
     _landed: Landed,
 }
 
 impl Chunk {
     fn spawn(journal: &Journal, batch: Vouched, first_sync: FirstSync) -> Self {
-        let journal = journal.clone();
         let (done, landed) = std::sync::mpsc::channel::<()>();
-        let task = tokio::task::spawn_blocking(move || {
-            let appended = append_batch(&journal, batch, first_sync);
+        let (tx, appended) = tokio::sync::oneshot::channel();
+        let Vouched { batch, layouts } = batch;
+        journal.append_queued(batch, first_sync, layouts, move |outcome| {
+            // A receiver gone is a watcher that no longer waits for it.
+            let _ = tx.send(outcome.map(|_| ()).map_err(SyncError::JournalFailed));
             drop(done);
-            appended
         });
         Self {
-            task,
+            appended,
             _landed: Landed(landed),
         }
     }
 
     /// Waits for the append and returns what it ran into.
     async fn landed(self) -> Result<(), SyncError> {
-        self.task.await.map_err(|_| SyncError::AppendAborted)?
+        self.appended.await.map_err(|_| SyncError::AppendAborted)?
     }
 }
 
