@@ -150,7 +150,6 @@ async fn out_of_file_descriptors_keeps_the_admin_endpoint_answering_and_heals_wh
         stderr,
         bin: None,
         args: Vec::new(),
-        env: Vec::new(),
     };
 
     // Every watch is open; herald raised its soft limit to the hard one at start (checked at

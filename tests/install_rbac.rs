@@ -102,7 +102,6 @@ fn run_herald(dir: &Path, config: &str) -> Herald {
         stderr,
         bin: None,
         args: vec![],
-        env: Vec::new(),
     }
 }
 

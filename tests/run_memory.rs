@@ -28,34 +28,3 @@ async fn a_running_herald_has_transparent_huge_pages_off() {
         .unwrap_or_else(|| panic!("this kernel reports no THP_enabled line:\n{status}"));
     assert_eq!(thp.trim(), "0", "{status}");
 }
-
-/// herald runs with mimalloc's purge delay at 100 ms (it starts itself again with
-/// `MIMALLOC_PURGE_DELAY` when the variable is not set), and an operator's own value is kept.
-#[tokio::test]
-async fn a_running_herald_keeps_freed_memory_100_ms_unless_told_otherwise() {
-    let sim = sim().await;
-    for (given, expected) in [(None, "100"), (Some("250"), "250")] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = herald_config(&sim, dir.path(), WIDGETS_RESOURCE);
-        let addr = admin_addr(&config);
-        let herald = match given {
-            None => Herald::start(dir.path(), &config),
-            Some(value) => {
-                Herald::start_env(dir.path(), &config, &[("MIMALLOC_PURGE_DELAY", value)])
-            }
-        };
-        assert_eq!(
-            admin_get_retrying(&addr, "/healthz", 20).await.0,
-            200,
-            "herald runs\n{}",
-            herald.stderr_text()
-        );
-        let pid = herald.child.as_ref().unwrap().id();
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-        let delay: Vec<&[u8]> = environ
-            .split(|b| *b == 0)
-            .filter_map(|v| v.strip_prefix(b"MIMALLOC_PURGE_DELAY=".as_slice()))
-            .collect();
-        assert_eq!(delay, [expected.as_bytes()], "{given:?}");
-    }
-}

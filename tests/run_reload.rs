@@ -170,7 +170,6 @@ fn start(dir: &Path, config: PathBuf, args: &[&str]) -> Herald {
         stderr: dir.join("herald.stderr"),
         bin: None,
         args: args.iter().map(|a| (*a).to_owned()).collect(),
-        env: Vec::new(),
     };
     h.restart();
     h

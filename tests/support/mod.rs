@@ -32,8 +32,6 @@ pub struct Herald {
     pub bin: Option<PathBuf>,
     /// Options passed to `herald run` after `-c <config>`.
     pub args: Vec<String>,
-    /// Environment variables set for herald beside the test's own.
-    pub env: Vec<(String, String)>,
 }
 
 /// A configuration for `herald run` against `sim`: file sink `events.jsonl` in `dir`, journal in
@@ -100,21 +98,6 @@ impl Herald {
     /// As [`Herald::start_with`], running the herald binary at `bin` (`None`: this build's), so a
     /// measurement can compare two builds in one scenario.
     pub fn start_bin(dir: &Path, config: &str, bin: Option<&str>, args: &[&str]) -> Self {
-        Self::start_full(dir, config, bin, args, &[])
-    }
-
-    /// [`Herald::start`] with environment variables set for herald.
-    pub fn start_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
-        Self::start_full(dir, config, None, &[], env)
-    }
-
-    fn start_full(
-        dir: &Path,
-        config: &str,
-        bin: Option<&str>,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Self {
         let config_path = dir.join("herald.yaml");
         std::fs::write(&config_path, config).expect("write config");
         let mut h = Self {
@@ -124,10 +107,6 @@ impl Herald {
             stderr: dir.join("herald.stderr"),
             bin: bin.map(PathBuf::from),
             args: args.iter().map(|a| (*a).to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
         };
         h.restart();
         h
@@ -149,7 +128,6 @@ impl Herald {
             .arg(&self.config)
             .args(&self.args)
             .env("RUST_LOG", "info,herald=debug")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()
