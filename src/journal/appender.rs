@@ -41,6 +41,12 @@ pub(super) struct Job {
 pub(super) struct Queue(Arc<Mutex<Option<mpsc::Sender<Job>>>>);
 
 impl Queue {
+    /// Whether an append thread runs (or is just ending): for tests, which wait for it to end.
+    #[cfg(test)]
+    pub(super) fn running(&self) -> bool {
+        lock(&self.0).is_some()
+    }
+
     /// Queues `job` behind the ones before it, starting the thread if none runs; if it cannot be
     /// started, the job's `done` gets the error.
     pub(super) fn push(&self, job: Job) {

@@ -127,8 +127,9 @@ pub use tail::TAIL_BYTES;
 /// The journal layout this build writes (`meta/schema_version`). Version 2 added the head record
 /// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys),
 /// version 4 the first-sync markers (`f/` keys, [`FirstSync`]), version 5 the event segments (one
-/// `e/` key for several events of an append, ADR 0020); a journal of an earlier version is upgraded
-/// when opened. See ADR 0002.
+/// `e/` key for several events of an append, ADR 0020), version 6 values compressed against a
+/// dictionary built into the binary (ADR 0029); a journal of an earlier version is upgraded when
+/// opened. See ADR 0002.
 pub const SCHEMA_VERSION: u32 = 6;
 
 /// Acknowledged ranges kept above a sink's cursor at most (16 bytes each, rewritten with every
@@ -590,7 +591,10 @@ impl Journal {
     /// queued before it; `done` gets the outcome there (or
     /// [`JournalError::AppenderStartFailed`] at once if the thread could not be started). Every
     /// queued append runs on that one thread while appends keep coming, so sled's io buffers and
-    /// node copies are made and freed in one allocator heap (`appender.rs`).
+    /// node copies are made and freed in one allocator heap (`appender.rs`). `done` runs on that
+    /// thread, before the next append: it must hand the outcome over and return, never block or
+    /// wait for a later append. The queue is unbounded; what bounds it is that each caller (a
+    /// watch's recorder, a relist) keeps at most one append in flight.
     pub fn append_queued(
         &self,
         batch: Batch,

@@ -1699,10 +1699,55 @@ async fn an_append_after_the_append_thread_went_idle_starts_another() {
         rx
     };
     let (first, on) = queue(1).await.unwrap();
-    tokio::time::sleep(appender::IDLE * 2 + Duration::from_millis(500)).await;
+    // Waits for the thread to end rather than for a fixed time, which a loaded machine can pass.
+    let deadline = std::time::Instant::now() + appender::IDLE * 30;
+    while j.inner.appends_queued.running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the append thread never went idle"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (second, then) = queue(2).await.unwrap();
     assert_eq!((first, second), (vec![1], vec![2]));
     assert_ne!(on, then);
+    j.close().await.unwrap();
+}
+
+/// A caller's `done` that panics takes the append thread down (its append had landed); the appends
+/// queued after it are not stranded: each either hears it was aborted or lands on a new thread.
+#[tokio::test]
+async fn an_append_after_the_append_thread_panicked_starts_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    j.append_queued(
+        batch("s", 1, &["ns/a"]),
+        FirstSync::Keep,
+        Vec::new(),
+        |_| panic!("a caller's bug"),
+    );
+    let mut landed = None;
+    for _ in 0..100 {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        j.append_queued(
+            batch("s", 2, &["ns/b"]),
+            FirstSync::Keep,
+            Vec::new(),
+            move |appended| {
+                let _ = tx.send(appended);
+            },
+        );
+        // Dropped unanswered: it was queued to the thread that panicked.
+        if let Ok(appended) = rx.await {
+            landed = Some(appended.unwrap());
+            break;
+        }
+    }
+    assert_eq!(
+        landed,
+        Some(vec![2]),
+        "the first landed before its done panicked"
+    );
     j.close().await.unwrap();
 }
 

@@ -125,8 +125,8 @@ pub struct Recorder<'a> {
     appending: Mutex<Option<Appending>>,
 }
 
-/// A watch batch appending on a blocking thread while the watch records the next one: sled's
-/// `apply_batch` was as much of the recorder's one task as recording itself, and the two took
+/// A watch batch appending on the journal's append thread while the watch records the next one:
+/// sled's `apply_batch` was as much of the recorder's one task as recording itself, and the two took
 /// turns. Only one is ever in flight, and the next batch's append waits for it, so batches land in
 /// order, a failed one stops every later one, and the checkpoint moves only with its events.
 struct Appending {
@@ -778,8 +778,8 @@ impl<'a> Recorder<'a> {
         })
     }
 
-    /// [`append_marked`](Self::append_marked) on a blocking thread, so the relist records its next
-    /// chunk while sled applies this one (sled's `apply_batch` was about a third of the relist's
+    /// [`append_marked`](Self::append_marked) on the journal's append thread, so the relist records
+    /// its next chunk while sled applies this one (sled's `apply_batch` was about a third of the relist's
     /// one task). Waits first for the chunk before it (`inflight`), so chunks land in order and a
     /// failed one stops the next; the caller [`settle`]s before it reads the index for a key an
     /// unsettled chunk may hold.
@@ -924,8 +924,8 @@ impl<'a> Recorder<'a> {
         self.settle_watch(rv).await
     }
 
-    /// Records a run of watch events and leaves them appending on a blocking thread while the
-    /// caller reads and records the next run (see [`Appending`]); first it waits for the run
+    /// Records a run of watch events and leaves them appending on the journal's append thread while
+    /// the caller reads and records the next run (see [`Appending`]); first it waits for the run
     /// appending before, and moves `rv` past that one once it landed. The caller
     /// [`settle_watch`](Self::settle_watch)es before it uses `rv` or leaves the stream to anything
     /// else (a relist, another watch).
