@@ -157,15 +157,19 @@ impl Journal {
         Ok(())
     }
 
-    /// Events of the log from `from_seq` on (within retention), for `herald replay`.
+    /// Durable events of the log from `from_seq` on (within retention), for `herald replay`:
+    /// never one a crash could still take back, which a replay would otherwise send as if it had
+    /// happened.
     pub fn events_from(&self, from_seq: u64, max: usize) -> Result<Vec<(u64, Vec<u8>)>> {
         let after = from_seq.saturating_sub(1);
+        let durable = self.durable_seq();
         let mut out = Vec::new();
-        if max == 0 {
+        if max == 0 || after >= durable {
             return Ok(out);
         }
         let start = self.events_start(after).map_err(Self::dlq_err("*"))?;
-        'scan: for entry in self.inner.db.range(start..) {
+        let range = start..keys::event(durable.saturating_add(1));
+        'scan: for entry in self.inner.db.range(range) {
             let (k, v) = entry.map_err(Self::dlq_err("*"))?;
             if !k.starts_with(keys::EVENT_PREFIX) {
                 break;
@@ -175,6 +179,9 @@ impl Journal {
             for (seq, event) in events {
                 if seq <= after {
                     continue;
+                }
+                if seq > durable {
+                    break 'scan;
                 }
                 out.push((seq, event.to_vec()));
                 if out.len() == max {

@@ -182,6 +182,15 @@ pub enum JournalError {
     /// The flusher thread ended abnormally.
     #[error("the journal flusher thread panicked")]
     FlusherPanicked,
+    /// Reading whether a stream's first sync is under way (its `f/` marker) failed.
+    #[error("failed to read the first-sync marker of stream {stream}")]
+    FirstSyncReadFailed {
+        /// The watch stream.
+        stream: String,
+        /// What sled said.
+        #[source]
+        source: sled::Error,
+    },
     /// Reading a stream's checkpoint failed.
     #[error("failed to read the checkpoint of stream {stream}")]
     CheckpointReadFailed {

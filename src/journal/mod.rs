@@ -685,7 +685,7 @@ impl Journal {
             .inner
             .db
             .get(keys::first_sync(stream))
-            .map_err(|source| JournalError::CheckpointReadFailed {
+            .map_err(|source| JournalError::FirstSyncReadFailed {
                 stream: stream.to_owned(),
                 source,
             })?;
