@@ -520,29 +520,7 @@ async fn a_journal_written_by_schema_3_is_upgraded_and_delivers_its_events() {
 /// fixture's six single-event keys stay as they are beside the segments appended after the upgrade.
 #[tokio::test]
 async fn a_journal_written_by_schema_4_is_upgraded_and_delivers_its_events() {
-    let sim = sim().await;
-    Raw::new(&sim).install_crd(&widgets_crd()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (journal, ids) = fixture("journal-v4", dir.path());
-    assert_eq!(ids.len(), 6);
-    let verify = async || verify_report(&journal).await;
-    let report = verify().await;
-    assert_eq!(report["report"]["schemaVersion"], "4", "{report}");
-    assert_eq!(report["report"]["events"], 6, "{report}");
-    let config = upgrade_by_status(&sim, dir.path()).await;
-    let report = verify().await;
-    assert_eq!(report["report"]["schemaVersion"], "6", "{report}");
-    assert_eq!(report["report"]["cursors"]["out"], 0, "{report}");
-    assert_eq!(
-        (
-            report["report"]["firstEvent"].as_u64(),
-            report["report"]["lastEvent"].as_u64()
-        ),
-        (Some(1), Some(6)),
-        "{report}"
-    );
-
-    delivers_the_fixture(dir.path(), &config, &ids).await;
+    upgrades_and_delivers_six_events("journal-v4", "4", None).await;
 }
 
 /// Schema 5 stored values plain; schema 6 compresses them. The fixture's plain segments (one of
@@ -550,16 +528,25 @@ async fn a_journal_written_by_schema_4_is_upgraded_and_delivers_its_events() {
 /// upgrade, and its six events are delivered.
 #[tokio::test]
 async fn a_journal_written_by_schema_5_is_upgraded_and_delivers_its_events() {
+    upgrades_and_delivers_six_events("journal-v5", "5", Some(6)).await;
+}
+
+/// A fixture of six events, written by the herald of schema `version`, reads as it is, is upgraded
+/// to the current schema by a start, keeps its events (and `index` entries, when given) readable
+/// and delivers all six.
+async fn upgrades_and_delivers_six_events(name: &str, version: &str, index: Option<u64>) {
     let sim = sim().await;
     Raw::new(&sim).install_crd(&widgets_crd()).await;
     let dir = tempfile::tempdir().unwrap();
-    let (journal, ids) = fixture("journal-v5", dir.path());
+    let (journal, ids) = fixture(name, dir.path());
     assert_eq!(ids.len(), 6);
     let verify = async || verify_report(&journal).await;
     let report = verify().await;
-    assert_eq!(report["report"]["schemaVersion"], "5", "{report}");
+    assert_eq!(report["report"]["schemaVersion"], version, "{report}");
     assert_eq!(report["report"]["events"], 6, "{report}");
-    assert_eq!(report["report"]["indexEntries"], 6, "{report}");
+    if let Some(index) = index {
+        assert_eq!(report["report"]["indexEntries"], index, "{report}");
+    }
     let config = upgrade_by_status(&sim, dir.path()).await;
     let report = verify().await;
     assert_eq!(report["report"]["schemaVersion"], "6", "{report}");
@@ -572,8 +559,9 @@ async fn a_journal_written_by_schema_5_is_upgraded_and_delivers_its_events() {
         (Some(1), Some(6)),
         "{report}"
     );
-
-    assert_eq!(report["report"]["indexEntries"], 6, "{report}");
+    if let Some(index) = index {
+        assert_eq!(report["report"]["indexEntries"], index, "{report}");
+    }
 
     delivers_the_fixture(dir.path(), &config, &ids).await;
 }
