@@ -44,6 +44,16 @@ fn event(stream: &str, rv: u64, key: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({ "stream": stream, "rv": rv, "key": key })).unwrap()
 }
 
+/// A batch of events only (no index, no checkpoint) of one object, `pods` `ns/a`, one event per
+/// resourceVersion in `rvs`: a write each, so tests can stay under the flush's entry bound.
+fn events_only(rvs: std::ops::RangeInclusive<u64>) -> Batch {
+    Batch {
+        stream: "pods".to_owned(),
+        events: rvs.map(|rv| event("pods", rv, "ns/a")).collect(),
+        ..Batch::default()
+    }
+}
+
 fn batch(stream: &str, rv: u64, keys: &[&str]) -> Batch {
     Batch {
         stream: stream.to_owned(),
@@ -674,13 +684,7 @@ async fn reading_never_returns_events_that_are_not_durable() {
     })
     .unwrap();
     j.register_sink("s", true).unwrap();
-    let seqs = j
-        .append(Batch {
-            stream: "pods".to_owned(),
-            events: (1..=3).map(|rv| event("pods", rv, "ns/a")).collect(),
-            ..Batch::default()
-        })
-        .unwrap();
+    let seqs = j.append(events_only(1..=3)).unwrap();
     assert_eq!(seqs, [1, 2, 3]);
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(j.head(), 3);
@@ -689,13 +693,7 @@ async fn reading_never_returns_events_that_are_not_durable() {
     // Nor does `herald replay` queue one: a crash could still take it back.
     assert!(j.events_from(1, 100).unwrap().is_empty());
 
-    let seqs = j
-        .append(Batch {
-            stream: "pods".to_owned(),
-            events: (4..=5).map(|rv| event("pods", rv, "ns/a")).collect(),
-            ..Batch::default()
-        })
-        .unwrap();
+    let seqs = j.append(events_only(4..=5)).unwrap();
     tokio::time::timeout(Duration::from_secs(10), j.durable(seqs[1]))
         .await
         .unwrap()
@@ -822,11 +820,7 @@ async fn vouched_layouts_come_with_events_from_memory_only() {
     let layout = |n: usize| herald_sink_core::Layout::new(n..n, 1..2, 2..3, 3..4, 4..5, 5..6);
     let seqs = j
         .append_vouched(
-            Batch {
-                stream: "pods".to_owned(),
-                events: (1..=3).map(|rv| event("pods", rv, "ns/a")).collect(),
-                ..Batch::default()
-            },
+            events_only(1..=3),
             FirstSync::Keep,
             // The last event's layout is missing: it vouches for nothing.
             vec![layout(1), None],
@@ -868,14 +862,7 @@ async fn a_standby_keeps_no_tail_and_once_elected_reads_its_appends_from_the_sto
     .unwrap();
     j.register_sink("s", true).unwrap();
     j.set_standby(true);
-    let append = |rvs: std::ops::RangeInclusive<u64>| {
-        j.append(Batch {
-            stream: "pods".to_owned(),
-            events: rvs.map(|rv| event("pods", rv, "ns/a")).collect(),
-            ..Batch::default()
-        })
-        .unwrap()
-    };
+    let append = |rvs: std::ops::RangeInclusive<u64>| j.append(events_only(rvs)).unwrap();
     let seqs = append(1..=3);
     j.durable(seqs[2]).await.unwrap();
     j.set_standby(false);
@@ -909,21 +896,11 @@ async fn durable_after_resolves_with_the_commit_that_makes_a_later_event_durable
         let j = j.clone();
         tokio::spawn(async move { j.durable_after(0).await })
     };
-    j.append(Batch {
-        stream: "pods".to_owned(),
-        events: (1..=3).map(|rv| event("pods", rv, "ns/a")).collect(),
-        ..Batch::default()
-    })
-    .unwrap();
+    j.append(events_only(1..=3)).unwrap();
     // Appended is not durable: the waiter (what the delivery reader sleeps on) must not wake.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiter.is_finished());
-    j.append(Batch {
-        stream: "pods".to_owned(),
-        events: (4..=5).map(|rv| event("pods", rv, "ns/a")).collect(),
-        ..Batch::default()
-    })
-    .unwrap();
+    j.append(events_only(4..=5)).unwrap();
     let woke = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .unwrap()
@@ -1000,13 +977,7 @@ async fn after_a_large_group_the_journal_batches_for_the_interval_again() {
         ..cfg(tmp.path())
     })
     .unwrap();
-    let big = j
-        .append(Batch {
-            stream: "pods".to_owned(),
-            events: (1..=100).map(|rv| event("pods", rv, "ns/a")).collect(),
-            ..Batch::default()
-        })
-        .unwrap();
+    let big = j.append(events_only(1..=100)).unwrap();
     tokio::time::timeout(Duration::from_secs(30), j.durable(big[99]))
         .await
         .expect("the first group goes at once")

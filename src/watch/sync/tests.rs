@@ -88,6 +88,33 @@ async fn cluster() -> (Simulator, Resolved) {
 }
 
 /// A journal with a reader registered from the start, so every event can be read back.
+/// [`spec`] on the spans path (`spans`), or on the tree path throughout: a `when` that passes
+/// everything, states read back included, as before the spans path existed.
+fn spec_on(spans: bool) -> WatchSpec {
+    if spans {
+        return spec();
+    }
+    WatchSpec {
+        when: Some(crate::config::When::new(
+            "true",
+            crate::config::OnError::default(),
+        )),
+        ..spec()
+    }
+}
+
+/// `v` decoded from its watch line's text as the recorder of that path decodes it.
+fn watched(v: &serde_json::Value, spans: bool) -> Object {
+    let text = serde_json::to_string(v).unwrap();
+    if spans {
+        let decoded: crate::watch::Spans<true> = serde_json::from_str(&text).unwrap();
+        crate::watch::WatchedObject::into_object(decoded).unwrap()
+    } else {
+        let decoded: crate::watch::Stripped = serde_json::from_str(&text).unwrap();
+        crate::watch::WatchedObject::into_object(decoded).unwrap()
+    }
+}
+
 fn journal(dir: &std::path::Path) -> Journal {
     let j = Journal::open(JournalConfig {
         flush_interval: Duration::from_millis(2),
@@ -1274,15 +1301,7 @@ async fn the_spans_path_journals_what_the_tree_path_journals() {
     for spans in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let j = journal(dir.path());
-        let mut spec = spec();
-        // A `when` that passes everything puts the baseline on the tree path throughout, states
-        // read back included, as before the spans path existed.
-        if !spans {
-            spec.when = Some(crate::config::When::new(
-                "true",
-                crate::config::OnError::default(),
-            ));
-        }
+        let spec = spec_on(spans);
         let (health, ns) = (Health::default(), NamespaceCache::default());
         let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
         assert_eq!(rec.spans_path(), spans);
@@ -1293,15 +1312,8 @@ async fn the_spans_path_journals_what_the_tree_path_journals() {
                 .map(|(seen, v)| {
                     let object = if *seen == Seen::Bookmark {
                         Object::Tree(v.clone(), None)
-                    } else if spans {
-                        let text = serde_json::to_string(v).unwrap();
-                        let decoded: crate::watch::Spans<true> =
-                            serde_json::from_str(&text).unwrap();
-                        crate::watch::WatchedObject::into_object(decoded).unwrap()
                     } else {
-                        let text = serde_json::to_string(v).unwrap();
-                        let decoded: crate::watch::Stripped = serde_json::from_str(&text).unwrap();
-                        crate::watch::WatchedObject::into_object(decoded).unwrap()
+                        watched(v, spans)
                     };
                     (*seen, object)
                 })
@@ -1351,14 +1363,7 @@ async fn a_relist_on_the_spans_path_journals_what_the_tree_path_journals() {
     let w = widgets();
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let journals = [journal(dirs[0].path()), journal(dirs[1].path())];
-    let tree_spec = WatchSpec {
-        when: Some(crate::config::When::new(
-            "true",
-            crate::config::OnError::default(),
-        )),
-        ..spec()
-    };
-    let specs = [tree_spec, spec()];
+    let specs = [spec_on(false), spec_on(true)];
     let (health, ns) = (Health::default(), NamespaceCache::default());
     let relist_both = || async {
         for (j, spec) in journals.iter().zip(&specs) {
@@ -1440,13 +1445,7 @@ async fn the_recorder_vouches_for_the_valid_events_it_wrote_and_no_other() {
     for spans in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let j = journal(dir.path());
-        let mut spec = spec();
-        if !spans {
-            spec.when = Some(crate::config::When::new(
-                "true",
-                crate::config::OnError::default(),
-            ));
-        }
+        let spec = spec_on(spans);
         let (health, ns) = (Health::default(), NamespaceCache::default());
         let rec = Recorder::new(&j, &spec, &resolved, &health, &ns);
         let changes = [
@@ -1457,17 +1456,7 @@ async fn the_recorder_vouches_for_the_valid_events_it_wrote_and_no_other() {
             deep.clone(),
         ]
         .into_iter()
-        .map(|v| {
-            let text = serde_json::to_string(&v).unwrap();
-            let object = if spans {
-                let decoded: crate::watch::Spans<true> = serde_json::from_str(&text).unwrap();
-                crate::watch::WatchedObject::into_object(decoded).unwrap()
-            } else {
-                let decoded: crate::watch::Stripped = serde_json::from_str(&text).unwrap();
-                crate::watch::WatchedObject::into_object(decoded).unwrap()
-            };
-            (Seen::Added, object)
-        })
+        .map(|v| (Seen::Added, watched(&v, spans)))
         .collect();
         let mut at = String::new();
         rec.record_objects_beside(changes, &mut at).await.unwrap();
