@@ -103,6 +103,16 @@ fn spec_on(spans: bool) -> WatchSpec {
     }
 }
 
+/// Every event `j` journaled, once durable, as text without its time (which differs run to run).
+async fn durable_events(j: &Journal) -> Vec<String> {
+    j.durable(u64::MAX).await.unwrap();
+    j.read(READER, 0, 100_000)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| String::from_utf8(timeless(&e)).unwrap())
+        .collect()
+}
+
 /// `v` decoded from its watch line's text as the recorder of that path decodes it.
 fn watched(v: &serde_json::Value, spans: bool) -> Object {
     let text = serde_json::to_string(v).unwrap();
@@ -1322,13 +1332,7 @@ async fn the_spans_path_journals_what_the_tree_path_journals() {
         }
         rec.settle_watch(&mut at).await.unwrap();
         assert_eq!(at, "11");
-        j.durable(u64::MAX).await.unwrap();
-        let events: Vec<String> = j
-            .read(READER, 0, 100_000)
-            .unwrap()
-            .into_iter()
-            .map(|(_, e)| String::from_utf8(timeless(&e)).unwrap())
-            .collect();
+        let events = durable_events(&j).await;
         let index = j.index_scan(&resolved.stream).unwrap();
         let filtered = health.filtered.load(std::sync::atomic::Ordering::Relaxed);
         journals.push((
@@ -1397,14 +1401,10 @@ async fn a_relist_on_the_spans_path_journals_what_the_tree_path_journals() {
 
     let mut seen = Vec::new();
     for j in &journals {
-        j.durable(u64::MAX).await.unwrap();
-        let events: Vec<String> = j
-            .read(READER, 0, 100_000)
-            .unwrap()
-            .into_iter()
-            .map(|(_, e)| String::from_utf8(timeless(&e)).unwrap())
-            .collect();
-        seen.push((events, j.index_scan(&resolved.stream).unwrap()));
+        seen.push((
+            durable_events(j).await,
+            j.index_scan(&resolved.stream).unwrap(),
+        ));
     }
     assert!(!Recorder::new(&journals[0], &specs[0], &resolved, &health, &ns).spans_path());
     assert!(Recorder::new(&journals[1], &specs[1], &resolved, &health, &ns).spans_path());
