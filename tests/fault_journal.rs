@@ -597,3 +597,45 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
         "{stderr}"
     );
 }
+
+/// The cluster's client is built while the journal opens; a journal that cannot open still decides
+/// the exit (12) when the client fails too, and the client's failure decides it (13) once the
+/// journal opened.
+#[tokio::test]
+async fn a_refused_journal_outranks_a_broken_kubeconfig_built_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = v1_fixture(dir.path());
+    {
+        let db = sled::Config::new().path(&journal).open().unwrap();
+        db.insert(b"meta/schema_version", b"7").unwrap();
+        db.flush().unwrap();
+    }
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\nclusters: [[[\n").unwrap();
+    let config = |journal: &Path| {
+        let path = dir.path().join("herald.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "cluster:\n  name: test\n  kubeconfig:\n    path: {kc}\n\
+                 resources:\n  - group: example.com\n    kind: Widget\n\
+                 sinks:\n  - {{name: out, type: file, path: {out}}}\n\
+                 journal:\n  path: {journal}\nadmin:\n  listen: 127.0.0.1:0\n",
+                kc = kubeconfig.display(),
+                out = dir.path().join("events.jsonl").display(),
+                journal = journal.display(),
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let refused = config(&journal);
+    let (code, _, stderr) = herald(&["run", "-c", refused.to_str().unwrap()]).await;
+    assert_eq!(code, herald::exit_code::JOURNAL_ERROR, "{stderr}");
+    assert!(stderr.contains("\"7\""), "{stderr}");
+
+    let fresh = config(&dir.path().join("fresh-journal"));
+    let (code, _, stderr) = herald(&["run", "-c", fresh.to_str().unwrap()]).await;
+    assert_eq!(code, herald::exit_code::CLUSTER_UNREACHABLE, "{stderr}");
+    assert!(stderr.contains("kubeconfig"), "{stderr}");
+}
