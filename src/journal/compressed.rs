@@ -14,11 +14,14 @@
 //! readable.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use lz4_flex::block;
+use sled::IVec;
 
 use super::error::{JournalError, Result};
 use super::keys::printable;
+use super::lz4::Prepared;
 
 /// The tag of a value compressed against [`DICTIONARY_1`]: the tag, the plain length (u32 BE),
 /// then the LZ4 block.
@@ -28,7 +31,10 @@ pub(super) const LZ4_DICTIONARY_1: u8 = 1;
 /// and common values of Kubernetes objects (metadata, `managedFields`, a pod template, status
 /// conditions); nothing of any one resource. Never change a byte of it: values written with it
 /// must read back. A better one is dictionary 2, under a tag of its own.
-static DICTIONARY_1: &[u8] = include_bytes!("dictionary-1.txt");
+pub(super) static DICTIONARY_1: &[u8] = include_bytes!("dictionary-1.txt");
+
+/// [`DICTIONARY_1`]'s hash table, built on first use: what every compression starts from.
+static PREPARED_1: LazyLock<Prepared> = LazyLock::new(|| Prepared::new(DICTIONARY_1));
 
 /// Bytes of the plain length after the tag.
 const LEN_LEN: usize = 4;
@@ -54,6 +60,11 @@ pub(super) fn compress_body_into(out: &mut Vec<u8>, plain: &[u8]) -> Result<()> 
     let len = u32::try_from(plain.len())
         .map_err(|_| JournalError::EventTooLarge { bytes: plain.len() })?;
     out.extend_from_slice(&len.to_be_bytes());
+    if PREPARED_1.compress_into(plain, out) {
+        return Ok(());
+    }
+    // Past the prepared table's 64 KiB (no segment, and few objects, come near): lz4_flex, which
+    // prepares a table of wider positions for this one call.
     let start = out.len();
     out.resize(start + block::get_maximum_output_size(plain.len()), 0);
     match block::compress_into_with_dict(plain, &mut out[start..], DICTIONARY_1) {
@@ -108,17 +119,19 @@ pub(super) fn decompress_body_into(key: &[u8], body: &[u8], out: &mut Vec<u8>) -
 }
 
 /// An `i/` value as stored: the object compressed when that makes it smaller, else the object
-/// itself (a JSON object, which the tag cannot start).
-pub(super) fn index_value(object: Vec<u8>) -> Result<Vec<u8>> {
+/// itself (a JSON object, which the tag cannot start). The compressed form is built in `scratch`,
+/// which the caller keeps from one value to the next, so each value is allocated once, at its
+/// size, as the [`IVec`] sled takes.
+pub(super) fn index_value(object: &[u8], scratch: &mut Vec<u8>) -> Result<IVec> {
     if object.len() > MAX_PLAIN && object.first() == Some(&b'{') {
-        return Ok(object);
+        return Ok(object.into());
     }
-    let mut packed = Vec::with_capacity(object.len() / 2 + 16);
-    compress_into(&mut packed, &object)?;
-    if packed.len() >= object.len() && object.first() == Some(&b'{') {
-        return Ok(object);
+    scratch.clear();
+    compress_into(scratch, object)?;
+    if scratch.len() >= object.len() && object.first() == Some(&b'{') {
+        return Ok(object.into());
     }
-    Ok(packed)
+    Ok(scratch.as_slice().into())
 }
 
 /// The object of an `i/` value, either form.
@@ -150,7 +163,7 @@ mod tests {
 
     #[test]
     fn an_index_value_shrinks_and_reads_back_and_an_old_one_reads_as_it_is() {
-        let stored = index_value(OBJECT.to_vec()).unwrap();
+        let stored = index_value(OBJECT, &mut Vec::new()).unwrap();
         assert!(is_compressed(&stored));
         assert!(
             stored.len() * 3 < OBJECT.len() * 2,
@@ -161,12 +174,28 @@ mod tests {
         // A schema-5 value is the object itself.
         assert_eq!(index_object(b"i/x", OBJECT).unwrap(), OBJECT);
         // What compression cannot shrink is stored plain.
-        assert_eq!(index_value(b"{}".to_vec()).unwrap(), b"{}");
+        assert_eq!(index_value(b"{}", &mut Vec::new()).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn an_object_past_the_prepared_tables_reach_is_compressed_and_reads_back() {
+        let mut big = OBJECT[..OBJECT.len() - 1].to_vec();
+        big.extend_from_slice(br#","data":{"blob":""#);
+        let mut x = 0x9e37_79b9_u32;
+        while big.len() < 100_000 {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let words: [&[u8]; 4] = [b"alpha ", b"beta ", b"gamma ", b"delta "];
+            big.extend_from_slice(words[(x >> 30) as usize]);
+        }
+        big.extend_from_slice(br#""}}"#);
+        let stored = index_value(&big, &mut Vec::new()).unwrap();
+        assert!(is_compressed(&stored));
+        assert_eq!(index_object(b"i/x", &stored).unwrap(), big);
     }
 
     #[test]
     fn a_damaged_compressed_value_is_corrupt_never_a_panic_or_a_huge_allocation() {
-        let stored = index_value(OBJECT.to_vec()).unwrap();
+        let stored = index_value(OBJECT, &mut Vec::new()).unwrap();
         for cut in 0..stored.len() {
             assert!(index_object(b"i/x", &stored[..cut]).is_err() || cut == 0);
         }

@@ -31,6 +31,8 @@
 
 use std::borrow::Cow;
 
+use sled::IVec;
+
 use super::compressed;
 use super::error::{JournalError, Result};
 
@@ -214,39 +216,76 @@ pub(super) fn event_value(append_ms: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 /// A segment's plain value (schema 5): the append time once, then each event with its length.
+#[cfg(test)]
 pub(super) fn segment_plain<'a>(
     append_ms: u64,
     events: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Vec<u8>> {
-    let mut v = Vec::with_capacity(SEGMENT_BYTES);
-    v.extend_from_slice(&append_ms.to_be_bytes());
-    for event in events {
-        let len = u32::try_from(event.len())
-            .map_err(|_| JournalError::EventTooLarge { bytes: event.len() })?;
-        v.extend_from_slice(&len.to_be_bytes());
-        v.extend_from_slice(event);
-    }
+    let mut v = Vec::new();
+    write_segment_plain(&mut v, append_ms, events)?;
     Ok(v)
 }
 
-/// A segment's value as schema 6 stores it: compressed (tag, append time, then the rest of the
-/// plain form compressed), or plain when compression would not make it smaller.
+/// Writes a segment's plain value into `out`, replacing what it held.
+fn write_segment_plain<'a>(
+    out: &mut Vec<u8>,
+    append_ms: u64,
+    events: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<()> {
+    out.clear();
+    out.extend_from_slice(&append_ms.to_be_bytes());
+    for event in events {
+        let len = u32::try_from(event.len())
+            .map_err(|_| JournalError::EventTooLarge { bytes: event.len() })?;
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(event);
+    }
+    Ok(())
+}
+
+/// A segment's value as schema 6 stores it ([`Scratch::segment_value`]).
+#[cfg(test)]
 pub(super) fn segment_value<'a>(
     append_ms: u64,
     events: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Vec<u8>> {
-    let plain = segment_plain(append_ms, events)?;
-    if plain.len() > compressed::MAX_PLAIN {
-        return Ok(plain);
+    Ok(Scratch::default()
+        .segment_value(append_ms, events)?
+        .to_vec())
+}
+
+/// The buffers an append's segments are built in, reused from one segment to the next: each
+/// value is then allocated once, at its size, when it becomes an [`IVec`], instead of being grown
+/// from a guess (a 16 KiB plain segment grew through three reallocations) and copied once more.
+#[derive(Default)]
+pub(super) struct Scratch {
+    plain: Vec<u8>,
+    packed: Vec<u8>,
+}
+
+impl Scratch {
+    /// A segment's value as schema 6 stores it: compressed (tag, append time, then the rest of
+    /// the plain form compressed), or plain when compression would not make it smaller.
+    pub(super) fn segment_value<'a>(
+        &mut self,
+        append_ms: u64,
+        events: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<IVec> {
+        write_segment_plain(&mut self.plain, append_ms, events)?;
+        let plain = self.plain.as_slice();
+        if plain.len() > compressed::MAX_PLAIN {
+            return Ok(plain.into());
+        }
+        let packed = &mut self.packed;
+        packed.clear();
+        packed.push(compressed::LZ4_DICTIONARY_1);
+        packed.extend_from_slice(&plain[..TIME_LEN]);
+        compressed::compress_body_into(packed, &plain[TIME_LEN..])?;
+        if packed.len() >= plain.len() {
+            return Ok(plain.into());
+        }
+        Ok(packed.as_slice().into())
     }
-    let mut packed = Vec::with_capacity(plain.len() / 3 + 32);
-    packed.push(compressed::LZ4_DICTIONARY_1);
-    packed.extend_from_slice(&plain[..TIME_LEN]);
-    compressed::compress_body_into(&mut packed, &plain[TIME_LEN..])?;
-    if packed.len() >= plain.len() {
-        return Ok(plain);
-    }
-    Ok(packed)
 }
 
 /// An append's events as stored segments: runs of consecutive events whose plain form stays
@@ -255,12 +294,14 @@ pub(super) fn segment_value<'a>(
 pub(super) fn segment_values(
     append_ms: u64,
     events: &[Vec<u8>],
-) -> Result<Vec<(std::ops::Range<usize>, Vec<u8>)>> {
+) -> Result<Vec<(std::ops::Range<usize>, IVec)>> {
     let mut out = Vec::with_capacity(1 + events.len() / 8);
+    let mut scratch = Scratch::default();
     let mut pending: Vec<std::ops::Range<usize>> = segment_runs(events, SEGMENT_PLAIN_BYTES);
     pending.reverse();
     while let Some(run) = pending.pop() {
-        let value = segment_value(append_ms, events[run.clone()].iter().map(Vec::as_slice))?;
+        let value =
+            scratch.segment_value(append_ms, events[run.clone()].iter().map(Vec::as_slice))?;
         if value.len() > SEGMENT_BYTES && run.len() > 1 {
             let mid = run.start + run.len() / 2;
             pending.push(mid..run.end);

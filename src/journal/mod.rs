@@ -98,6 +98,7 @@ mod garbage;
 mod head;
 mod integrity;
 mod keys;
+mod lz4;
 pub mod retention;
 mod salvage;
 mod tail;
@@ -516,11 +517,13 @@ impl Journal {
         // values do not depend on the sequence numbers, and the append time, which must not go
         // back from one append to the next, is stored uncompressed and set under the lock.
         let mut b = sled::Batch::default();
+        let mut scratch = Vec::new();
         for update in index {
             match update {
-                IndexUpdate::Put { key, object } => {
-                    b.insert(keys::index(&stream, &key), compressed::index_value(object)?)
-                }
+                IndexUpdate::Put { key, object } => b.insert(
+                    keys::index(&stream, &key),
+                    compressed::index_value(&object, &mut scratch)?,
+                ),
                 IndexUpdate::Remove { key } => b.remove(keys::index(&stream, &key)),
             }
         }

@@ -54,7 +54,10 @@ pub struct Tuning {
     pub stall_timeout: Duration,
     /// How often a missing CRD is looked for again.
     pub resolve_interval: Duration,
-    /// Events gathered into one journal append at most.
+    /// Events gathered into one journal append at most. Every append has a fixed cost in sled
+    /// (two sealed io buffers, each a job for its io threads; the checkpoint; the head): 2,048
+    /// took a catch-up's CPU per event about a sixth below 256 (docs/operations.md, "The append
+    /// thread (round 8)"), for a few MiB more held per batch under load.
     pub max_batch: usize,
     /// How long a batch waits for more events once one arrived, under load only (see
     /// [`LINGER_FROM`]). Each append has a fixed cost (a sled batch, the checkpoint, the head);
@@ -70,7 +73,7 @@ impl Default for Tuning {
             watch_timeout: Duration::from_secs(290),
             stall_timeout: Duration::from_secs(330),
             resolve_interval: Duration::from_secs(5),
-            max_batch: 256,
+            max_batch: 2048,
             batch_linger: Duration::from_millis(2),
         }
     }
