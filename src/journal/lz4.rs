@@ -186,6 +186,10 @@ fn hash(bytes: u64) -> usize {
 
 /// A table position: below 64 KiB by the length check in [`Prepared::compress_into`].
 fn position(at: usize) -> u16 {
+    debug_assert!(
+        at <= usize::from(u16::MAX),
+        "position {at} past the table's reach"
+    );
     u16::try_from(at).unwrap_or(u16::MAX)
 }
 

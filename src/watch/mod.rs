@@ -79,6 +79,12 @@ impl Default for Tuning {
     }
 }
 
+/// Decoded lines waiting for the recorder, at most. Each holds its object (twice on the tree path),
+/// so this, not the batch size, bounds what a busy watch holds ahead of the recorder: four batches
+/// of 2,048 real objects of a few KiB would be hundreds of MiB. A batch still grows past it: the
+/// reader refills the channel while the recorder takes lines in.
+pub const DECODED_LINES: usize = 1024;
+
 /// The batch linger applies once the watch is under load: more changes were already decoded when
 /// a batch started, or the previous batch held at least this many. Otherwise (a lone change on a
 /// quiet watch) the batch is appended at once, as the journal's adaptive group commit commits it
@@ -406,7 +412,7 @@ async fn watch(
     // Decoding runs in its own task so it overlaps with recording: while one batch is normalized
     // and appended, the next lines are decoded, and under load batches grow by themselves (one
     // journal append per batch is the fixed cost that dominated when both took turns).
-    let (tx, mut rx) = tokio::sync::mpsc::channel(tuning.max_batch.max(1) * 4);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(DECODED_LINES.min(tuning.max_batch.max(1) * 4));
     // managedFields are skipped while each line is parsed, unless the resource keeps them; the
     // objects of a resource whose recording never reads their tree are decoded into bytes and
     // spans only (see `Spanned`).
