@@ -641,3 +641,30 @@ fn the_layout_written_is_where_a_reader_finds_the_attributes() {
         }
     }
 }
+
+/// A string escaped for the event is what `serde_json` writes inside its quotes: every ASCII
+/// character and some wider ones, at every offset of the eight-byte step, alone, in runs and at
+/// the end.
+#[test]
+fn escaped_text_is_what_serde_json_writes() {
+    let mut texts = Vec::new();
+    for c in (0u8..0x80).map(char::from).chain(['é', '\u{2028}', '😀']) {
+        for len in 0..18 {
+            let filler = "ab".repeat(len / 2) + &"x".repeat(len % 2);
+            texts.push(format!("{filler}{c}"));
+            texts.push(format!("{c}{filler}{c}{c}"));
+            texts.push(format!("{filler}{c}{filler}"));
+        }
+    }
+    texts.push(String::new());
+    for text in texts {
+        let mut out = Vec::new();
+        write_escaped(&mut out, &text);
+        let quoted = serde_json::to_string(&text).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            quoted[1..quoted.len() - 1],
+            "{text:?}"
+        );
+    }
+}
