@@ -336,7 +336,7 @@ pub fn normalize_structured_laid_out<'a>(
 ) -> (Attributes<'a>, Vec<u8>, Option<Layout>) {
     let (attributes, data) = normalize_parts(resource, ob);
     let raw = object_json.filter(|_| data.object.is_some());
-    let mut out = Vec::with_capacity(raw.map_or(0, <[u8]>::len) + 640);
+    let mut out = Vec::with_capacity(raw.map_or(0, <[u8]>::len) + attributes.len_hint());
     // `{…attributes…,"data":{…}}`, as the event's serializer writes it (`data` last); `data`
     // written member by member as `Data`'s derived serializer writes it.
     let marks = attributes.write_json(&mut out);
@@ -456,7 +456,14 @@ pub fn normalize_bytes_laid_out<'a>(
     };
     let p = resource.payload;
     let mut out = Vec::with_capacity(
-        if p.object { ob.object.len() } else { 0 } + ob.patch.map_or(0, <[u8]>::len) + 640,
+        if p.object { ob.object.len() } else { 0 }
+            + if p.old_object {
+                ob.old.map_or(4, <[u8]>::len)
+            } else {
+                0
+            }
+            + ob.patch.map_or(0, <[u8]>::len)
+            + attributes.len_hint(),
     );
     // As `normalize_structured_with` writes the attributes and `data`.
     let marks = attributes.write_json(&mut out);
@@ -683,6 +690,24 @@ impl<'a> Attributes<'a> {
             return self.event().validate();
         }
         Ok(())
+    }
+
+    /// At least what [`write_json`](Self::write_json) writes and `data`'s own members (not its
+    /// object, old object or patch), unless a string needs escapes: a first guess short of it
+    /// (a fixed 640 bytes before) grew the event's buffer, a copy of the whole event, every time.
+    fn len_hint(&self) -> usize {
+        let r = self.resource;
+        // The names, quotes and separators, `time`, `sequence`, `generation` and `data`'s `op`
+        // and `resync`, with room to spare.
+        512 + 2 * (self.uid.len() + self.key.len() + r.group.len())
+            + 3 * self.rv.len()
+            + self.name.len()
+            + self.namespace.len()
+            + r.cluster.len()
+            + r.plural.len()
+            + r.type_prefix.len()
+            + r.kind.len()
+            + r.version.len()
     }
 
     /// Writes `{` and the attributes, comma-separated, as the event's serializer writes them: the
