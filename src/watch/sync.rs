@@ -1182,25 +1182,37 @@ impl Recorder<'_> {
         resync: bool,
         rv: Option<&str>,
     ) {
-        // The identities read once: each read checks their text (four strings) again.
-        let now = new.ident();
-        let was = old.as_ref().map(Spanned::ident);
-        if was.is_some_and(|was| was.uid == now.uid && was.resource_version == now.resource_version)
+        // The old state's identity compared as bytes, and read whole only for a deletion: its
+        // text checked again was a good part of taking a state out of memory.
+        let (uid, version) = new.version();
+        if old
+            .as_ref()
+            .is_some_and(|old| old.version() == (uid, version))
         {
             // Nothing changed; keep what `recorded` took out of the overlay.
             p.overlay.insert(key, old.map(State::Spans));
             return;
         }
-        match (&old, was) {
-            (Some(old), Some(was)) if was.uid != now.uid => {
+        let now = new.ident();
+        match &old {
+            Some(old) if old.version().0 != uid => {
                 // As `present`: the deletion first, dated just before the new object.
                 let before = event::replaced_deletion_version(now.resource_version);
                 let deleted_at = before.as_deref().or(rv).or(Some(now.resource_version));
-                self.emit_spans(p, Op::Deleted, old, was, None, None, resync, deleted_at);
+                self.emit_spans(
+                    p,
+                    Op::Deleted,
+                    old,
+                    old.ident(),
+                    None,
+                    None,
+                    resync,
+                    deleted_at,
+                );
                 self.emit_spans(p, Op::Created, &new, now, None, None, resync, None);
             }
-            (Some(old), Some(_)) => self.update_spans(p, old, (&new, now), resync),
-            _ => self.emit_spans(p, Op::Created, &new, now, None, None, resync, None),
+            Some(old) => self.update_spans(p, old, (&new, now), resync),
+            None => self.emit_spans(p, Op::Created, &new, now, None, None, resync, None),
         }
         self.put_spans(p, key, new);
     }
