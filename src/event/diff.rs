@@ -215,7 +215,7 @@ fn middles(
     // The leading members whose separator lies in the common prefix: the same in `b`.
     let mut index = 0;
     let mut from = a.offset();
-    while let Some(m) = a.next()? {
+    while let Some(m) = a.read()? {
         if m.value.1 - a_span.0 >= prefix {
             break;
         }
@@ -234,9 +234,9 @@ fn middles(
             break;
         }
         if left_a >= left_b && !a.done() {
-            xs.extend(a.next()?);
+            xs.extend(a.read()?);
         } else {
-            ys.extend(b.next()?);
+            ys.extend(b.read()?);
         }
     }
     Some((xs, ys))

@@ -168,7 +168,7 @@ impl<'b> Cursor<'b> {
     }
 
     /// The next member; `Some(None)` once done, `None` when the bytes do not read as compact JSON.
-    pub fn next(&mut self) -> Option<Option<Member>> {
+    pub fn read(&mut self) -> Option<Option<Member>> {
         if self.done() {
             return Some(None);
         }
