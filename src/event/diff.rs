@@ -2,6 +2,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::spans::{Cursor, Member, Members, at, key_text, same};
+
 /// The operations that turn `old` into `new`. Objects are compared key by key; arrays and scalars that
 /// differ are replaced whole (an element-wise array diff is ambiguous and rarely what a reader wants).
 pub fn diff(old: &Value, new: &Value) -> Vec<Value> {
@@ -173,15 +175,12 @@ fn objects(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, em
 /// caller then diffs the parsed states (`out` may hold part of a patch).
 ///
 /// Both states must hold no repeated member (a decoder's inexact bytes are never diffed here).
-pub fn write_diff_spans(
-    out: &mut Vec<u8>,
-    old: super::spans::Members<'_>,
-    new: super::spans::Members<'_>,
-) -> Option<bool> {
+pub fn write_diff_spans(out: &mut Vec<u8>, old: Members<'_>, new: Members<'_>) -> Option<bool> {
+    let (ab, bb) = (old.bytes(), new.bytes());
     let mut patch = PatchOut::open(out);
     objects_spans(
-        old,
-        new,
+        Cursor::new(ab, (0, ab.len()), Some(old.members()))?,
+        Cursor::new(bb, (0, bb.len()), Some(new.members()))?,
         &mut String::with_capacity(128),
         &mut |op, path, value| {
             patch.op(
@@ -197,15 +196,113 @@ pub fn write_diff_spans(
 /// Each operation, in order: its name, its path and its value's bytes (none for `remove`).
 type EmitBytes<'e> = dyn FnMut(&'static str, &str, Option<&[u8]>) + 'e;
 
+/// The members of two states of one object that can give an operation: those between the
+/// leading members whose bytes (and the separator after them) both states share, and the trailing
+/// ones from the first place where both states start a member the same distance from the object's
+/// end with the same bytes from there on. Those two runs are the same members in both (parsing the
+/// same bytes from the same place reads the same), so each compares equal with its twin, and none
+/// of their keys is among the other members (no state repeats a member); the operations between
+/// the two states are those between the two middles. Most updates change a member or two of an
+/// object: the rest is passed over by two byte comparisons, without reading where its members lie.
+fn middles(
+    a: &mut Cursor<'_>,
+    b: &mut Cursor<'_>,
+    (ab, a_span): (&[u8], (usize, usize)),
+    (bb, b_span): (&[u8], (usize, usize)),
+) -> Option<(Vec<Member>, Vec<Member>)> {
+    let (x, y) = (at(ab, a_span), at(bb, b_span));
+    let (prefix, suffix) = (common_prefix(x, y), common_suffix(x, y));
+    // The leading members whose separator lies in the common prefix: the same in `b`.
+    let mut index = 0;
+    let mut from = a.offset();
+    while let Some(m) = a.read()? {
+        if m.value.1 - a_span.0 >= prefix {
+            break;
+        }
+        index += 1;
+        from = a.offset();
+    }
+    a.seek(from, index);
+    b.seek(from, index);
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    loop {
+        if a.done() && b.done() {
+            break;
+        }
+        let (left_a, left_b) = (a.left(), b.left());
+        if left_a == left_b && left_a <= suffix {
+            break;
+        }
+        if left_a >= left_b && !a.done() {
+            xs.extend(a.read()?);
+        } else {
+            ys.extend(b.read()?);
+        }
+    }
+    Some((xs, ys))
+}
+
+/// How many leading bytes `x` and `y` share, sixteen a step (a byte-by-byte loop over both
+/// states was most of finding where they part).
+fn common_prefix(x: &[u8], y: &[u8]) -> usize {
+    let mut at = 0;
+    for (p, q) in x.chunks_exact(16).zip(y.chunks_exact(16)) {
+        let (Ok(p), Ok(q)) = (<[u8; 16]>::try_from(p), <[u8; 16]>::try_from(q)) else {
+            break;
+        };
+        let differ = u128::from_le_bytes(p) ^ u128::from_le_bytes(q);
+        if differ != 0 {
+            // Little-endian: the lowest set bit is in the first byte that differs.
+            return at + (differ.trailing_zeros() / 8) as usize;
+        }
+        at += 16;
+    }
+    let (x, y) = (&x[at.min(x.len())..], &y[at.min(y.len())..]);
+    at + x
+        .iter()
+        .zip(y)
+        .position(|(p, q)| p != q)
+        .unwrap_or(x.len().min(y.len()))
+}
+
+/// How many trailing bytes `x` and `y` share, as [`common_prefix`].
+fn common_suffix(x: &[u8], y: &[u8]) -> usize {
+    let mut at = 0;
+    for (p, q) in x.rchunks_exact(16).zip(y.rchunks_exact(16)) {
+        let (Ok(p), Ok(q)) = (<[u8; 16]>::try_from(p), <[u8; 16]>::try_from(q)) else {
+            break;
+        };
+        let differ = u128::from_le_bytes(p) ^ u128::from_le_bytes(q);
+        if differ != 0 {
+            // Little-endian: the highest set bit is in the last byte that differs.
+            return at + (differ.leading_zeros() / 8) as usize;
+        }
+        at += 16;
+    }
+    let (x, y) = (
+        &x[..x.len().saturating_sub(at)],
+        &y[..y.len().saturating_sub(at)],
+    );
+    at + x
+        .iter()
+        .rev()
+        .zip(y.iter().rev())
+        .position(|(p, q)| p != q)
+        .unwrap_or(x.len().min(y.len()))
+}
+
 /// [`objects`] over two objects' spans.
 fn objects_spans(
-    mut a: super::spans::Members<'_>,
-    mut b: super::spans::Members<'_>,
+    mut a: Cursor<'_>,
+    mut b: Cursor<'_>,
     path: &mut String,
     emit: &mut EmitBytes<'_>,
 ) -> Option<()> {
-    use super::spans::{Members, at, key_text, same};
-    let (ab, bb) = (a.bytes(), b.bytes());
+    let (ab, a_span) = a.object();
+    let (bb, b_span) = b.object();
+    let (xs, ys) = middles(&mut a, &mut b, (ab, a_span), (bb, b_span))?;
+    let mut a = Members::new(ab, xs.into());
+    let mut b = Members::new(bb, ys.into());
     let mut next = 0;
     let mut in_step = true;
     for i in 0..a.members().len() {
@@ -239,8 +336,8 @@ fn objects_spans(
             None => emit("remove", path, None),
             Some(mb) if nested => {
                 objects_spans(
-                    Members::read(ab, ma.value)?,
-                    Members::read(bb, mb.value)?,
+                    Cursor::new(ab, ma.value, None)?,
+                    Cursor::new(bb, mb.value, None)?,
                     path,
                     emit,
                 )?;
@@ -388,6 +485,72 @@ mod tests {
                 (&old, &old),
                 (&with_meta, &with_other_meta),
             ] {
+                same_diff(a, b);
+            }
+        }
+    }
+
+    /// The common prefix and suffix found sixteen bytes a step are those found one at a time,
+    /// for every length and place of the first and last difference.
+    #[test]
+    fn common_ends_are_counted_exactly() {
+        for len in 0..40 {
+            let x: Vec<u8> = (0..len).map(|i| b'a' + (i % 7) as u8).collect();
+            for extra in [0, 1, 17] {
+                let mut y = x.clone();
+                y.extend(std::iter::repeat_n(b'z', extra));
+                assert_eq!(common_prefix(&x, &y), len, "{len} {extra}");
+                for at in 0..len {
+                    let mut z = x.clone();
+                    z[at] = b'#';
+                    assert_eq!(common_prefix(&x, &z), at, "{len} {at}");
+                    assert_eq!(common_suffix(&x, &z), len - at - 1, "{len} {at}");
+                    let mut w = vec![b'z'; extra];
+                    w.extend_from_slice(&z);
+                    assert_eq!(common_suffix(&x, &w), len - at - 1, "{len} {at} {extra}");
+                    assert_eq!(common_suffix(&w, &x), len - at - 1, "{len} {at} {extra}");
+                }
+                let mut w = vec![b'z'; extra];
+                w.extend_from_slice(&x);
+                assert_eq!(common_suffix(&x, &w), len, "{len} {extra}");
+            }
+        }
+    }
+
+    /// States whose bytes part and meet again where the members do not: strings holding what
+    /// reads as members (`","`, escaped quotes) where the other state has members, a member moved,
+    /// added or dropped at either end or in the middle, an object emptied or filled, values that
+    /// grow or shrink by a byte. The patch is the trees' each way.
+    #[test]
+    fn the_patch_from_bytes_is_the_patch_from_trees_where_the_bytes_part_and_meet() {
+        let states = [
+            json!({"a": 1, "b": "c,d"}),
+            json!({"a": "1,\"b\":\"c,d"}),
+            json!({"a": "x\",\"b\":1", "b": 1}),
+            json!({"a": "x", "b": 1}),
+            json!({"a": 1, "b": "x", "c": 2}),
+            json!({"a": "1,\"b\":\"x", "c": 2}),
+            json!({"a": {"k": "aa"}, "z": {"k": "aa"}}),
+            json!({"a": {"k": "aaa"}, "z": {"k": "aa"}}),
+            json!({"a": {"k": "aa", "l": "\",\"m\":1}"}, "z": {"k": "aa"}}),
+            json!({"a": {"k": "aa", "l": "", "m": 1}, "z": {"k": "aa"}}),
+            json!({"a": {}, "z": {"k": "aa"}}),
+            json!({"a": {"k": "aa"}, "z": {}}),
+            json!({"a": {"k": "aa"}, "m": [1, {"k": "aa"}], "z": {"k": "aa"}}),
+            json!({"a": {"k": "aa"}, "m": [1, {"k": "ab"}], "z": {"k": "aa"}}),
+            json!({"m": 1, "a": {"k": "aa"}, "z": {"k": "aa"}}),
+            json!({"a": {"k": "aa"}, "z": {"k": "aa"}, "m": 1}),
+            json!({"a": {"k": 10, "j": 0}, "z": 1}),
+            json!({"a": {"k": 1, "j": 0}, "z": 1}),
+            json!({"a": {"k": 1, "j": 0.0}, "z": 1}),
+            json!({"a": {"k": 1, "j": -0.0}, "z": 1}),
+            json!({"metadata": {"name": "w", "labels": {"app": "x"}, "resourceVersion": "9", "generation": 9}, "spec": {"n": 9, "env": [{"name": "a"}]}}),
+            json!({"metadata": {"name": "w", "labels": {"app": "x"}, "resourceVersion": "10", "generation": 10}, "spec": {"n": 10, "env": [{"name": "a"}]}}),
+            json!({"metadata": {"name": "w", "labels": {"app": "y"}, "resourceVersion": "10", "generation": 10}, "spec": {"n": 10, "env": [{"name": "a"}]}}),
+            json!({}),
+        ];
+        for a in &states {
+            for b in &states {
                 same_diff(a, b);
             }
         }

@@ -103,6 +103,103 @@ pub fn members(b: &[u8], at: (usize, usize), out: &mut Vec<Member>) -> Option<()
     }
 }
 
+/// The members of one object read one at a time, from its first or from any member's start: the
+/// patch reads only the members where two states' bytes part ([`Cursor::seek`] past the equal
+/// ones), from the spans already known (the decoder's top members) or from the bytes.
+pub struct Cursor<'b> {
+    b: &'b [u8],
+    /// The object's `{` to just past its `}`.
+    span: (usize, usize),
+    /// Its members when already known, in order.
+    known: Option<&'b [Member]>,
+    /// The next member's index.
+    index: usize,
+    /// Where the next member's key opens (its quote), or the closing `}` once done.
+    at: usize,
+}
+
+impl<'b> Cursor<'b> {
+    /// At the first member of the object at `span`; `known` its members, when read already.
+    /// `None` when it is not an object.
+    pub fn new(b: &'b [u8], span: (usize, usize), known: Option<&'b [Member]>) -> Option<Self> {
+        let (start, end) = span;
+        if b.get(start) != Some(&b'{') || end < start + 2 || b.get(end - 1) != Some(&b'}') {
+            return None;
+        }
+        let at = match known {
+            Some(known) => known.first().map_or(end - 1, |m| m.key.0 - 1),
+            None if b.get(start + 1) == Some(&b'}') => end - 1,
+            None => start + 1,
+        };
+        Some(Self {
+            b,
+            span,
+            known,
+            index: 0,
+            at,
+        })
+    }
+
+    /// The bytes and where the object lies in them.
+    pub fn object(&self) -> (&'b [u8], (usize, usize)) {
+        (self.b, self.span)
+    }
+
+    /// How far the next member's start (or the closing `}`) lies from the object's end.
+    pub fn left(&self) -> usize {
+        self.span.1 - self.at
+    }
+
+    /// Whether every member was read.
+    pub fn done(&self) -> bool {
+        self.at + 1 == self.span.1
+    }
+
+    /// Where the next member opens, relative to the object's start.
+    pub fn offset(&self) -> usize {
+        self.at - self.span.0
+    }
+
+    /// Back or forth to the member opening at `offset` (relative to the object's start), the
+    /// `index`th: a place this cursor or another over the same leading bytes read.
+    pub fn seek(&mut self, offset: usize, index: usize) {
+        self.at = self.span.0 + offset;
+        self.index = index;
+    }
+
+    /// The next member; `Some(None)` once done, `None` when the bytes do not read as compact JSON.
+    pub fn read(&mut self) -> Option<Option<Member>> {
+        if self.done() {
+            return Some(None);
+        }
+        let member = match self.known {
+            Some(known) => *known.get(self.index)?,
+            None => {
+                let b = self.b;
+                let i = self.at;
+                if b.get(i) != Some(&b'"') {
+                    return None;
+                }
+                let key_end = string_end(b, i)?;
+                if b.get(key_end) != Some(&b':') {
+                    return None;
+                }
+                Member {
+                    key: (i + 1, key_end - 1),
+                    value: (key_end + 1, value_end(b, key_end + 1)?),
+                }
+            }
+        };
+        self.index += 1;
+        self.at = match self.b.get(member.value.1)? {
+            b',' => member.value.1 + 1,
+            b'}' if member.value.1 + 1 == self.span.1 => member.value.1,
+            _ => return None,
+        };
+        Some(Some(member))
+    }
+}
+
 /// The bytes of `span` in `b`.
 pub fn at(b: &[u8], span: (usize, usize)) -> &[u8] {
     b.get(span.0..span.1).unwrap_or_default()

@@ -641,3 +641,68 @@ fn the_layout_written_is_where_a_reader_finds_the_attributes() {
         }
     }
 }
+
+/// A string escaped for the event is what `serde_json` writes inside its quotes: every ASCII
+/// character and some wider ones, at every offset of the eight-byte step, alone, in runs and at
+/// the end.
+#[test]
+fn escaped_text_is_what_serde_json_writes() {
+    let mut texts = Vec::new();
+    for c in (0u8..0x80).map(char::from).chain(['é', '\u{2028}', '😀']) {
+        for len in 0..18 {
+            let filler = "ab".repeat(len / 2) + &"x".repeat(len % 2);
+            texts.push(format!("{filler}{c}"));
+            texts.push(format!("{c}{filler}{c}{c}"));
+            texts.push(format!("{filler}{c}{filler}"));
+        }
+    }
+    texts.push(String::new());
+    for text in texts {
+        let mut out = Vec::new();
+        write_escaped(&mut out, &text);
+        let quoted = serde_json::to_string(&text).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            quoted[1..quoted.len() - 1],
+            "{text:?}"
+        );
+    }
+}
+
+/// The event written from bytes is written into a buffer sized for it at once: a first guess
+/// short of the attributes (a fixed 640 bytes) grew it, a copy of the whole event, every time.
+#[test]
+fn the_event_from_bytes_fits_the_buffer_it_was_given() {
+    let object = br#"{"apiVersion":"example.com/v1","kind":"Database","metadata":{"name":"orders-primary-0001","namespace":"payments-production","uid":"0f8fad5b-d9cb-469f-a165-70867728950e","resourceVersion":"123456789","generation":1234}}"#;
+    let patch = br#"[{"op":"replace","path":"/metadata/resourceVersion","value":"123456789"}]"#;
+    for (r, rv) in [(resource(), "123456789"), (resource(), "opaque-version-x")] {
+        for op in [Op::Created, Op::Updated, Op::Deleted] {
+            let (_, bytes) = normalize_bytes(
+                &r,
+                ObservedBytes {
+                    op,
+                    ident: Ident {
+                        uid: "0f8fad5b-d9cb-469f-a165-70867728950e",
+                        resource_version: rv,
+                        name: "orders-primary-0001",
+                        namespace: "payments-production",
+                        generation: Some(i64::MIN),
+                    },
+                    object,
+                    old: Some(object),
+                    patch: Some(patch),
+                    resync: true,
+                    resource_version: None,
+                    observed_at: at(),
+                },
+            );
+            // Grown, the buffer would hold at least twice its first size.
+            assert!(
+                bytes.capacity() <= bytes.len() + 512,
+                "{op:?} {rv}: {} of {}",
+                bytes.len(),
+                bytes.capacity()
+            );
+        }
+    }
+}

@@ -109,6 +109,18 @@ impl Spanned {
             .unwrap_or("")
     }
 
+    /// The text of `metadata.uid` and of `metadata.resourceVersion` as [`ident`](Self::ident)
+    /// reads them, without checking again that they are UTF-8 (they were written from `str`s):
+    /// what tells two states of one object apart, compared as bytes.
+    pub fn version(&self) -> (&[u8], &[u8]) {
+        let text = |i: usize| {
+            self.texts[i]
+                .and_then(|(start, end)| self.bytes.get(start as usize..end as usize))
+                .unwrap_or_default()
+        };
+        (text(UID), text(RV))
+    }
+
     /// Whether the recorder can keep this object as its bytes: no repeated member, shaped like a
     /// Kubernetes object (a `metadata` object whose identifying members are strings or null), its
     /// identifying strings free of escapes (read in place), no member named like the index's own

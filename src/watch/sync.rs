@@ -15,7 +15,7 @@ use super::{Decoded, Health, Object, Resolved, Spanned, WatchSpec};
 use crate::config::OnError;
 use crate::event::filter::{self, Vars};
 use crate::event::members::meta_str as meta;
-use crate::event::{self, Observed, Op};
+use crate::event::{self, Ident, Observed, Op};
 use crate::journal::{Batch, FirstSync, IndexUpdate, Journal, JournalError, take_unconfirmed_mark};
 
 /// Events synthesized by a relist (or index updates, when filters leave few events) are appended in
@@ -135,8 +135,6 @@ struct Appending {
     /// against these (taking them out as it reads them), since the store may not hold them yet;
     /// the rest goes to [`Known`] once the batch landed.
     overlay: Keyed<Option<State>>,
-    /// The size of each overlay state's index entry (for [`Known`]'s bound).
-    sizes: Keyed<usize>,
     /// Where the watch resumes once the batch landed.
     next: String,
     /// How many events the batch appends (for the backlog bound).
@@ -165,47 +163,67 @@ impl Drop for Landed {
 /// for one watch). Bounded by [`KNOWN_BYTES`]; anything missing is read from the store.
 #[derive(Default)]
 struct Known {
-    objects: Keyed<(State, usize)>,
+    objects: Keyed<State>,
     bytes: usize,
+    /// The last batch's overlay, emptied, for the next batch: an overlay grown from nothing
+    /// rehashed its table several times a batch (and touched fresh pages each time).
+    spare: Keyed<Option<State>>,
 }
 
 /// A recorded state as the recorder keeps it: its tree, or, for a resource on the spans path
 /// ([`Recorder::spans_path`]), the index entry's bytes and their spans (less memory than the tree,
 /// and what the next change's patch is written from).
+///
+/// Each knows the size of its index entry, for [`Known`]'s bound: a tree's is noted beside it
+/// (none when not known, and then it is not kept past its batch), a span's is its bytes. A map of
+/// sizes beside the states was one more key copied and hashed per change.
 #[derive(Debug)]
 enum State {
-    Tree(Value),
+    Tree(Value, Option<usize>),
     Spans(Spanned),
 }
 
 impl State {
+    /// The size of its index entry, when known.
+    fn size(&self) -> Option<usize> {
+        match self {
+            Self::Tree(_, size) => *size,
+            Self::Spans(s) => Some(s.bytes.len()),
+        }
+    }
+
     /// The state's tree (parsed from its bytes when it has none).
     fn into_value(self) -> Value {
         match self {
-            Self::Tree(v) => v,
+            Self::Tree(v, _) => v,
             Self::Spans(s) => s.into_tree().0,
         }
     }
 }
 
 impl Known {
-    fn take(&mut self, key: &str) -> Option<(State, usize)> {
+    fn take(&mut self, key: &str) -> Option<State> {
         let taken = self.objects.remove(key)?;
-        self.bytes -= taken.1;
+        self.bytes -= taken.size().unwrap_or(0);
         Some(taken)
     }
 
     /// Remembers what a successful append left in the index for these keys.
-    fn remember(&mut self, overlay: Keyed<Option<State>>, sizes: &Keyed<usize>) {
-        for (key, state) in overlay {
-            self.take(&key);
-            let (Some(mut object), Some(&size)) = (state, sizes.get(&key)) else {
+    fn remember(&mut self, mut overlay: Keyed<Option<State>>) {
+        for (key, state) in overlay.drain() {
+            let Some((mut object, size)) = state
+                .and_then(|state| Some((state.size()?, state)))
+                .filter(|&(size, _)| size <= KNOWN_OBJECT_MAX)
+                .map(|(size, state)| (state, size))
+            else {
+                self.take(&key);
                 continue;
             };
-            if size > KNOWN_OBJECT_MAX {
-                continue;
-            }
-            if let State::Spans(s) = &mut object {
+            // A buffer with little room to spare (the decoder's first guess is 512 bytes) is kept
+            // as it is: shrinking it was a copy of every state remembered.
+            if let State::Spans(s) = &mut object
+                && s.bytes.capacity() > s.bytes.len() + s.bytes.len() / 2
+            {
                 s.shrink();
             }
             if self.bytes + size > KNOWN_BYTES {
@@ -213,8 +231,13 @@ impl Known {
                 self.bytes = 0;
             }
             self.bytes += size;
-            self.objects.insert(key, (object, size));
+            // One lookup: what the key held before (a change taken out of here meanwhile leaves
+            // nothing) goes out of the count as the new state comes in.
+            if let Some(before) = self.objects.insert(key, object) {
+                self.bytes -= before.size().unwrap_or(0);
+            }
         }
+        self.spare = overlay;
     }
 }
 
@@ -223,7 +246,7 @@ impl Known {
 pub type Change = (Seen, Value, Option<Vec<u8>>);
 
 /// A map by object key, hashed with foldhash rather than std's SipHash: the recorder looks every
-/// change's key up in four of them (the batch's overlay and sizes, the one appending, [`Known`]),
+/// change's key up in three of them (the batch's overlay, the one appending, [`Known`]),
 /// and SipHash of each key was most of those lookups. foldhash's seed is random per process, and
 /// keys are the names of objects in the watched resources.
 type Keyed<V> = HashMap<String, V, foldhash::fast::RandomState>;
@@ -238,8 +261,6 @@ struct Pending {
     index: Vec<IndexUpdate>,
     /// Index state changed within this batch, so a second change to the same object sees the first.
     overlay: Keyed<Option<State>>,
-    /// The size of each overlay state's index entry (for [`Known`]'s bound).
-    sizes: Keyed<usize>,
 }
 
 /// A journal batch and the layouts of the events the recorder vouches for
@@ -408,22 +429,16 @@ impl<'a> Recorder<'a> {
         if let Some(a) = self.lock_appending().as_mut()
             && let Some(v) = a.overlay.remove(key)
         {
-            if let Some(size) = a.sizes.remove(key) {
-                p.sizes.insert(key.to_owned(), size);
-            }
             return Ok(v);
         }
-        if let Some((v, size)) = self.lock_known().take(key) {
-            p.sizes.insert(key.to_owned(), size);
+        if let Some(v) = self.lock_known().take(key) {
             return Ok(Some(v));
         }
         let raw = self
             .journal
             .index_get(&self.resolved.stream, key)
             .map_err(SyncError::JournalFailed)?;
-        if let Some(b) = &raw {
-            p.sizes.insert(key.to_owned(), b.len());
-        }
+        let size = raw.as_ref().map(Vec::len);
         // Kept as bytes on the spans path, unless the entry is not plain (a salvage's mark, which
         // `plain` refuses, is taken out of the tree below).
         if self.spans_path()
@@ -439,7 +454,7 @@ impl<'a> Recorder<'a> {
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .map(|mut v| {
                 take_unconfirmed_mark(&mut v);
-                State::Tree(v)
+                State::Tree(v, size)
             }))
     }
 
@@ -463,12 +478,13 @@ impl<'a> Recorder<'a> {
 
     /// [`put`](Self::put) with the object already serialized (`json`).
     fn put_json(&self, p: &mut Pending, key: &str, obj: Value, json: Vec<u8>) {
-        p.sizes.insert(key.to_string(), json.len());
+        let size = json.len();
         p.index.push(IndexUpdate::Put {
             key: key.to_string(),
             object: json,
         });
-        p.overlay.insert(key.to_string(), Some(State::Tree(obj)));
+        p.overlay
+            .insert(key.to_string(), Some(State::Tree(obj, Some(size))));
     }
 
     fn remove(&self, p: &mut Pending, key: &str) {
@@ -650,7 +666,10 @@ impl<'a> Recorder<'a> {
                 && meta(old, "resourceVersion") == meta(&new, "resourceVersion")
         }) {
             // Nothing changed; keep what `recorded` took out of the overlay.
-            p.overlay.insert(key.to_string(), old.map(State::Tree));
+            // Its entry's size went with `recorded`'s state: not kept past this batch (rare: a
+            // watch seldom sends a state it sent before).
+            p.overlay
+                .insert(key.to_string(), old.map(|old| State::Tree(old, None)));
             return;
         }
         // Serialized once (while it was parsed, where it could be), for the index entry and the
@@ -966,9 +985,8 @@ impl<'a> Recorder<'a> {
         self.settle_watch(rv).await?;
         let checkpoint = (next != *rv).then(|| next.clone());
         let overlay = std::mem::take(&mut p.overlay);
-        let sizes = std::mem::take(&mut p.sizes);
         let Some(batch) = self.batch(p, checkpoint) else {
-            self.lock_known().remember(overlay, &sizes);
+            self.lock_known().remember(overlay);
             *rv = next;
             return Ok(());
         };
@@ -976,7 +994,6 @@ impl<'a> Recorder<'a> {
         *self.lock_appending() = Some(Appending {
             append: Chunk::spawn(self.journal, batch, FirstSync::Keep),
             overlay,
-            sizes,
             next,
             events,
         });
@@ -999,8 +1016,7 @@ impl<'a> Recorder<'a> {
         };
         appending.append.landed().await?;
         // In the index now: the next change of these objects is diffed against them as they are.
-        self.lock_known()
-            .remember(appending.overlay, &appending.sizes);
+        self.lock_known().remember(appending.overlay);
         *rv = appending.next;
         Ok(())
     }
@@ -1012,7 +1028,12 @@ impl<'a> Recorder<'a> {
         changes: Vec<(Seen, Object)>,
         rv: String,
     ) -> Result<(Pending, String), SyncError> {
-        let mut p = Pending::default();
+        let mut p = Pending {
+            events: Vec::with_capacity(changes.len()),
+            layouts: Vec::with_capacity(changes.len()),
+            index: Vec::with_capacity(changes.len()),
+            overlay: std::mem::take(&mut self.lock_known().spare),
+        };
         let mut next = rv;
         for (seen, object) in changes {
             let (raw, json) = match object {
@@ -1121,13 +1142,13 @@ impl Recorder<'_> {
         let old = self.recorded(p, &key)?;
         match (seen, old) {
             (Seen::Added | Seen::Modified, None) => {
-                self.present_spans(p, &key, new, None, false, None);
+                self.present_spans(p, key, new, None, false, None);
             }
             (Seen::Added | Seen::Modified, Some(State::Spans(old))) => {
-                self.present_spans(p, &key, new, Some(old), false, None);
+                self.present_spans(p, key, new, Some(old), false, None);
             }
             // A state the tree path recorded (an object that was not plain) is diffed as a tree.
-            (Seen::Added | Seen::Modified, Some(State::Tree(old))) => {
+            (Seen::Added | Seen::Modified, Some(State::Tree(old, _))) => {
                 let (new, json) = new.into_tree();
                 self.present(p, &key, new, json, Some(old), false, None);
             }
@@ -1143,7 +1164,7 @@ impl Recorder<'_> {
                 }
             }
             (Seen::Deleted, _) => {
-                self.emit_spans(p, Op::Deleted, &new, None, None, false, None);
+                self.emit_spans(p, Op::Deleted, &new, new.ident(), None, None, false, None);
                 self.remove(p, &key);
             }
             (Seen::Bookmark, _) => {}
@@ -1155,31 +1176,43 @@ impl Recorder<'_> {
     fn present_spans(
         &self,
         p: &mut Pending,
-        key: &str,
+        key: String,
         new: Spanned,
         old: Option<Spanned>,
         resync: bool,
         rv: Option<&str>,
     ) {
-        if old.as_ref().is_some_and(|old| {
-            let (was, now) = (old.ident(), new.ident());
-            was.uid == now.uid && was.resource_version == now.resource_version
-        }) {
+        // The old state's identity compared as bytes, and read whole only for a deletion: its
+        // text checked again was a good part of taking a state out of memory.
+        let (uid, version) = new.version();
+        if old
+            .as_ref()
+            .is_some_and(|old| old.version() == (uid, version))
+        {
             // Nothing changed; keep what `recorded` took out of the overlay.
-            p.overlay.insert(key.to_string(), old.map(State::Spans));
+            p.overlay.insert(key, old.map(State::Spans));
             return;
         }
+        let now = new.ident();
         match &old {
-            None => self.emit_spans(p, Op::Created, &new, None, None, resync, None),
-            Some(old) if old.ident().uid != new.ident().uid => {
+            Some(old) if old.version().0 != uid => {
                 // As `present`: the deletion first, dated just before the new object.
-                let now = new.ident().resource_version;
-                let before = event::replaced_deletion_version(now);
-                let deleted_at = before.as_deref().or(rv).or(Some(now));
-                self.emit_spans(p, Op::Deleted, old, None, None, resync, deleted_at);
-                self.emit_spans(p, Op::Created, &new, None, None, resync, None);
+                let before = event::replaced_deletion_version(now.resource_version);
+                let deleted_at = before.as_deref().or(rv).or(Some(now.resource_version));
+                self.emit_spans(
+                    p,
+                    Op::Deleted,
+                    old,
+                    old.ident(),
+                    None,
+                    None,
+                    resync,
+                    deleted_at,
+                );
+                self.emit_spans(p, Op::Created, &new, now, None, None, resync, None);
             }
-            Some(old) => self.update_spans(p, old, &new, resync),
+            Some(old) => self.update_spans(p, old, (&new, now), resync),
+            None => self.emit_spans(p, Op::Created, &new, now, None, None, resync, None),
         }
         self.put_spans(p, key, new);
     }
@@ -1202,7 +1235,7 @@ impl Recorder<'_> {
         }
         let key = event::ident_key(&self.resolved.resource, &ident);
         if !emit {
-            self.put_spans(p, &key, new);
+            self.put_spans(p, key.clone(), new);
             return Ok(Relisted::Recorded(key));
         }
         let old = if unindexed {
@@ -1220,24 +1253,29 @@ impl Recorder<'_> {
                 },
             }
         };
-        self.present_spans(p, &key, new, old, true, Some(rv));
+        self.present_spans(p, key.clone(), new, old, true, Some(rv));
         Ok(Relisted::Recorded(key))
     }
 
     /// [`put_json`](Self::put_json) of an object as bytes and spans.
-    fn put_spans(&self, p: &mut Pending, key: &str, new: Spanned) {
-        p.sizes.insert(key.to_string(), new.bytes.len());
+    fn put_spans(&self, p: &mut Pending, key: String, new: Spanned) {
         p.index.push(IndexUpdate::Put {
-            key: key.to_string(),
+            key: key.clone(),
             object: new.bytes.clone(),
         });
-        p.overlay.insert(key.to_string(), Some(State::Spans(new)));
+        p.overlay.insert(key, Some(State::Spans(new)));
     }
 
     /// An update from `old` to `new` (of the same uid): journaled when its patch touches more than
     /// the bookkeeping, which without `changed`, `ignoreFields` or redaction is
     /// [`filter::meaningful_update`]'s answer (see [`patch_decides`](Self::patch_decides)).
-    fn update_spans(&self, p: &mut Pending, old: &Spanned, new: &Spanned, resync: bool) {
+    fn update_spans(
+        &self,
+        p: &mut Pending,
+        old: &Spanned,
+        (new, now): (&Spanned, Ident<'_>),
+        resync: bool,
+    ) {
         if !self.spec.ops.contains(&Op::Updated) {
             self.health
                 .filtered
@@ -1256,7 +1294,16 @@ impl Recorder<'_> {
             }
         };
         if meaningful {
-            self.emit_spans(p, Op::Updated, new, Some(&patch), Some(old), resync, None);
+            self.emit_spans(
+                p,
+                Op::Updated,
+                new,
+                now,
+                Some(&patch),
+                Some(old),
+                resync,
+                None,
+            );
         } else {
             self.health
                 .filtered
@@ -1272,6 +1319,7 @@ impl Recorder<'_> {
         p: &mut Pending,
         op: Op,
         obj: &Spanned,
+        ident: Ident<'_>,
         patch: Option<&[u8]>,
         old: Option<&Spanned>,
         resync: bool,
@@ -1291,7 +1339,7 @@ impl Recorder<'_> {
             &self.resolved.resource,
             event::ObservedBytes {
                 op,
-                ident: obj.ident(),
+                ident,
                 object: &obj.bytes,
                 old: old.map(|o| o.bytes.as_slice()),
                 patch,
@@ -1692,7 +1740,6 @@ async fn relist_with(
                 };
                 // Lookups go to the store: no second copy of every object in the overlay.
                 p.overlay.clear();
-                p.sizes.clear();
                 listed += 1;
                 if !unindexed {
                     seen.insert(key.into_boxed_str());
@@ -1761,7 +1808,6 @@ async fn relist_with(
             rec.remove(&mut p, &key);
         }
         p.overlay.clear();
-        p.sizes.clear();
         if p.chunk_full() {
             rec.append_marked(std::mem::take(&mut p), None, during)?;
         }
