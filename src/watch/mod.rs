@@ -762,6 +762,9 @@ async fn read_lines<K: WatchedObject + serde::de::DeserializeOwned>(
             break;
         }
     }
+    // How many lines the scanner declined (a cluster whose objects it cannot copy as they are:
+    // Go's `\u003c` escapes, floats) shows here.
+    tracing::debug!(message = "Watch lines read.", %resource, lines = read.lines, scanned = read.scanned);
     read
 }
 

@@ -110,6 +110,33 @@ const PLAIN: [bool; 256] = {
     t
 };
 
+/// Where the run of [`PLAIN`] bytes from `at` ends: eight bytes at a time while none of them is
+/// `"`, `\` or a control character (most of a line is in strings), then byte by byte.
+fn plain_run(b: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const QUOTE: u64 = ONES * b'"' as u64;
+    const BACKSLASH: u64 = ONES * b'\\' as u64;
+    const SPACE: u64 = ONES * 0x20;
+    while let Some(Ok(word)) = b.get(at..at + 8).map(<[u8; 8]>::try_from) {
+        let x = u64::from_le_bytes(word);
+        let (q, s) = (x ^ QUOTE, x ^ BACKSLASH);
+        // A zero byte in `q` or `s`, or a byte below 0x20 in `x`: the lowest byte flagged is the
+        // first such byte (a borrow only carries upward from a byte that is one).
+        let special =
+            (q.wrapping_sub(ONES) & !q | s.wrapping_sub(ONES) & !s | x.wrapping_sub(SPACE) & !x)
+                & HIGH;
+        if special != 0 {
+            return at + (special.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while b.get(at).is_some_and(|&c| PLAIN[usize::from(c)]) {
+        at += 1;
+    }
+    at
+}
+
 /// Integers of at most this many digits fit `i64` and `u64` whatever they are.
 const DIGITS: usize = 18;
 
@@ -398,9 +425,7 @@ impl<'a> Scanner<'a> {
         self.expect(b'"')?;
         let start = self.pos;
         loop {
-            while self.b.get(self.pos).is_some_and(|&c| PLAIN[usize::from(c)]) {
-                self.pos += 1;
-            }
+            self.pos = plain_run(self.b, self.pos);
             match self.next()? {
                 b'"' => return Some((start, self.pos - 1)),
                 b'\\' => match self.next()? {
