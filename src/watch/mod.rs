@@ -6,9 +6,11 @@
 //! checkpoint, so the checkpoint never passes an event that is not in the journal.
 
 mod decoded;
+mod lines;
 pub mod pattern;
 pub mod problem;
 pub mod resolve;
+pub mod scan;
 mod spanned;
 mod spec;
 mod sync;
@@ -17,7 +19,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -586,9 +587,9 @@ async fn read_batches(
 
 /// Opens a watch whose objects are decoded straight into [`Value`]s and their serialized bytes
 /// (through `K`: [`Whole`], or [`Stripped`] without managedFields), in the API server's key order,
-/// and starts the task that
-/// reads its lines into `tx`: the request `Api::watch` would send, decoded by kube's line reader,
-/// without the `DynamicObject` detour (a typed `ObjectMeta` decoded and serialised again per line
+/// or into [`Spanned`]s, and starts the task that
+/// reads its lines into `tx`: the request `Api::watch` would send, its lines read as kube reads
+/// them ([`lines`]), without the `DynamicObject` detour (a typed `ObjectMeta` decoded and serialised again per line
 /// was a fifth of herald's CPU in a catch-up; ADR 0014).
 async fn spawn_reader<K>(
     r: &Resolved,
@@ -604,12 +605,11 @@ where
         .watch(wp, rv)
         .map_err(kube::Error::BuildRequest)?;
     request.extensions_mut().insert("watch");
-    let stream = r.client.request_events::<K>(request).await?;
-    Ok(AbortOnDropHandle::new(tokio::spawn(read_lines(
-        stream.boxed(),
-        tx,
-        r.display(),
-    ))))
+    let body = lines::open(&r.client, request).await?;
+    let resource = r.display();
+    Ok(AbortOnDropHandle::new(tokio::spawn(async move {
+        read_lines::<K>(lines::Lines::new(body), tx, resource).await;
+    })))
 }
 
 /// A watched object as a watch line's decoder yields it, turned into the [`Value`] the recorder
@@ -642,6 +642,13 @@ pub trait WatchedObject: Sized {
     fn into_object(self) -> Result<Object, kube::Error> {
         self.into_parts()
             .map(|(value, json)| Object::Tree(value, json))
+    }
+
+    /// The watch line read by the [`scan`]ner, when it reads it and this decoder has it read
+    /// (none does but [`Spans`]); `None`: serde decodes it.
+    fn scan(line: &[u8]) -> Option<WatchEvent<Self>> {
+        let _ = line;
+        None
     }
 }
 
@@ -733,14 +740,26 @@ impl Line {
     }
 }
 
+/// What [`read_lines`] read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Read {
+    /// Lines decoded.
+    lines: u64,
+    /// Of which the scanner read.
+    scanned: u64,
+}
+
 /// Decodes watch lines until the stream ends, the recorder goes away, or a line ends the watch.
-async fn read_lines<K: WatchedObject>(
-    mut stream: futures::stream::BoxStream<'static, kube::Result<WatchEvent<K>>>,
+async fn read_lines<K: WatchedObject + serde::de::DeserializeOwned>(
+    mut body: lines::Lines,
     tx: tokio::sync::mpsc::Sender<Line>,
     resource: String,
-) {
-    while let Some(ev) = stream.next().await {
-        let line = match Line::of(ev) {
+) -> Read {
+    let mut read = Read::default();
+    while let lines::Next::Event { event, scanned } = body.next::<K>().await {
+        read.lines += 1;
+        read.scanned += u64::from(scanned);
+        let line = match Line::of(event) {
             Ok(line) => line,
             Err(status) => {
                 tracing::warn!(message = "Watch error event.", %resource, code = status.code, reason = %status.reason, error = %status.message);
@@ -749,9 +768,13 @@ async fn read_lines<K: WatchedObject>(
         };
         let last = !matches!(line, Line::Change(..) | Line::Spans(..));
         if tx.send(line).await.is_err() || last {
-            return;
+            break;
         }
     }
+    // How many lines the scanner declined (a cluster whose objects it cannot copy as they are:
+    // Go's `\u003c` escapes, floats) shows here.
+    tracing::debug!(message = "Watch lines read.", %resource, lines = read.lines, scanned = read.scanned);
+    read
 }
 
 fn is_not_found(error: &kube::Error) -> bool {
@@ -781,6 +804,117 @@ mod tests {
 
     fn line(text: &str) -> Result<Line, Box<kube::core::Status>> {
         Line::of(serde_json::from_str::<WatchEvent<Value>>(text).map_err(kube::Error::SerdeError))
+    }
+
+    /// Reads `body`, cut into chunks of `size` bytes, through the watch's line reader.
+    async fn read_body(body: &[u8], size: usize, end: Option<std::io::Error>) -> (Read, Vec<Line>) {
+        let mut chunks: Vec<std::io::Result<Vec<u8>>> =
+            body.chunks(size).map(|c| Ok(c.to_vec())).collect();
+        chunks.extend(end.map(Err));
+        let body: lines::Body = Box::pin(futures::TryStreamExt::into_async_read(
+            futures::stream::iter(chunks),
+        ));
+        let (tx, mut rx) = tokio::sync::mpsc::channel(10_000);
+        let read = read_lines::<Spans<true>>(lines::Lines::new(body), tx, "test".into()).await;
+        let mut got = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            got.push(line);
+        }
+        (read, got)
+    }
+
+    fn plain(rv: usize) -> String {
+        format!(
+            r#"{{"type":"MODIFIED","object":{{"kind":"Widget","metadata":{{"name":"w{rv}","namespace":"ns","uid":"u{rv}","resourceVersion":"{rv}","managedFields":[{{"m":"\"x\""}}],"generation":{rv}}},"spec":{{"n":{rv},"s":"a\nb é"}}}}}}"#
+        )
+    }
+
+    /// The reader frames lines as kube did (across chunks, `\r\n`, empty lines, a last line
+    /// without its newline) and the scanner reads every plain one: this fails if the fast path
+    /// is gone.
+    #[tokio::test]
+    async fn the_reader_scans_plain_lines_across_chunks() {
+        let mut body = String::new();
+        for rv in 1..=200 {
+            body.push_str(&plain(rv));
+            body.push_str(if rv % 50 == 0 { "\r\n\n" } else { "\n" });
+        }
+        body.push_str(
+            r#"{"type":"BOOKMARK","object":{"kind":"Widget","apiVersion":"v1","metadata":{"resourceVersion":"201"}}}"#,
+        );
+        body.push('\n');
+        body.push_str(&plain(202));
+        for size in [1, 7, 300, 1 << 20] {
+            let (read, lines) = read_body(body.as_bytes(), size, None).await;
+            assert_eq!(
+                read,
+                Read {
+                    lines: 202,
+                    scanned: 201
+                },
+                "chunks of {size}"
+            );
+            let rvs: Vec<String> = lines
+                .iter()
+                .map(|line| match line {
+                    Line::Spans(Seen::Modified, s) => s.ident().resource_version.to_owned(),
+                    Line::Change(Seen::Bookmark, Value::String(rv), None) => rv.clone(),
+                    _ => panic!("a change or a bookmark"),
+                })
+                .collect();
+            let expected: Vec<String> = (1..=202).map(|rv| rv.to_string()).collect();
+            assert_eq!(rvs, expected, "chunks of {size}");
+        }
+    }
+
+    /// A line that is not UTF-8 and a read error end the reading with a broken line; a body that
+    /// ends early ends it quietly; a line that is not JSON is a broken line, as with kube.
+    #[tokio::test]
+    async fn the_reader_ends_on_bad_lines_and_read_errors_as_kube_did() {
+        let one = format!("{}\n", plain(1));
+        let mut bad = one.clone().into_bytes();
+        bad.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":\"\xff\"}\n");
+        bad.extend_from_slice(one.as_bytes());
+        let (read, lines) = read_body(&bad, 64, None).await;
+        assert_eq!(
+            read,
+            Read {
+                lines: 2,
+                scanned: 1
+            }
+        );
+        assert!(matches!(
+            &lines[..],
+            [Line::Spans(..), Line::Broken(kube::Error::ReadEvents(_))]
+        ));
+        let early = std::io::Error::other(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        let (read, lines) = read_body(one.as_bytes(), 64, Some(early)).await;
+        assert_eq!((read.lines, lines.len()), (1, 1));
+        let (read, lines) =
+            read_body(one.as_bytes(), 64, Some(std::io::Error::other("reset"))).await;
+        assert_eq!(read.lines, 2);
+        assert!(matches!(
+            &lines[1],
+            Line::Broken(kube::Error::ReadEvents(_))
+        ));
+        let (read, lines) = read_body(format!("{one}not json\n{one}").as_bytes(), 64, None).await;
+        assert_eq!(
+            read,
+            Read {
+                lines: 2,
+                scanned: 1
+            }
+        );
+        assert!(matches!(
+            &lines[1],
+            Line::Broken(kube::Error::SerdeError(_))
+        ));
+        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"m","reason":"r","code":500}"#;
+        let (_, lines) = read_body(format!("{one}{status}\n").as_bytes(), 64, None).await;
+        assert!(matches!(&lines[1], Line::Broken(kube::Error::Api(s)) if s.code == 500));
+        // A truncated last line is skipped, as kube skipped serde's end-of-input errors.
+        let (read, lines) = read_body(format!("{one}{{\"type\":\"ADD").as_bytes(), 64, None).await;
+        assert_eq!((read.lines, lines.len()), (1, 1));
     }
 
     #[test]

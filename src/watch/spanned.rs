@@ -45,7 +45,7 @@ pub struct Spanned {
 }
 
 /// The `metadata` members [`Spanned`] keeps spans of, in its `meta` order.
-const META: [&str; 5] = ["name", "namespace", "uid", "resourceVersion", "generation"];
+pub(super) const META: [&str; 5] = ["name", "namespace", "uid", "resourceVersion", "generation"];
 const NAME: usize = 0;
 const NAMESPACE: usize = 1;
 const UID: usize = 2;
@@ -69,6 +69,28 @@ impl Spanned {
         // `Value` keeps it (the last value in the first one's place), as from the line.
         let value = serde_json::from_slice(&self.bytes).unwrap_or(Value::Null);
         (value, self.exact.then_some(self.bytes))
+    }
+
+    /// The object [`scan`](super::scan) read: `bytes` are what the decoder would have written
+    /// (the scanner only takes input it can copy as is), `top` and `meta` where its members lie in
+    /// them, no member repeated.
+    pub(super) fn scanned(
+        bytes: Vec<u8>,
+        top: Vec<Member>,
+        meta: &[Option<(usize, usize)>; 5],
+        depth: usize,
+    ) -> Self {
+        let mut s = Self {
+            bytes,
+            top,
+            texts: [None; 4],
+            generation: None,
+            plain_meta: false,
+            exact: true,
+            depth,
+        };
+        s.finish(meta);
+        s
     }
 
     /// Reads the identifying members (`meta`: where the values of [`META`] lie) once the object
@@ -384,7 +406,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
 }
 
 /// Whether two of one object's keys are the same (the same text is the same bytes).
-fn repeats(b: &[u8], keys: &[(usize, usize)]) -> bool {
+pub(super) fn repeats(b: &[u8], keys: &[(usize, usize)]) -> bool {
     if keys.len() <= 16 {
         return keys.iter().enumerate().any(|(i, &k)| {
             keys[..i]
@@ -441,6 +463,17 @@ impl<'de> Visitor<'de> for Key<'_> {
 }
 
 impl<const STRIP: bool> super::WatchedObject for Spans<STRIP> {
+    fn scan(line: &[u8]) -> Option<kube::api::WatchEvent<Self>> {
+        use kube::api::WatchEvent;
+        let (kind, s) = super::scan::watch_line(line, STRIP)?;
+        let s = Self(s);
+        Some(match kind {
+            super::scan::Kind::Added => WatchEvent::Added(s),
+            super::scan::Kind::Modified => WatchEvent::Modified(s),
+            super::scan::Kind::Deleted => WatchEvent::Deleted(s),
+        })
+    }
+
     fn into_parts(self) -> Result<(Value, Option<Vec<u8>>), kube::Error> {
         let (value, json) = self.0.into_tree();
         let (value, _) = value.into_parts()?;

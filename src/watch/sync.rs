@@ -1383,6 +1383,13 @@ type Items = Vec<Object>;
 /// A listed item as the decoder gives it, as a relist takes it (its shape checked there).
 trait Item: serde::de::DeserializeOwned + Send + 'static {
     fn into_item(self) -> Object;
+
+    /// The page read by the [`scan`](super::scan)ner, when it reads it and this decoder has it
+    /// read; `None`: serde decodes it.
+    fn scan_page(text: &str) -> Option<(PageMeta, Items)> {
+        let _ = text;
+        None
+    }
 }
 
 impl<const STRIP: bool> Item for Decoded<STRIP> {
@@ -1400,6 +1407,18 @@ impl<const STRIP: bool> Item for super::Spans<STRIP> {
             Object::Tree(value, json)
         }
     }
+
+    fn scan_page(text: &str) -> Option<(PageMeta, Items)> {
+        let (meta, items) = super::scan::page(text.as_bytes(), STRIP)?;
+        let meta = PageMeta {
+            resource_version: meta.resource_version,
+            continue_: meta.continue_,
+        };
+        Some((
+            meta,
+            items.into_iter().map(|s| Self(s).into_item()).collect(),
+        ))
+    }
 }
 
 /// Reads one LIST page, its items decoded as `T`.
@@ -1411,7 +1430,15 @@ async fn list_page_as<T: Item>(
     let request = kube::core::Request::new(url)
         .list(&lp)
         .map_err(kube::Error::BuildRequest)?;
-    let page = client.request::<Page<T>>(request).await?;
+    // As `Client::request`, the scanner first.
+    let text = client.request_text(request).await?;
+    if let Some(page) = T::scan_page(&text) {
+        return Ok(page);
+    }
+    let page = serde_json::from_str::<Page<T>>(&text).map_err(|e| {
+        tracing::warn!("{}, {:?}", text, e);
+        kube::Error::SerdeError(e)
+    })?;
     let items = page
         .items
         .unwrap_or_default()

@@ -78,10 +78,29 @@ fn the_watchs_decoders_agree(bytes: &[u8]) {
     }
 }
 
+/// The watch's scanner on the same line: what it takes, the serde decoder of [`Spans`] reads
+/// the same (the change, the same `Spanned`).
+fn the_scanner_agrees<const STRIP: bool>(bytes: &[u8]) {
+    use herald::watch::scan::{self, Kind};
+    let Some((kind, scanned)) = scan::watch_line(bytes, STRIP) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(bytes);
+    let (k, s) = match serde_json::from_slice::<WatchEvent<Spans<STRIP>>>(bytes) {
+        Ok(WatchEvent::Added(s)) => (Kind::Added, s.0),
+        Ok(WatchEvent::Modified(s)) => (Kind::Modified, s.0),
+        Ok(WatchEvent::Deleted(s)) => (Kind::Deleted, s.0),
+        _ => panic!("the scanner took a line serde reads otherwise: {text}"),
+    };
+    assert_eq!((kind, &scanned), (k, &s), "{text}");
+}
+
 /// The decoder that keeps objects as bytes and spans ([`Spans`]) on the same line: the change the
 /// `Value` decoder gives, with the same bytes; a plain object's identity is what its tree says,
 /// and its event, written from the bytes, is the event written from the tree, byte for byte.
 fn the_spans_decoders_agree(bytes: &[u8]) {
+    the_scanner_agrees::<false>(bytes);
+    the_scanner_agrees::<true>(bytes);
     fn both<T, S>(
         bytes: &[u8],
     ) -> (

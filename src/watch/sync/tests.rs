@@ -1485,3 +1485,80 @@ async fn the_recorder_vouches_for_the_valid_events_it_wrote_and_no_other() {
         j.close().await.unwrap();
     }
 }
+
+/// A LIST page the scanner reads is the page serde reads (its `metadata` strings, each item's
+/// [`Spanned`]); what it declines, serde decides. Plain pages are taken.
+#[test]
+fn the_scanner_reads_list_pages_as_serde_does() {
+    fn agree<const STRIP: bool>(text: &str) -> bool {
+        let Some((meta, items)) = super::super::scan::page(text.as_bytes(), STRIP) else {
+            return false;
+        };
+        let page = serde_json::from_str::<Page<super::super::Spans<STRIP>>>(text)
+            .unwrap_or_else(|e| panic!("the scanner took what serde refuses ({e}): {text}"));
+        assert_eq!(
+            (meta.resource_version, meta.continue_),
+            (page.metadata.resource_version, page.metadata.continue_),
+            "{text}"
+        );
+        let by_serde: Vec<Spanned> = page
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.0)
+            .collect();
+        assert_eq!(items, by_serde, "strip: {STRIP}: {text}");
+        true
+    }
+    let item = |i: usize| {
+        format!(
+            r#"{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"w{i}","namespace":"ns","uid":"u-{i}","resourceVersion":"{i}","generation":{i},"managedFields":[{{"manager":"m","fieldsV1":{{"f:spec":{{"k:{{\"a\":1}}":{{}}}}}}}}],"labels":{{"a":"b\u0001"}}}},"spec":{{"n":[{i},-{i},true,null],"s":"é\"\\\t"}}}}"#
+        )
+    };
+    let items = (1..=20).map(item).collect::<Vec<_>>().join(",");
+    let taken = [
+        format!(
+            r#"{{"kind":"WidgetList","apiVersion":"example.com/v1","metadata":{{"resourceVersion":"99","continue":"eyJ2IjoxfQ==","remainingItemCount":5}},"items":[{items}]}}"#
+        ),
+        format!(
+            r#"{{"items":[{items}],"metadata":{{"resourceVersion":"99"}},"kind":"WidgetList"}}"#
+        ),
+        r#"{"kind":"WidgetList","metadata":{"resourceVersion":"1"},"items":[]}"#.to_owned(),
+        r#"{"kind":"WidgetList","metadata":{"resourceVersion":"1"},"items":null}"#.to_owned(),
+        r#"{"metadata":{},"kind":"x","kind":"y"}"#.to_owned(),
+        r#"{}"#.to_owned(),
+        // Items that are not plain are read as serde reads them (the recorder decides).
+        r#"{"metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":"a\"b"}},{"spec":1}]}"#
+            .to_owned(),
+    ];
+    for text in &taken {
+        assert!(
+            agree::<false>(text) && agree::<true>(text),
+            "declined: {text}"
+        );
+    }
+    for text in [
+        // Whitespace, a float, a repeat in an item, a Go escape, a repeated page member, an item
+        // that is not an object, metadata strings it does not read, invalid JSON.
+        format!(r#"{{"metadata":{{"resourceVersion":"99"}}, "items":[{items}]}}"#),
+        r#"{"metadata":{},"items":[{"metadata":{},"n":1.5}]}"#.to_owned(),
+        r#"{"metadata":{},"items":[{"metadata":{"name":"a","name":"a"}}]}"#.to_owned(),
+        r#"{"metadata":{},"items":[{"metadata":{"name":"\u003c"}}]}"#.to_owned(),
+        r#"{"metadata":{"resourceVersion":"1","resourceVersion":"2"},"items":[]}"#.to_owned(),
+        r#"{"metadata":{},"items":[],"items":[]}"#.to_owned(),
+        r#"{"metadata":{},"items":["text"]}"#.to_owned(),
+        r#"{"metadata":{"resourceVersion":null},"items":[]}"#.to_owned(),
+        r#"{"metadata":{"continue":"a\/b"},"items":[]}"#.to_owned(),
+        format!(r#"{{"metadata":{{}},"items":[{items}]"#),
+        format!(r#"{{"metadata":{{}},"items":[{items}]}}x"#),
+    ] {
+        assert!(
+            super::super::scan::page(text.as_bytes(), true).is_none(),
+            "{text}"
+        );
+        assert!(
+            super::super::scan::page(text.as_bytes(), false).is_none(),
+            "{text}"
+        );
+    }
+}
