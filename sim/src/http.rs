@@ -100,7 +100,10 @@ pub(crate) fn json_body(v: &Value) -> Response {
 }
 
 fn json_response(code: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    // Ended with a newline, as kube-apiserver's bodies are (Go's `json.Encoder.Encode`): a client
+    // that takes the body's last byte for the closing brace is wrong against a real server.
+    let mut body = serde_json::to_vec(v).unwrap_or_default();
+    body.push(b'\n');
     let mut r = (code, body).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -169,7 +169,7 @@ pub(super) fn decode<K: WatchedObject + serde::de::DeserializeOwned>(
             false,
         ));
     };
-    if let Some(event) = K::scan(line) {
+    if let Some(event) = K::scan(text) {
         return Some((Ok(event), true));
     }
     match serde_json::from_str::<WatchEvent<K>>(text) {

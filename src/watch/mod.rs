@@ -646,7 +646,7 @@ pub trait WatchedObject: Sized {
 
     /// The watch line read by the [`scan`]ner, when it reads it and this decoder has it read
     /// (none does but [`Spans`]); `None`: serde decodes it.
-    fn scan(line: &[u8]) -> Option<WatchEvent<Self>> {
+    fn scan(line: &str) -> Option<WatchEvent<Self>> {
         let _ = line;
         None
     }

@@ -463,7 +463,7 @@ impl<'de> Visitor<'de> for Key<'_> {
 }
 
 impl<const STRIP: bool> super::WatchedObject for Spans<STRIP> {
-    fn scan(line: &[u8]) -> Option<kube::api::WatchEvent<Self>> {
+    fn scan(line: &str) -> Option<kube::api::WatchEvent<Self>> {
         use kube::api::WatchEvent;
         let (kind, s) = super::scan::watch_line(line, STRIP)?;
         let s = Self(s);

@@ -1409,7 +1409,7 @@ impl<const STRIP: bool> Item for super::Spans<STRIP> {
     }
 
     fn scan_page(text: &str) -> Option<(PageMeta, Items)> {
-        let (meta, items) = super::scan::page(text.as_bytes(), STRIP)?;
+        let (meta, items) = super::scan::page(text, STRIP)?;
         let meta = PageMeta {
             resource_version: meta.resource_version,
             continue_: meta.continue_,

@@ -82,7 +82,10 @@ fn the_watchs_decoders_agree(bytes: &[u8]) {
 /// the same (the change, the same `Spanned`).
 fn the_scanner_agrees<const STRIP: bool>(bytes: &[u8]) {
     use herald::watch::scan::{self, Kind};
-    let Some((kind, scanned)) = scan::watch_line(bytes, STRIP) else {
+    let Some((kind, scanned)) = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| scan::watch_line(text, STRIP))
+    else {
         return;
     };
     let text = String::from_utf8_lossy(bytes);
