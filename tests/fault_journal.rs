@@ -566,15 +566,19 @@ async fn upgrades_and_delivers_six_events(name: &str, version: &str, index: Opti
     delivers_the_fixture(dir.path(), &config, &ids).await;
 }
 
+/// The schema-1 fixture in `dir`, marked as written by a herald of schema 7 (newer than any).
+fn newer_schema_fixture(dir: &Path) -> PathBuf {
+    let (journal, _) = v1_fixture(dir);
+    let db = sled::Config::new().path(&journal).open().unwrap();
+    db.insert(b"meta/schema_version", b"7").unwrap();
+    db.flush().unwrap();
+    journal
+}
+
 #[tokio::test]
 async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
     let dir = tempfile::tempdir().unwrap();
-    let (journal, _) = v1_fixture(dir.path());
-    {
-        let db = sled::Config::new().path(&journal).open().unwrap();
-        db.insert(b"meta/schema_version", b"7").unwrap();
-        db.flush().unwrap();
-    }
+    let journal = newer_schema_fixture(dir.path());
     for args in [
         vec!["journal", "verify", "--journal", journal.to_str().unwrap()],
         vec!["journal", "salvage", "--journal", journal.to_str().unwrap()],
@@ -604,12 +608,7 @@ async fn a_journal_of_a_newer_schema_is_refused_naming_its_version() {
 #[tokio::test]
 async fn a_refused_journal_outranks_a_broken_kubeconfig_built_beside_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (journal, _) = v1_fixture(dir.path());
-    {
-        let db = sled::Config::new().path(&journal).open().unwrap();
-        db.insert(b"meta/schema_version", b"7").unwrap();
-        db.flush().unwrap();
-    }
+    let journal = newer_schema_fixture(dir.path());
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\nclusters: [[[\n").unwrap();
     let config = |journal: &Path| {
