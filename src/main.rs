@@ -11,7 +11,9 @@ fn main() -> std::process::ExitCode {
     // becomes resident whole: 60–70 MiB of herald's RSS at 100,000 objects went to pages it barely
     // used (docs/operations.md, "Memory at 100,000 objects"). Turned off for the process before
     // anything sizeable is allocated, as `MIMALLOC_ALLOW_THP=0` would; the catch-up's CPU did not
-    // notice. A kernel without the call leaves the default: nothing to report.
+    // notice. A kernel without the call leaves the default: nothing to report. (mimalloc itself is
+    // built without its huge-page requests, `no_thp` in Cargo.toml, which also covers what the
+    // runtime allocated before this line.)
     let _ = rustix::thread::disable_transparent_huge_pages(true);
     herald::cli::main()
 }
