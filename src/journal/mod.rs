@@ -518,7 +518,11 @@ impl Journal {
         // back from one append to the next, is stored uncompressed and set under the lock.
         let mut b = sled::Batch::default();
         let mut scratch = Vec::new();
-        for update in index {
+        let last = last_of_each_key(&index);
+        for (update, last) in index.into_iter().zip(last) {
+            if !last {
+                continue;
+            }
             match update {
                 IndexUpdate::Put { key, object } => b.insert(
                     keys::index(&stream, &key),
@@ -1475,6 +1479,26 @@ pub(crate) fn roll_back_events(dir: &Path, from: u64) {
     raw.insert(keys::HEAD_KEY, &(from - 1).to_be_bytes()[..])
         .unwrap();
     raw.flush().unwrap();
+}
+
+/// Which of `index` are the last update of their key. sled's batch is a map, so an earlier update
+/// of a key the batch updates again is replaced unwritten; skipping it spares its compression and
+/// copies. A catch-up's batch changes most of its objects more than once (2,048 changes of 1,000
+/// objects in the bench: about 870 keys).
+fn last_of_each_key(index: &[IndexUpdate]) -> Vec<bool> {
+    let mut seen = std::collections::HashSet::with_capacity_and_hasher(
+        index.len(),
+        foldhash::fast::RandomState::default(),
+    );
+    let mut last: Vec<bool> = index
+        .iter()
+        .rev()
+        .map(|update| match update {
+            IndexUpdate::Put { key, .. } | IndexUpdate::Remove { key } => seen.insert(key.as_str()),
+        })
+        .collect();
+    last.reverse();
+    last
 }
 
 /// Reads and checks the whole store on a guarded thread (`integrity.rs`): a store written by

@@ -516,6 +516,53 @@ async fn a_store_that_makes_no_progress_within_the_bound_is_reported_damaged() {
     );
 }
 
+/// A batch that updates a key more than once (a catch-up's batch changes most of its objects
+/// several times) keeps the last update of each key, whatever came before it, after a reopen too.
+#[tokio::test]
+async fn the_last_update_of_a_key_in_a_batch_is_what_the_index_keeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let put = |key: &str, rv: u64| IndexUpdate::Put {
+        key: key.to_owned(),
+        object: serde_json::to_vec(&json!({ "rv": rv })).unwrap(),
+    };
+    let remove = |key: &str| IndexUpdate::Remove {
+        key: key.to_owned(),
+    };
+    {
+        let j = Journal::open(cfg(tmp.path())).unwrap();
+        j.append(batch("pods", 1, &["ns/gone", "ns/back"])).unwrap();
+        let index = vec![
+            put("ns/a", 2),
+            put("ns/b", 3),
+            put("ns/a", 4),
+            remove("ns/b"),
+            put("ns/gone", 5),
+            remove("ns/back"),
+            put("ns/a", 6),
+            put("ns/back", 7),
+            remove("ns/gone"),
+        ];
+        let events = (2..=10).map(|rv| event("pods", rv, "ns/a")).collect();
+        j.append(Batch {
+            stream: "pods".to_owned(),
+            events,
+            index,
+            checkpoint: Some("10".to_owned()),
+        })
+        .unwrap();
+        j.close().await.unwrap();
+    }
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let kept: Vec<(String, u64)> = j
+        .index_scan("pods")
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, rv_of(&v)))
+        .collect();
+    assert_eq!(kept, [("ns/a".to_owned(), 6), ("ns/back".to_owned(), 7)]);
+    assert_eq!(j.head(), 11);
+}
+
 #[tokio::test]
 async fn append_assigns_consecutive_seqs_and_writes_index_and_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
