@@ -1483,8 +1483,8 @@ pub(crate) fn roll_back_events(dir: &Path, from: u64) {
 
 /// Which of `index` are the last update of their key. sled's batch is a map, so an earlier update
 /// of a key the batch updates again is replaced unwritten; skipping it spares its compression and
-/// copies. A catch-up's batch changes most of its objects more than once (2,048 changes of 1,000
-/// objects in the bench: about 870 keys).
+/// copies. An object that changes several times while a batch gathers (a status that ticks, a
+/// backlog of many changes to few objects) is compressed and copied once.
 fn last_of_each_key(index: &[IndexUpdate]) -> Vec<bool> {
     let mut seen = std::collections::HashSet::with_capacity_and_hasher(
         index.len(),
