@@ -13,7 +13,7 @@ fn main() -> std::process::ExitCode {
     // anything sizeable is allocated, as `MIMALLOC_ALLOW_THP=0` would; the catch-up's CPU did not
     // notice. A kernel without the call leaves the default: nothing to report. (mimalloc itself is
     // built without its huge-page requests, `no_thp` in Cargo.toml, which also covers what the
-    // runtime allocated before this line.)
+    // runtime allocated before this line, unless the kernel gives huge pages unasked: `always`.)
     let _ = rustix::thread::disable_transparent_huge_pages(true);
     herald::cli::main()
 }

@@ -516,8 +516,8 @@ async fn a_store_that_makes_no_progress_within_the_bound_is_reported_damaged() {
     );
 }
 
-/// A batch that updates a key more than once (a catch-up's batch changes most of its objects
-/// several times) keeps the last update of each key, whatever came before it, after a reopen too.
+/// A batch that updates a key more than once (an object that changes several times while a batch
+/// gathers) keeps the last update of each key, whatever came before it, after a reopen too.
 #[tokio::test]
 async fn the_last_update_of_a_key_in_a_batch_is_what_the_index_keeps() {
     let tmp = tempfile::tempdir().unwrap();
