@@ -75,6 +75,15 @@ fn rv_of(bytes: &[u8]) -> u64 {
         .unwrap()
 }
 
+/// The `pods` index as (key, `rv` of its object) in key order.
+fn index_rvs<C: FromIterator<(String, u64)>>(j: &Journal) -> C {
+    j.index_scan("pods")
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, rv_of(&v)))
+        .collect()
+}
+
 /// Re-runs `test` (a test of this module) in a child process with `CHILD_DIR_ENV` set.
 fn child(test: &str, dir: &Path) -> Command {
     let module = module_path!()
@@ -553,12 +562,7 @@ async fn the_last_update_of_a_key_in_a_batch_is_what_the_index_keeps() {
         j.close().await.unwrap();
     }
     let j = Journal::open(cfg(tmp.path())).unwrap();
-    let kept: Vec<(String, u64)> = j
-        .index_scan("pods")
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, rv_of(&v)))
-        .collect();
+    let kept: Vec<(String, u64)> = index_rvs(&j);
     assert_eq!(kept, [("ns/a".to_owned(), 6), ("ns/back".to_owned(), 7)]);
     assert_eq!(j.head(), 11);
 }
@@ -606,12 +610,7 @@ async fn append_assigns_consecutive_seqs_and_writes_index_and_checkpoint() {
     assert_eq!(j.checkpoint("podsx").unwrap().as_deref(), Some("1"));
     assert_eq!(rv_of(&j.index_get("pods", "ns/a").unwrap().unwrap()), 10);
     assert_eq!(j.index_get("pods", "ns/b").unwrap(), None);
-    let scan: Vec<(String, u64)> = j
-        .index_scan("pods")
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, rv_of(&v)))
-        .collect();
+    let scan: Vec<(String, u64)> = index_rvs(&j);
     assert_eq!(scan, [("ns/a".to_owned(), 10), ("ns/c".to_owned(), 11)]);
 
     j.durable(u64::MAX).await.unwrap();
@@ -1387,12 +1386,7 @@ fn check_recovered(dir: &Path, durable_seq: u64, durable_rv: u64) -> u64 {
     assert!(last_rv >= durable_rv);
     let checkpoint: u64 = j.checkpoint("pods").unwrap().unwrap().parse().unwrap();
     assert_eq!(checkpoint, last_rv, "checkpoint and events disagree");
-    let index: BTreeMap<String, u64> = j
-        .index_scan("pods")
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, rv_of(&v)))
-        .collect();
+    let index: BTreeMap<String, u64> = index_rvs(&j);
     assert_eq!(index, latest, "index and events disagree");
     j.remove_sink("check").unwrap();
     j.head()
