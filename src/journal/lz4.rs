@@ -410,6 +410,7 @@ mod tests {
         }
         assert!(ours <= theirs, "{ours} bytes against lz4_flex's {theirs}");
     }
+
     /// One piece of a generated input: what LZ4 finds matches in (the dictionary's bytes, the
     /// input's own earlier bytes, overlapping or not, runs) beside what it finds none in.
     #[derive(Debug, Clone)]
