@@ -407,7 +407,7 @@ fn build(
     let mut in_chunk = 0usize;
     let mut entries = 0u64;
     let mut write_error: Option<sled::Error> = None;
-    let ended = integrity::read_store(dir, cache, timeout, |k, v| {
+    let ended = integrity::read_store(dir, cache, timeout, integrity::CHUNK, |k, v| {
         checker.entry(k, v);
         chunk.insert(k, v);
         in_chunk += 1;

@@ -25,6 +25,13 @@ const MAX_LISTED: usize = 20;
 /// Entries in flight between the sled thread and the checker.
 const CHANNEL: usize = 1_024;
 
+/// Entries handed over per message where losing the last few read before a stall costs nothing
+/// (opening and compacting: either refuses a store that stalls). One per message took the reader
+/// thread's hand-offs to about a tenth of a restart's samples at 100,000 objects (docs/operations.md,
+/// "A restart's check at 100,000 objects (round 9)"). Salvage reads one per message: each entry
+/// read before a stall is one it can save.
+pub(super) const CHUNK: usize = 64;
+
 /// What the integrity scan found in a journal.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -106,7 +113,7 @@ pub(super) enum Ended {
 
 enum Msg {
     Opened,
-    Entry(sled::IVec, sled::IVec),
+    Entries(Vec<(sled::IVec, sled::IVec)>),
     Done(sled::Db),
     OpenFailed(JournalError),
     Failed(String),
@@ -149,16 +156,19 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Opens the store on a thread of its own and hands every entry, in key order, to `entry` (which
-/// returns `false` to stop). The thread gets `timeout` of silence at most, for sled's recovery and
-/// then between two entries: past that herald stops waiting (the thread may spin on; it holds
-/// nothing herald needs, and it dies with the process).
+/// returns `false` to stop), `chunk` entries per message (at least one). The thread gets `timeout`
+/// of silence at most, for sled's recovery and then between two messages: past that herald stops
+/// waiting (the thread may spin on; it holds nothing herald needs, and it dies with the process).
+/// Entries read into a message not yet sent when sled stalls or panics are not handed over.
 pub(super) fn read_store(
     path: &Path,
     cache_capacity: u64,
     timeout: Duration,
+    chunk: usize,
     mut entry: impl FnMut(&[u8], &[u8]) -> bool,
 ) -> Ended {
-    let (tx, rx) = mpsc::sync_channel::<Msg>(CHANNEL);
+    let chunk = chunk.max(1);
+    let (tx, rx) = mpsc::sync_channel::<Msg>((CHANNEL / chunk).max(1));
     let dir = path.to_owned();
     quiet_reader_panics();
     let spawned = std::thread::Builder::new()
@@ -175,15 +185,28 @@ pub(super) fn read_store(
                 if tx.send(Msg::Opened).is_err() {
                     return;
                 }
+                let mut entries = Vec::with_capacity(chunk);
                 for item in db.iter() {
-                    let msg = match item {
-                        Ok((k, v)) => Msg::Entry(k, v),
-                        Err(e) => Msg::Failed(format!("sled failed to read the store: {e}")),
-                    };
-                    let stop = matches!(msg, Msg::Failed(_));
-                    if tx.send(msg).is_err() || stop {
-                        return;
+                    match item {
+                        Ok(kv) => entries.push(kv),
+                        Err(e) => {
+                            let read = Msg::Entries(std::mem::take(&mut entries));
+                            let failed = format!("sled failed to read the store: {e}");
+                            if tx.send(read).is_ok() {
+                                let _ = tx.send(Msg::Failed(failed));
+                            }
+                            return;
+                        }
                     }
+                    if entries.len() >= chunk {
+                        let full = std::mem::replace(&mut entries, Vec::with_capacity(chunk));
+                        if tx.send(Msg::Entries(full)).is_err() {
+                            return;
+                        }
+                    }
+                }
+                if !entries.is_empty() && tx.send(Msg::Entries(entries)).is_err() {
+                    return;
                 }
                 let _ = tx.send(Msg::Done(db));
             }));
@@ -206,18 +229,20 @@ pub(super) fn read_store(
     loop {
         match rx.recv_timeout(timeout) {
             Ok(Msg::Opened) => opened = true,
-            Ok(Msg::Entry(k, v)) => {
-                if last.as_ref().is_some_and(|l| *l >= k) {
-                    return Ended::Broken(format!(
-                        "sled returned key {} after {}: the tree is damaged",
-                        keys::printable(&k),
-                        last.as_deref().map(keys::printable).unwrap_or_default()
-                    ));
+            Ok(Msg::Entries(entries)) => {
+                for (k, v) in entries {
+                    if last.as_ref().is_some_and(|l| *l >= k) {
+                        return Ended::Broken(format!(
+                            "sled returned key {} after {}: the tree is damaged",
+                            keys::printable(&k),
+                            last.as_deref().map(keys::printable).unwrap_or_default()
+                        ));
+                    }
+                    if !entry(&k, &v) {
+                        return Ended::Broken("reading stopped".to_owned());
+                    }
+                    last = Some(k);
                 }
-                if !entry(&k, &v) {
-                    return Ended::Broken("reading stopped".to_owned());
-                }
-                last = Some(k);
             }
             Ok(Msg::Done(db)) => return Ended::Done(db),
             Ok(Msg::OpenFailed(e)) => return Ended::OpenFailed(e),

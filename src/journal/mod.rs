@@ -1547,7 +1547,9 @@ fn scan(
         source,
     })?;
     let mut checker = integrity::Checker::new(path);
-    let ended = integrity::read_store(path, cache_capacity, timeout, |k, v| checker.entry(k, v));
+    let ended = integrity::read_store(path, cache_capacity, timeout, integrity::CHUNK, |k, v| {
+        checker.entry(k, v)
+    });
     let (db, broken) = match ended {
         integrity::Ended::Done(db) => (Some(db), None),
         integrity::Ended::Broken(why) => (None, Some(why)),

@@ -263,7 +263,7 @@ fn rebuild(
     // The object states some readable event carries (kept, or delivered to every sink).
     let mut confirmed: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut checker = Checker::new(dir);
-    let ended = integrity::read_store(dir, 64 * 1024 * 1024, timeout, |k, v| {
+    let ended = integrity::read_store(dir, 64 * 1024 * 1024, timeout, 1, |k, v| {
         checker.entry(k, v);
         let kept = if k.starts_with(keys::EVENT_PREFIX) {
             // Staged one event a key, either form: a segment with an unreadable event keeps the
