@@ -26,10 +26,11 @@ const MAX_LISTED: usize = 20;
 const CHANNEL: usize = 1_024;
 
 /// Entries handed over per message where losing the last few read before a stall costs nothing
-/// (opening and compacting: either refuses a store that stalls). One per message took the reader
-/// thread's hand-offs to about a tenth of a restart's samples at 100,000 objects (docs/operations.md,
-/// "A restart's check at 100,000 objects (round 9)"). Salvage reads one per message: each entry
-/// read before a stall is one it can save.
+/// but a report's counts (opening and compacting: either refuses a store that stalls; `verify`'s
+/// counts of such a store stop up to 63 entries short). One per message took the reader thread's
+/// hand-offs to about a tenth of a restart's samples at 100,000 objects (docs/operations.md, "A
+/// restart's check at 100,000 objects (round 9)"). Salvage reads one per message: each entry read
+/// before a stall is one it can save.
 pub(super) const CHUNK: usize = 64;
 
 /// What the integrity scan found in a journal.

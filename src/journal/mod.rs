@@ -139,7 +139,7 @@ pub const SCHEMA_VERSION: u32 = 6;
 pub const MAX_ACKED_RANGES: usize = 512;
 
 /// How long sled may go without progress while the store is opened and checked (recovery, then
-/// between two entries of the scan) before herald calls the store damaged.
+/// between two hand-offs of up to 64 entries of the scan) before herald calls the store damaged.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The default bound of sled's page cache. sled counts each cached node at its size on disk rounded
