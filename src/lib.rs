@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod app;
 pub mod backoff;
+mod bytes;
 pub mod cli;
 pub mod config;
 pub mod delivery;

@@ -3,6 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use super::spans::{Cursor, Member, Members, at, key_text, same};
+use crate::bytes::{common_prefix, common_suffix};
 
 /// The operations that turn `old` into `new`. Objects are compared key by key; arrays and scalars that
 /// differ are replaced whole (an element-wise array diff is ambiguous and rarely what a reader wants).
@@ -242,55 +243,6 @@ fn middles(
     Some((xs, ys))
 }
 
-/// How many leading bytes `x` and `y` share, sixteen a step (a byte-by-byte loop over both
-/// states was most of finding where they part).
-fn common_prefix(x: &[u8], y: &[u8]) -> usize {
-    let mut at = 0;
-    for (p, q) in x.chunks_exact(16).zip(y.chunks_exact(16)) {
-        let (Ok(p), Ok(q)) = (<[u8; 16]>::try_from(p), <[u8; 16]>::try_from(q)) else {
-            break;
-        };
-        let differ = u128::from_le_bytes(p) ^ u128::from_le_bytes(q);
-        if differ != 0 {
-            // Little-endian: the lowest set bit is in the first byte that differs.
-            return at + (differ.trailing_zeros() / 8) as usize;
-        }
-        at += 16;
-    }
-    let (x, y) = (&x[at.min(x.len())..], &y[at.min(y.len())..]);
-    at + x
-        .iter()
-        .zip(y)
-        .position(|(p, q)| p != q)
-        .unwrap_or(x.len().min(y.len()))
-}
-
-/// How many trailing bytes `x` and `y` share, as [`common_prefix`].
-fn common_suffix(x: &[u8], y: &[u8]) -> usize {
-    let mut at = 0;
-    for (p, q) in x.rchunks_exact(16).zip(y.rchunks_exact(16)) {
-        let (Ok(p), Ok(q)) = (<[u8; 16]>::try_from(p), <[u8; 16]>::try_from(q)) else {
-            break;
-        };
-        let differ = u128::from_le_bytes(p) ^ u128::from_le_bytes(q);
-        if differ != 0 {
-            // Little-endian: the highest set bit is in the last byte that differs.
-            return at + (differ.leading_zeros() / 8) as usize;
-        }
-        at += 16;
-    }
-    let (x, y) = (
-        &x[..x.len().saturating_sub(at)],
-        &y[..y.len().saturating_sub(at)],
-    );
-    at + x
-        .iter()
-        .rev()
-        .zip(y.iter().rev())
-        .position(|(p, q)| p != q)
-        .unwrap_or(x.len().min(y.len()))
-}
-
 /// [`objects`] over two objects' spans.
 fn objects_spans(
     mut a: Cursor<'_>,
@@ -486,33 +438,6 @@ mod tests {
                 (&with_meta, &with_other_meta),
             ] {
                 same_diff(a, b);
-            }
-        }
-    }
-
-    /// The common prefix and suffix found sixteen bytes a step are those found one at a time,
-    /// for every length and place of the first and last difference.
-    #[test]
-    fn common_ends_are_counted_exactly() {
-        for len in 0..40 {
-            let x: Vec<u8> = (0..len).map(|i| b'a' + (i % 7) as u8).collect();
-            for extra in [0, 1, 17] {
-                let mut y = x.clone();
-                y.extend(std::iter::repeat_n(b'z', extra));
-                assert_eq!(common_prefix(&x, &y), len, "{len} {extra}");
-                for at in 0..len {
-                    let mut z = x.clone();
-                    z[at] = b'#';
-                    assert_eq!(common_prefix(&x, &z), at, "{len} {at}");
-                    assert_eq!(common_suffix(&x, &z), len - at - 1, "{len} {at}");
-                    let mut w = vec![b'z'; extra];
-                    w.extend_from_slice(&z);
-                    assert_eq!(common_suffix(&x, &w), len - at - 1, "{len} {at} {extra}");
-                    assert_eq!(common_suffix(&w, &x), len - at - 1, "{len} {at} {extra}");
-                }
-                let mut w = vec![b'z'; extra];
-                w.extend_from_slice(&x);
-                assert_eq!(common_suffix(&x, &w), len, "{len} {extra}");
             }
         }
     }

@@ -14,6 +14,8 @@
 //! a match taken as soon as 4 bytes agree, extended forward and back, and a step that grows while
 //! nothing matches.
 
+use crate::bytes::common_prefix;
+
 /// log2 of the hash table's entries.
 const HASH_LOG: u32 = 12;
 
@@ -158,25 +160,6 @@ impl Source<'_> {
             }
         }
     }
-}
-
-/// The length of the common prefix of `a` and `b`, 8 bytes at a time.
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    let max = a.len().min(b.len());
-    let (a, b) = (&a[..max], &b[..max]);
-    let (words_a, _) = a.as_chunks::<8>();
-    let (words_b, _) = b.as_chunks::<8>();
-    for (i, (x, y)) in words_a.iter().zip(words_b).enumerate() {
-        let differ = u64::from_le_bytes(*x) ^ u64::from_le_bytes(*y);
-        if differ != 0 {
-            return i * 8 + (differ.trailing_zeros() / 8) as usize;
-        }
-    }
-    let mut n = words_a.len() * 8;
-    while n < max && a[n] == b[n] {
-        n += 1;
-    }
-    n
 }
 
 fn hash(bytes: u64) -> usize {
