@@ -433,6 +433,7 @@ async fn the_journal_refuses_writes_after_a_full_disk_and_reopens_with_every_dur
         events: vec![serde_json::to_vec(&json!({"i": i, "pad": "x".repeat(1000)})).unwrap()],
         index: Vec::new(),
         checkpoint: Some(i.to_string()),
+        listed: false,
     };
     let j = Journal::open(cfg.clone()).unwrap();
     j.register_sink("out", true).unwrap();

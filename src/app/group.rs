@@ -207,6 +207,7 @@ fn mark_first_view(ctx: &Context, spec: &WatchSpec, marker: &str) {
         events: Vec::new(),
         index: Vec::new(),
         checkpoint: Some("first-view-done".to_string()),
+        listed: false,
     };
     if let Err(error) = ctx.journal.append(batch) {
         tracing::warn!(message = "Recording the pattern's first view failed; a CRD installed while herald is down may be taken for one present at the first start.", error = %problem::chain(&error), pattern = %spec.label());

@@ -123,6 +123,12 @@ fn print_report(report: &Report) {
         report.dead_letters,
         report.replays
     );
+    if report.index_updates > 0 {
+        outln!(
+            "  index updates not yet folded into the index: {} (the next open folds them)",
+            report.index_updates
+        );
+    }
     if let Some(disk) = report.disk_bytes {
         let per_event = disk
             .checked_div(report.events)

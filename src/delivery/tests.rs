@@ -114,6 +114,7 @@ async fn append(j: &Journal, events: Vec<Vec<u8>>) {
             events,
             index: vec![],
             checkpoint: None,
+            listed: false,
         })
         .unwrap();
     j.durable(*seqs.last().unwrap()).await.unwrap();

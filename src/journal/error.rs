@@ -121,6 +121,15 @@ pub enum JournalError {
         /// What went wrong.
         reason: String,
     },
+    /// Folding the index updates a crash left (`u/` keys) into the object index at open failed.
+    #[error("failed to fold the object index's pending updates into the journal at {path}")]
+    IndexFoldFailed {
+        /// The journal directory.
+        path: PathBuf,
+        /// What sled said.
+        #[source]
+        source: sled::Error,
+    },
     /// Reading or writing the journal's own metadata (schema version, head, cursors) at open failed.
     #[error("failed to read or write the journal metadata at {path}")]
     MetaFailed {

@@ -174,6 +174,7 @@ mod tests {
             events: vec![b"{}".to_vec()],
             index: Vec::new(),
             checkpoint: Some("1".into()),
+            listed: false,
         };
         j.register_sink("out", false).unwrap();
         j.append(one()).unwrap();

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::error::JournalError;
 use super::head::Stored;
-use super::{SCHEMA_VERSION, keys};
+use super::{SCHEMA_VERSION, keys, updates};
 
 /// Problems listed one by one in a report; the rest are counted.
 const MAX_LISTED: usize = 20;
@@ -61,8 +61,11 @@ pub struct Report {
     /// Streams whose first sync is under way and skips the initial state (schema 4: their
     /// first-sync marker, `f/`): the next start continues it silently.
     pub skipping_first_syncs: Vec<String>,
-    /// Entries of the object index (all streams).
+    /// Entries of the object index (all streams), as the fold of the `index_updates` leaves it.
     pub index_entries: u64,
+    /// Appends' index updates not yet folded into those entries (schema 7, `u/` keys: what a
+    /// crash left; the next open folds them).
+    pub index_updates: u64,
     /// Dead letters (all sinks).
     pub dead_letters: u64,
     /// Queued replays (all sinks).
@@ -277,6 +280,8 @@ pub(super) struct Checker {
     unknown_keys: u64,
     /// The last acknowledged sequence number above each sink's cursor.
     acked_last: BTreeMap<String, u64>,
+    /// Each `i/` key the readable `u/` entries update, and whether their last update puts it.
+    gathered: std::collections::HashMap<Vec<u8>, bool>,
 }
 
 /// The events of an event entry (`k` under `e/`, `plain` its value as [`keys::plain_events`]
@@ -288,6 +293,20 @@ pub(super) fn readable_events<'a>(k: &[u8], plain: &'a [u8]) -> Option<keys::Sto
     let (at, mut events) = keys::split_events(k, plain).ok()?;
     events.retain(|(_, payload)| is_json_object(payload));
     Some((at, events))
+}
+
+/// Whether the `u/` entry `k` holds index updates the index would read: readable keys of the
+/// index, and values each a JSON object.
+pub(super) fn updates_readable(k: &[u8], v: &[u8]) -> bool {
+    updates::decode(k, v).is_ok_and(|updates| {
+        updates.into_iter().all(|(key, value)| {
+            key.strip_prefix(keys::INDEX_PREFIX)
+                .is_some_and(index_key_readable)
+                && value.is_none_or(|value| {
+                    keys::index_object(key, value).is_ok_and(|object| is_json(&object))
+                })
+        })
+    })
 }
 
 /// Whether an index key's part after `i/` is `<stream>\0<object key>` in UTF-8.
@@ -365,6 +384,7 @@ impl Checker {
             store_empty: true,
             unknown_keys: 0,
             acked_last: BTreeMap::new(),
+            gathered: std::collections::HashMap::new(),
         }
     }
 
@@ -444,6 +464,18 @@ impl Checker {
                 self.problem(format!("index entry {} is unreadable", keys::printable(k)));
             }
             self.report.index_entries += 1;
+        } else if let Some(rest) = k.strip_prefix(keys::UPDATES_PREFIX) {
+            if rest.len() != 8 || !updates_readable(k, v) {
+                self.problem(format!(
+                    "index updates {} are unreadable",
+                    keys::printable(k)
+                ));
+            } else {
+                for (key, value) in updates::decode(k, v).unwrap_or_default() {
+                    self.gathered.insert(key.to_vec(), value.is_some());
+                }
+            }
+            self.report.index_updates += 1;
         } else if let Some(stream) = k.strip_prefix(keys::CHECKPOINT_PREFIX) {
             match (std::str::from_utf8(stream), std::str::from_utf8(v)) {
                 (Ok(stream), Ok(rv)) => {
@@ -522,6 +554,21 @@ impl Checker {
     }
 
     /// The checks over the whole store, given how reading it ended and the head record.
+    /// Counts the index entries as a fold of the `u/` entries would leave them, `db` being the
+    /// store that was read: an update puts a key the store may hold already or removes one it may
+    /// not hold, so each gathered key is looked up (a few thousand at most, `updates::FOLD_ENTRIES`).
+    pub(super) fn count_gathered(&mut self, db: &sled::Db) {
+        for (key, put) in std::mem::take(&mut self.gathered) {
+            match (db.contains_key(&key).unwrap_or(false), put) {
+                (false, true) => self.report.index_entries += 1,
+                (true, false) => {
+                    self.report.index_entries = self.report.index_entries.saturating_sub(1);
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub(super) fn finish(mut self, broken: Option<String>, record: &Stored) -> Report {
         self.report.complete = broken.is_none();
         if let Some(why) = broken {
@@ -588,9 +635,9 @@ impl Checker {
         let version = self.report.schema_version.clone();
         let current = SCHEMA_VERSION.to_string();
         match version.as_deref() {
-            // Versions 2, 3, 4 and 5 differ only by having no `a/`, no `f/`, no segment keys or
-            // no compressed values; opening upgrades them.
-            Some(v) if v == current || matches!(v, "2" | "3" | "4" | "5") => match record {
+            // Versions 2 to 6 differ only by having no `a/`, no `f/`, no segment keys, no
+            // compressed values or no `u/` keys; opening upgrades them.
+            Some(v) if v == current || matches!(v, "2" | "3" | "4" | "5" | "6") => match record {
                 Stored::Head(h) if *h > head => {
                     self.report.events_lost = true;
                     self.problem(format!(

@@ -1,15 +1,16 @@
-//! The key layout of the journal's single sled tree (schema version 6; version 5 stored values
-//! uncompressed only, version 4 had single-event `e/` keys only, version 3 no `f/` keys either,
+//! The key layout of the journal's single sled tree (schema version 7; version 6 had no `u/` keys,
+//! version 5 stored values uncompressed only, version 4 had single-event `e/` keys only, version 3 no `f/` keys either,
 //! version 2 no `a/` keys either, version 1 neither those nor the head record file).
 //!
 //! | prefix | key | value |
 //! |---|---|---|
-//! | `meta/schema_version` | | ASCII decimal, `6` |
+//! | `meta/schema_version` | | ASCII decimal, `7` |
 //! | `meta/head` | | u64 BE: the last assigned sequence number (survives retention emptying `e/`) |
 //! | `meta/redaction_key` | | 32 random bytes: the key of the index's digests of redacted values |
 //! | `e/` | u64 BE first + u64 BE last sequence number: a segment (schema 5) | *plain*: u64 BE append time (ms since the epoch), then per event (first, first + 1 … last) u32 BE length + rendered CloudEvent; or *compressed* (schema 6): tag `0x01`, the u64 BE append time, then the rest of the plain form compressed (`compressed.rs`) |
 //! | `e/` | u64 BE sequence number: one event (schemas 1–4, still read; salvage writes them) | u64 BE append time + rendered CloudEvent |
 //! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen: its JSON (schemas 1–5, and schema 6 when compression would not shrink it) or compressed (schema 6: tag `0x01`, `compressed.rs`) |
+//! | `u/` | u64 BE: the entry's number since the last fold | one append's `i/` updates, not yet folded into the `i/` keys (schema 7, `updates.rs`) |
 //! | `c/` | stream | resourceVersion (UTF-8) |
 //! | `f/` | stream | `skip`: the stream's first sync is under way and records the existing objects silently (`initialState: skip`); written with its first index entries, removed by the append that writes its first checkpoint (schema 4) |
 //! | `s/` | sink | u64 BE cursor: the last acknowledged sequence number |
@@ -51,6 +52,7 @@ pub(super) const CURSOR_PREFIX: &[u8] = b"s/";
 pub(super) const ACKED_PREFIX: &[u8] = b"a/";
 pub(super) const DEAD_PREFIX: &[u8] = b"d/";
 pub(super) const REPLAY_PREFIX: &[u8] = b"r/";
+pub(super) const UPDATES_PREFIX: &[u8] = b"u/";
 
 /// Bytes of the append time in front of each stored event or segment.
 const TIME_LEN: usize = 8;
@@ -179,6 +181,11 @@ pub(super) fn decode_u64(key: &[u8], bytes: &[u8]) -> Result<u64> {
 /// events from `seq` on in a range scan.
 pub(super) fn event(seq: u64) -> Vec<u8> {
     prefixed(EVENT_PREFIX, &seq.to_be_bytes())
+}
+
+/// The key of the `n`th entry of index updates since the last fold (schema 7, `updates.rs`).
+pub(super) fn updates(n: u64) -> Vec<u8> {
+    prefixed(UPDATES_PREFIX, &n.to_be_bytes())
 }
 
 /// The key of a segment: the events `first..=last`.

@@ -3,13 +3,16 @@
 //!
 //! # The invariant
 //! A stream's checkpoint never passes an event that is not durable. [`Journal::append`] writes a
-//! watch batch's events, the object-index updates they imply and the stream's new checkpoint in
-//! one `sled::Tree::apply_batch`, which sled recovers all-or-nothing after a crash; so whatever a
-//! crash leaves on disk, the checkpoint and the index agree with the events.
+//! watch batch's events, the object-index updates they imply (as one `u/` key, or folded into the
+//! `i/` keys) and the stream's new checkpoint in one `sled::Tree::apply_batch`, which sled recovers
+//! all-or-nothing after a crash; so whatever a crash leaves on disk, the checkpoint and the index
+//! (its `i/` keys with its `u/` keys folded over them, as the next open does) agree with the
+//! events.
 //!
 //! # Layout (ADR 0002, `docs/adr/0002-journal-layout.md`)
-//! One sled tree, keys by prefix (`meta/`, `e/` events, `i/` object index, `c/` checkpoints,
-//! `f/` first-sync markers, `s/` sink cursors, `a/` acknowledged ranges above them; see `keys.rs`), one `apply_batch` per append. DECISIONS.md asked to measure
+//! One sled tree, keys by prefix (`meta/`, `e/` events, `i/` object index, `u/` index updates not
+//! yet folded into it (ADR 0035, `updates.rs`), `c/` checkpoints, `f/` first-sync markers, `s/`
+//! sink cursors, `a/` acknowledged ranges above them; see `keys.rs`), one `apply_batch` per append. DECISIONS.md asked to measure
 //! it against one tree per concern written by a multi-tree `transaction`
 //! (`benches/journal_layout.rs` of the scratch crate; 1 KB event + 2 KB index object per event,
 //! 2-core VM on ext4/virtio, median of 3 alternating 4 s runs):
@@ -104,6 +107,7 @@ mod salvage;
 mod tail;
 #[cfg(test)]
 mod tests;
+mod updates;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -129,9 +133,10 @@ pub use tail::TAIL_BYTES;
 /// (`herald.head`), version 3 the acknowledged ranges above each sink's cursor (`a/` keys),
 /// version 4 the first-sync markers (`f/` keys, [`FirstSync`]), version 5 the event segments (one
 /// `e/` key for several events of an append, ADR 0020), version 6 values compressed against a
-/// dictionary built into the binary (ADR 0029); a journal of an earlier version is upgraded when
-/// opened. See ADR 0002.
-pub const SCHEMA_VERSION: u32 = 6;
+/// dictionary built into the binary (ADR 0029), version 7 the index updates not yet folded into the
+/// index (`u/` keys, ADR 0035); a journal of an earlier version is upgraded when opened. See ADR
+/// 0002.
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// Acknowledged ranges kept above a sink's cursor at most (16 bytes each, rewritten with every
 /// acknowledgement). Past the bound the ranges furthest from the cursor are forgotten: a crash then
@@ -229,6 +234,11 @@ pub struct Batch {
     pub index: Vec<IndexUpdate>,
     /// The stream's new resourceVersion checkpoint; `None` leaves it unchanged.
     pub checkpoint: Option<String>,
+    /// The index updates come from a list (a relist's: each object at most once), not from a
+    /// watch: those of objects with no update gathered since the last fold are written straight
+    /// into their `i/` keys instead of being gathered, since no later change of the list replaces
+    /// them (`updates.rs`).
+    pub listed: bool,
 }
 
 /// What an append does with its stream's first-sync marker (`f/` + stream, schema 4): the mark of
@@ -301,6 +311,9 @@ struct Inner {
     standby: AtomicBool,
     /// The events appended last, for readers at the head (`tail.rs`).
     tail: tail::Tail,
+    /// The index updates appended since the last fold (`updates.rs`). Changed only under
+    /// `append`, and never held across a sled write, so readers of the index wait for no disk.
+    pending: Mutex<updates::Pending>,
     /// Holds our directory lock for as long as the store is open.
     _lock: File,
 }
@@ -371,6 +384,10 @@ impl Journal {
             .map_or(head, |first| first.saturating_sub(1));
         let cursors = report.cursors;
         prepare_schema(&db, &path, report.schema_version.as_deref(), head)?;
+        let folded = updates::fold_stored(&db, &path)?;
+        if folded > 0 {
+            tracing::info!(message = "Index updates folded into the object index.", path = %path.display(), entries = folded);
+        }
         // Whatever recovery found may still sit in the OS cache only; make it the durable base.
         db.flush().map_err(meta_failed)?;
         files::restrict_tree(&path)?;
@@ -414,6 +431,7 @@ impl Journal {
                 retention_floor: AtomicU64::new(u64::MAX),
                 standby: AtomicBool::new(false),
                 tail: tail::Tail::new(head, cfg.tail_bytes),
+                pending: Mutex::new(updates::Pending::default()),
                 _lock: dir_lock,
             }),
         })
@@ -509,6 +527,7 @@ impl Journal {
             events,
             index,
             checkpoint,
+            listed,
         } = batch;
         let count = events.len() as u64;
         let writes = events.len() + index.len();
@@ -519,22 +538,25 @@ impl Journal {
         let mut b = sled::Batch::default();
         let mut scratch = Vec::new();
         let last = last_of_each_key(&index);
+        let mut updated: Vec<updates::Update> = Vec::with_capacity(index.len());
         for (update, last) in index.into_iter().zip(last) {
             if !last {
                 continue;
             }
-            match update {
-                IndexUpdate::Put { key, object } => b.insert(
+            updated.push(match update {
+                IndexUpdate::Put { key, object } => (
                     keys::index(&stream, &key),
-                    compressed::index_value(&object, &mut scratch)?,
+                    Some(compressed::index_value(&object, &mut scratch)?),
                 ),
-                IndexUpdate::Remove { key } => b.remove(keys::index(&stream, &key)),
-            }
+                IndexUpdate::Remove { key } => (keys::index(&stream, &key), None),
+            });
         }
         let early = now_ms();
         let mut segments = keys::segment_values(early, &events)?;
 
         let mut last_ms = lock(&self.inner.append);
+        // The updates as `u/` keys, and the fold of the oldest ones past the bounds.
+        let plan = lock(&self.inner.pending).plan(&mut b, updated, listed);
         let head = self.inner.flush.head.load(Ordering::Acquire);
         let at = early.max(*last_ms);
         if at != early {
@@ -562,6 +584,7 @@ impl Journal {
         if let Err(source) = self.inner.db.apply_batch(b) {
             return Err(self.note_write_error("append", &source));
         }
+        lock(&self.inner.pending).applied(plan);
         if count > 0 {
             // Before the head moves, so a reader never finds an event numbered yet missing here.
             // A standby's cursors follow the leader; it never reads for delivery.
@@ -744,20 +767,43 @@ impl Journal {
     pub fn index_get(&self, stream: &str, key: &str) -> Result<Option<Vec<u8>>> {
         keys::check_name("stream", stream)?;
         let k = keys::index(stream, key);
-        self.inner
-            .db
-            .get(&k)
-            .map_err(|source| JournalError::IndexReadFailed {
-                stream: stream.to_owned(),
-                source,
-            })?
+        // Gathered first: a fold between the two reads writes to the tree what it takes from here.
+        let gathered = lock(&self.inner.pending).get(&k);
+        let stored = match gathered {
+            Some(latest) => latest,
+            None => self
+                .inner
+                .db
+                .get(&k)
+                .map_err(|source| JournalError::IndexReadFailed {
+                    stream: stream.to_owned(),
+                    source,
+                })?,
+        };
+        stored
             .map(|v| keys::index_object(&k, &v).map(Cow::into_owned))
             .transpose()
+    }
+
+    /// Folds the index updates gathered since the last fold into the `i/` keys (`updates.rs`), so
+    /// that a scan of the tree finds every object. Refused once a write failed, when there is
+    /// something to fold: the index then cannot be scanned whole.
+    fn fold(&self) -> Result<()> {
+        let _append = lock(&self.inner.append);
+        if lock(&self.inner.pending).is_empty() {
+            return Ok(());
+        }
+        if let Some(failure) = self.inner.flush.refuse() {
+            return Err(JournalError::Unwritable(failure));
+        }
+        fold_gathered(&self.inner.db, &self.inner.pending)
+            .map_err(|source| self.note_write_error("fold the object index", &source))
     }
 
     /// Every object in the stream's index, in key order (for the relist diff).
     pub fn index_scan(&self, stream: &str) -> Result<Vec<(String, Vec<u8>)>> {
         keys::check_name("stream", stream)?;
+        self.fold()?;
         let prefix = keys::index_prefix(stream);
         let mut out = Vec::new();
         for entry in self.inner.db.scan_prefix(&prefix) {
@@ -782,6 +828,7 @@ impl Journal {
     /// for the keys it needs). Appends made while the walk goes on may or may not be seen by it.
     pub fn index_keys(&self, stream: &str) -> Result<IndexKeys> {
         keys::check_name("stream", stream)?;
+        self.fold()?;
         let prefix = keys::index_prefix(stream);
         Ok(IndexKeys {
             iter: self.inner.db.scan_prefix(&prefix),
@@ -793,6 +840,7 @@ impl Journal {
     /// The streams starting with `prefix` that have objects in their index, in order (a group
     /// pattern looks for the kinds of its group whose CRD went away while herald was down).
     pub fn indexed_streams(&self, prefix: &str) -> Result<Vec<String>> {
+        self.fold()?;
         let mut out = Vec::new();
         let mut from = keys::index_prefix(prefix);
         // Without the separator: every stream that starts with `prefix`.
@@ -1277,6 +1325,13 @@ impl Journal {
     /// read; the directory lock is released when the last clone is dropped.
     pub async fn close(self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
+        // Into the final flush, so the next open has nothing to fold; should it fail, that open
+        // folds the `u/` keys instead.
+        let journal = self.clone();
+        let folded = tokio::task::spawn_blocking(move || journal.fold()).await;
+        if let Ok(Err(error)) = folded {
+            tracing::debug!(message = "Index updates not folded at close.", %error);
+        }
         self.inner.flush.shutdown();
         let thread = lock(&self.inner.flusher).take();
         if let Some(thread) = thread {
@@ -1304,6 +1359,20 @@ impl Journal {
     }
 }
 
+#[cfg(test)]
+impl Journal {
+    /// Leaves the gathered index updates unfolded, in their `u/` keys only, as a crash would.
+    fn forget_gathered(&self) {
+        let _append = lock(&self.inner.append);
+        lock(&self.inner.pending).forget();
+    }
+
+    /// How many keys the store holds under `prefix`.
+    fn stored_under(&self, prefix: &[u8]) -> usize {
+        self.inner.db.scan_prefix(prefix).count()
+    }
+}
+
 impl fmt::Debug for Journal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Journal")
@@ -1316,7 +1385,14 @@ impl fmt::Debug for Journal {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Without `close`: still flush what was appended, and release sled's lock before ours.
+        // Without `close`: still fold and flush what was appended, and release sled's lock before
+        // ours. A fold that fails leaves the `u/` keys for the next open to fold.
+        if self.flush.failure().is_none() {
+            let _append = lock(&self.append);
+            if let Err(error) = fold_gathered(&self.db, &self.pending) {
+                tracing::debug!(message = "Index updates not folded at drop.", %error);
+            }
+        }
         self.flush.shutdown();
         let thread = self
             .flusher
@@ -1501,6 +1577,25 @@ fn last_of_each_key(index: &[IndexUpdate]) -> Vec<bool> {
     last
 }
 
+/// Writes the gathered index updates as `i/` keys and removes their `u/` keys, in one batch; the
+/// caller holds the append lock, so nothing is gathered meanwhile.
+fn fold_gathered(
+    db: &sled::Db,
+    pending: &Mutex<updates::Pending>,
+) -> std::result::Result<(), sled::Error> {
+    let mut b = sled::Batch::default();
+    {
+        let pending = lock(pending);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        pending.fold_into(&mut b);
+    }
+    db.apply_batch(b)?;
+    lock(pending).folded();
+    Ok(())
+}
+
 /// Reads and checks the whole store on a guarded thread (`integrity.rs`): a store written by
 /// something else or a newer herald is refused, a damaged one is reported with what is wrong.
 fn open_checked(
@@ -1564,16 +1659,20 @@ fn scan(
         ),
         integrity::Ended::OpenFailed(e) => return Err(e),
     };
+    if let Some(db) = &db {
+        checker.count_gathered(db);
+    }
     let trees = db.as_ref().map_or(1, |db| db.tree_names().len());
     let foreign = record == head::Stored::Missing && (trees > 1 || checker.unknown_keys() > 0);
     Ok((db, checker.finish(broken, &record), foreign))
 }
 
 /// Makes the store's layout the current one: a new store gets the schema version and its head
-/// record; a version-1 store (no head record) is upgraded by writing one; a version-2, 3, 4 or 5
-/// store needs nothing but the new version (its sinks have no acknowledged ranges yet, its streams
-/// no first-sync markers, its events are single-event keys, which stay readable beside segments,
-/// its values are plain, which stay readable beside compressed ones).
+/// record; a version-1 store (no head record) is upgraded by writing one; a version-2 to 6 store
+/// needs nothing but the new version (its sinks have no acknowledged ranges yet, its streams no
+/// first-sync markers, its events are single-event keys, which stay readable beside segments, its
+/// values are plain, which stay readable beside compressed ones, its index updates are all in the
+/// `i/` keys).
 fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) -> Result<()> {
     let meta_failed = |source| JournalError::MetaFailed {
         path: path.to_owned(),
@@ -1583,14 +1682,14 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     if found == Some(current.as_str()) {
         return Ok(());
     }
-    // Versions 2 → 3 → 4 → 5 → 6 only add keys (`a/`, then `f/`, then segment `e/` keys) or
-    // value forms (compressed values) an older store does not have: setting the version is the
-    // whole upgrade. A version-3 store has no marker for a first sync a version-3
+    // Versions 2 → 3 → 4 → 5 → 6 → 7 only add keys (`a/`, then `f/`, then segment `e/` keys,
+    // then `u/` keys) or value forms (compressed values) an older store does not have: setting
+    // the version is the whole upgrade. A version-3 store has no marker for a first sync a version-3
     // herald left half-way: that sync is finished as a relist, which reports what it had not
     // reached (as version 3 did), never less. Before version 2 there was no head record: the record first, so a crash
     // before the version is written leaves a store that opens as before (a version-1 store with a
     // valid record, or an empty one), never a current store without a record.
-    if !matches!(found, Some("2" | "3" | "4" | "5")) {
+    if !matches!(found, Some("2" | "3" | "4" | "5" | "6")) {
         // What recovery found may sit in the OS cache only: it must be durable before a record
         // claims it, or a power cut would leave a record that leads the store.
         db.flush().map_err(meta_failed)?;
@@ -1604,7 +1703,7 @@ fn prepare_schema(db: &sled::Db, path: &Path, found: Option<&str>, head: u64) ->
     db.flush().map_err(meta_failed)?;
     if let Some(old) = found {
         tracing::info!(
-            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors, first-sync markers, event segments and compressed values.",
+            message = "Journal upgraded: it now keeps a head record, acknowledgements above the cursors, first-sync markers, event segments, compressed values and gathered index updates.",
             path = %path.display(),
             from = old,
             to = SCHEMA_VERSION,

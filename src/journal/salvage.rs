@@ -38,7 +38,7 @@ use serde::Serialize;
 use super::error::{JournalError, Result};
 use super::head::{self, Stored};
 use super::integrity::{self, Checker, Ended, Report};
-use super::{SCHEMA_VERSION, files, keys};
+use super::{SCHEMA_VERSION, files, keys, updates};
 
 /// The sled tree that holds the kept events under their old numbers until they are renumbered.
 const STAGING_TREE: &[u8] = b"salvage-staging";
@@ -298,6 +298,27 @@ fn rebuild(
                 out.other_dropped += 1;
                 Ok(false)
             }
+        } else if k.starts_with(keys::UPDATES_PREFIX) {
+            // Read after every `i/` key (key order) and newer than them: applied over them, as a
+            // fold would. An unreadable entry leaves the index older, which the marks below treat
+            // like any state no kept event confirms.
+            if k.len() == keys::UPDATES_PREFIX.len() + 8 && integrity::updates_readable(k, v) {
+                let mut applied = Ok(true);
+                for (key, value) in updates::decode(k, v).unwrap_or_default() {
+                    let done = match value {
+                        Some(value) => new.insert(key, value).map(|_| ()),
+                        None => new.remove(key).map(|_| ()),
+                    };
+                    if let Err(e) = done {
+                        applied = Err(e);
+                        break;
+                    }
+                }
+                applied
+            } else {
+                out.other_dropped += 1;
+                Ok(false)
+            }
         } else if let Some(stream) = k.strip_prefix(keys::CHECKPOINT_PREFIX) {
             if std::str::from_utf8(stream).is_ok() && std::str::from_utf8(v).is_ok() {
                 checkpoints.insert(k.to_vec(), v.to_vec());
@@ -363,6 +384,7 @@ fn rebuild(
     }
     let broken = match ended {
         Ended::Done(old) => {
+            checker.count_gathered(&old);
             drop(old);
             None
         }

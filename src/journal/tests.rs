@@ -66,6 +66,7 @@ fn batch(stream: &str, rv: u64, keys: &[&str]) -> Batch {
             })
             .collect(),
         checkpoint: Some(rv.to_string()),
+        listed: false,
     }
 }
 
@@ -233,17 +234,17 @@ async fn writes_and_checks_the_schema_version() {
     let dir = empty_store(tmp.path()).await;
     {
         let raw = raw_store(&dir);
-        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"6");
-        raw.insert(b"meta/schema_version", b"7").unwrap();
+        assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"7");
+        raw.insert(b"meta/schema_version", b"8").unwrap();
         raw.flush().unwrap();
     }
     // A newer herald's journal is refused, naming its version.
     let err = Journal::open(cfg(tmp.path())).unwrap_err();
     assert!(
-        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 6, .. } if v == "7"),
+        matches!(&err, JournalError::UnsupportedSchema { found: Some(v), supported: 7, .. } if v == "8"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("\"7\""), "{err}");
+    assert!(err.to_string().contains("\"8\""), "{err}");
 
     // A store with data but no version was not written by herald.
     let other = tmp.path().join("other");
@@ -278,7 +279,7 @@ async fn a_version_1_store_is_upgraded_with_a_head_record() {
     assert_eq!(head::read(&dir).unwrap(), head::Stored::Head(2));
     j.close().await.unwrap();
     let raw = raw_store(&dir);
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"6");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"7");
 }
 
 /// Schema 4: a first sync's marker is written and removed with the appends that carry it, read
@@ -375,7 +376,7 @@ async fn a_version_3_store_is_upgraded_in_place() {
     assert!(!j.first_sync_skipping("pods").unwrap());
     j.close().await.unwrap();
     let raw = raw_store(&dir);
-    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"6");
+    assert_eq!(raw.get(b"meta/schema_version").unwrap().unwrap(), b"7");
 }
 
 #[tokio::test]
@@ -557,6 +558,7 @@ async fn the_last_update_of_a_key_in_a_batch_is_what_the_index_keeps() {
             events,
             index,
             checkpoint: Some("10".to_owned()),
+            listed: false,
         })
         .unwrap();
         j.close().await.unwrap();
@@ -565,6 +567,191 @@ async fn the_last_update_of_a_key_in_a_batch_is_what_the_index_keeps() {
     let kept: Vec<(String, u64)> = index_rvs(&j);
     assert_eq!(kept, [("ns/a".to_owned(), 6), ("ns/back".to_owned(), 7)]);
     assert_eq!(j.head(), 11);
+}
+
+fn put(key: &str, rv: u64) -> IndexUpdate {
+    IndexUpdate::Put {
+        key: key.to_owned(),
+        object: serde_json::to_vec(&json!({ "rv": rv })).unwrap(),
+    }
+}
+
+/// A batch of `pods` that only updates the index.
+fn index_only(index: Vec<IndexUpdate>) -> Batch {
+    Batch {
+        stream: "pods".to_owned(),
+        index,
+        ..Batch::default()
+    }
+}
+
+fn rv_at(j: &Journal, key: &str) -> Option<u64> {
+    j.index_get("pods", key).unwrap().map(|v| rv_of(&v))
+}
+
+/// An append's index updates go into one `u/` key, are read from memory until they are folded
+/// into the `i/` keys, and a crash before the fold leaves them for the next open to fold.
+#[tokio::test]
+async fn index_updates_are_read_before_their_fold_and_a_crash_leaves_them_to_the_next_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    {
+        let j = Journal::open(cfg(tmp.path())).unwrap();
+        j.append(batch("pods", 1, &["ns/a", "ns/b"])).unwrap();
+        j.append(index_only(vec![
+            put("ns/a", 2),
+            IndexUpdate::Remove {
+                key: "ns/b".to_owned(),
+            },
+        ]))
+        .unwrap();
+        assert_eq!(j.stored_under(keys::UPDATES_PREFIX), 2);
+        assert_eq!(j.stored_under(keys::INDEX_PREFIX), 0);
+        assert_eq!((rv_at(&j, "ns/a"), rv_at(&j, "ns/b")), (Some(2), None));
+        j.durable(u64::MAX).await.unwrap();
+        j.forget_gathered();
+        j.close().await.unwrap();
+    }
+    let report = verify(&dir, OPEN_TIMEOUT).unwrap();
+    assert!(report.intact(), "{:?}", report.problems);
+    // Counted as the fold will leave them: `ns/a` put, `ns/b` put then removed.
+    assert_eq!((report.index_updates, report.index_entries), (2, 1));
+
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!((rv_at(&j, "ns/a"), rv_at(&j, "ns/b")), (Some(2), None));
+    assert_eq!(j.stored_under(keys::UPDATES_PREFIX), 0);
+    assert_eq!(j.stored_under(keys::INDEX_PREFIX), 1);
+    j.close().await.unwrap();
+}
+
+/// Past `FOLD_ENTRIES` gathered keys each append folds the oldest entries, writing only the keys
+/// whose latest update they hold; a scan of the index folds the rest first, so it finds every put
+/// and misses every removal.
+#[tokio::test]
+async fn gathered_index_updates_fold_oldest_first_and_before_a_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let names: Vec<String> = (0..updates::FOLD_ENTRIES)
+        .map(|n| format!("ns/{n}"))
+        .collect();
+    for (rv, name) in names.iter().enumerate() {
+        j.append(index_only(vec![put(name, rv as u64)])).unwrap();
+    }
+    assert_eq!(j.stored_under(keys::UPDATES_PREFIX), updates::FOLD_ENTRIES);
+    assert_eq!(j.stored_under(keys::INDEX_PREFIX), 0);
+    // `ns/0` again: no key more, nothing folded.
+    j.append(index_only(vec![put(&names[0], 100)])).unwrap();
+    assert_eq!(
+        j.stored_under(keys::UPDATES_PREFIX),
+        updates::FOLD_ENTRIES + 1
+    );
+    assert_eq!(j.stored_under(keys::INDEX_PREFIX), 0);
+    // A new key: the two oldest entries are folded, `ns/0`'s without an `i/` write (a later
+    // entry replaced its update), `ns/1`'s into its `i/` key.
+    j.append(index_only(vec![put("ns/new", 101)])).unwrap();
+    assert_eq!(j.stored_under(keys::UPDATES_PREFIX), updates::FOLD_ENTRIES);
+    assert_eq!(j.stored_under(keys::INDEX_PREFIX), 1);
+    assert_eq!(
+        (rv_at(&j, &names[0]), rv_at(&j, &names[1])),
+        (Some(100), Some(1))
+    );
+
+    j.append(index_only(vec![
+        put(&names[1], 200),
+        IndexUpdate::Remove {
+            key: names[2].clone(),
+        },
+    ]))
+    .unwrap();
+    j.append(batch("cms", 1, &["ns/x"])).unwrap();
+    assert!(j.stored_under(keys::UPDATES_PREFIX) > 0);
+    let keys: Vec<String> = j.index_keys("pods").unwrap().map(Result::unwrap).collect();
+    assert_eq!(j.stored_under(keys::UPDATES_PREFIX), 0);
+    let mut expected: Vec<String> = names.iter().filter(|n| **n != names[2]).cloned().collect();
+    expected.push("ns/new".to_owned());
+    expected.sort();
+    assert_eq!(keys, expected);
+    let rvs: BTreeMap<String, u64> = index_rvs(&j);
+    assert_eq!((rvs[&names[0]], rvs[&names[1]]), (100, 200));
+    j.append(batch("cms2", 1, &["ns/y"])).unwrap();
+    assert_eq!(j.indexed_streams("cms").unwrap(), ["cms", "cms2"]);
+    j.close().await.unwrap();
+}
+
+/// A relist's append (`listed`) writes the updates of objects with nothing gathered straight into
+/// the index, and gathers those of objects with an update gathered before it, so that a crash
+/// leaves no older update to be folded over a newer one.
+#[tokio::test]
+async fn a_listed_append_writes_fresh_keys_into_the_index_and_gathers_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let j = Journal::open(cfg(tmp.path())).unwrap();
+        j.append(index_only(vec![put("ns/watched", 1)])).unwrap();
+        assert_eq!(j.stored_under(keys::UPDATES_PREFIX), 1);
+        j.append(Batch {
+            listed: true,
+            ..index_only(vec![
+                put("ns/listed", 2),
+                put("ns/watched", 3),
+                IndexUpdate::Remove {
+                    key: "ns/gone".to_owned(),
+                },
+            ])
+        })
+        .unwrap();
+        assert_eq!(j.stored_under(keys::UPDATES_PREFIX), 2);
+        assert_eq!(j.stored_under(keys::INDEX_PREFIX), 1);
+        assert_eq!(
+            (rv_at(&j, "ns/listed"), rv_at(&j, "ns/watched")),
+            (Some(2), Some(3))
+        );
+        j.durable(u64::MAX).await.unwrap();
+        j.forget_gathered();
+        j.close().await.unwrap();
+    }
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    let rvs: Vec<(String, u64)> = index_rvs(&j);
+    assert_eq!(
+        rvs,
+        [("ns/listed".to_owned(), 2), ("ns/watched".to_owned(), 3)]
+    );
+    j.close().await.unwrap();
+}
+
+/// A `u/` entry that cannot be read makes the journal damaged; salvage applies the readable
+/// ones over the index entries, as a fold would, and drops the damaged one.
+#[tokio::test]
+async fn a_damaged_index_update_is_reported_and_salvage_applies_the_readable_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    {
+        let j = Journal::open(cfg(tmp.path())).unwrap();
+        j.append(batch("pods", 1, &["ns/a", "ns/b"])).unwrap();
+        j.fold().unwrap();
+        j.append(index_only(vec![put("ns/a", 2)])).unwrap();
+        j.append(index_only(vec![put("ns/b", 3)])).unwrap();
+        j.durable(u64::MAX).await.unwrap();
+        j.forget_gathered();
+        j.close().await.unwrap();
+    }
+    {
+        let raw = raw_store(&dir);
+        let damaged = keys::updates(1);
+        let value = raw.get(&damaged).unwrap().unwrap();
+        raw.insert(&damaged, &value[..value.len() - 1]).unwrap();
+        raw.flush().unwrap();
+    }
+    let err = Journal::open(cfg(tmp.path())).unwrap_err();
+    assert!(
+        matches!(&err, JournalError::Damaged { problems, .. } if problems.contains("index updates")),
+        "{err:?}"
+    );
+    let out = salvage(&dir, OPEN_TIMEOUT, false).unwrap();
+    assert!(out.moved_to.is_some());
+    // `u/1` (`ns/a` at 2) was damaged: `ns/a` keeps its folded entry; `u/2` is applied over `ns/b`.
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!((rv_at(&j, "ns/a"), rv_at(&j, "ns/b")), (Some(1), Some(3)));
+    j.close().await.unwrap();
 }
 
 #[tokio::test]
@@ -586,6 +773,7 @@ async fn append_assigns_consecutive_seqs_and_writes_index_and_checkpoint() {
             key: "ns/b".to_owned(),
         }],
         checkpoint: Some("12".to_owned()),
+        listed: false,
     };
     assert_eq!(j.append(remove).unwrap(), [4]);
     // A batch with only a checkpoint (a bookmark) moves no sequence number.
@@ -1409,6 +1597,7 @@ async fn index_keys_walks_one_stream_lazily() {
             events: vec![],
             index: vec![IndexUpdate::Remove { key: key.clone() }],
             checkpoint: None,
+            listed: false,
         })
         .unwrap();
         walked.push(key);
@@ -1537,7 +1726,7 @@ async fn a_version_4_store_keeps_its_single_events_beside_new_segments() {
     j.close().await.unwrap();
     let report = verify(&dir, OPEN_TIMEOUT).unwrap();
     assert!(report.intact(), "{report:?}");
-    assert_eq!(report.schema_version.as_deref(), Some("6"));
+    assert_eq!(report.schema_version.as_deref(), Some("7"));
     assert_eq!(
         (report.events, report.first_event, report.last_event),
         (2, Some(4), Some(5))
@@ -1849,6 +2038,7 @@ async fn a_version_5_store_keeps_its_plain_values_beside_compressed_ones() {
                 },
             ],
             checkpoint: Some("5".to_owned()),
+            listed: false,
         })
         .unwrap();
     assert_eq!(appended, [4, 5]);
@@ -1886,7 +2076,7 @@ async fn a_version_5_store_keeps_its_plain_values_beside_compressed_ones() {
 
     let report = verify(&dir, OPEN_TIMEOUT).unwrap();
     assert!(report.intact(), "{report:?}");
-    assert_eq!(report.schema_version.as_deref(), Some("6"));
+    assert_eq!(report.schema_version.as_deref(), Some("7"));
     assert_eq!((report.events, report.index_entries), (2, 4));
     // The new values are compressed, and smaller than their plain forms; the old index entries
     // stay as they were.
@@ -1927,6 +2117,7 @@ async fn compressed_values_that_do_not_decompress_are_unreadable() {
                 })
                 .collect(),
             checkpoint: Some(rv.to_string()),
+            listed: false,
         })
         .unwrap();
     }

@@ -615,6 +615,7 @@ mod tests {
                 events,
                 index: vec![],
                 checkpoint: checkpoint.map(str::to_owned),
+                listed: false,
             })
             .unwrap();
         j.durable(*seqs.last().unwrap()).await.unwrap();

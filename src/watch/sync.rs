@@ -774,7 +774,7 @@ impl<'a> Recorder<'a> {
         checkpoint: Option<String>,
         first_sync: FirstSync,
     ) -> Result<(), SyncError> {
-        match self.batch(p, checkpoint) {
+        match self.batch(p, checkpoint, true) {
             Some(batch) => append_batch(self.journal, batch, first_sync),
             None => Ok(()),
         }
@@ -782,7 +782,8 @@ impl<'a> Recorder<'a> {
 
     /// The journal batch of `p` and `checkpoint`; none when there is nothing to append (a
     /// first-sync marker alone protects nothing: it goes with index entries or the checkpoint).
-    fn batch(&self, p: Pending, checkpoint: Option<String>) -> Option<Vouched> {
+    /// `listed`: `p` holds a relist's changes, each object at most once (`Batch::listed`).
+    fn batch(&self, p: Pending, checkpoint: Option<String>, listed: bool) -> Option<Vouched> {
         if p.events.is_empty() && p.index.is_empty() && checkpoint.is_none() {
             return None;
         }
@@ -792,6 +793,7 @@ impl<'a> Recorder<'a> {
                 events: p.events,
                 index: p.index,
                 checkpoint,
+                listed,
             },
             layouts: p.layouts,
         })
@@ -809,7 +811,7 @@ impl<'a> Recorder<'a> {
         first_sync: FirstSync,
     ) -> Result<(), SyncError> {
         settle(inflight).await?;
-        let Some(batch) = self.batch(p, None) else {
+        let Some(batch) = self.batch(p, None, true) else {
             return Ok(());
         };
         *inflight = Some(Chunk::spawn(self.journal, batch, first_sync));
@@ -985,7 +987,7 @@ impl<'a> Recorder<'a> {
         self.settle_watch(rv).await?;
         let checkpoint = (next != *rv).then(|| next.clone());
         let overlay = std::mem::take(&mut p.overlay);
-        let Some(batch) = self.batch(p, checkpoint) else {
+        let Some(batch) = self.batch(p, checkpoint, false) else {
             self.lock_known().remember(overlay);
             *rv = next;
             return Ok(());
@@ -1876,6 +1878,8 @@ pub fn report_gone(
         events: Vec::new(),
         index: Vec::new(),
         checkpoint: None,
+        // Every key of the index once.
+        listed: true,
     };
     let mut resource: Option<event::Resource> = None;
     for (key, raw) in &entries {

@@ -82,6 +82,7 @@ async fn fill(dir: &Path) {
                 })
                 .collect(),
             checkpoint: Some(round.to_string()),
+            listed: false,
         })
         .unwrap();
     }
@@ -94,6 +95,7 @@ async fn fill(dir: &Path) {
             .map(|key| IndexUpdate::Remove { key })
             .collect(),
         checkpoint: Some("4000".to_owned()),
+        listed: false,
     })
     .unwrap();
     let head = j.head();
@@ -180,6 +182,7 @@ async fn compaction_keeps_every_entry_and_gives_back_the_space() {
             events: vec![br#"{"id":"next"}"#.to_vec()],
             index: Vec::new(),
             checkpoint: Some("4001".to_owned()),
+            listed: false,
         })
         .unwrap();
     assert_eq!(seqs, vec![head + 1]);
@@ -399,6 +402,7 @@ async fn measure(name: &str, retention_every: u64) {
                 })
                 .collect(),
             checkpoint: Some(round.to_string()),
+            listed: false,
         })
         .unwrap();
         if round % retention_every == retention_every - 1 {
