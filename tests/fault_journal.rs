@@ -278,9 +278,31 @@ async fn truncated(keep: impl Fn(u64) -> u64) {
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["intact"], !is_damaged, "{report}");
 
-    // Changes made while herald is down, after the damage. Salvaged from a fresh copy too: sled
-    // may panic recovering a cut log, yet a second recovery of what the first left can read it
-    // whole (seen once the log held no `i/` key per event), so the store verify saw is restored.
+    // What an operator does next: salvage the store verify's recovery left. sled may panic
+    // recovering a cut log, yet a second recovery of what the first left can read it whole (seen
+    // once the log held no `i/` key per event): whatever salvage finds there, it succeeds and
+    // leaves an intact journal that has not rolled back.
+    let (code, stdout, stderr) =
+        herald(&["journal", "salvage", "-c", built.config_arg(), "--json"]).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    // Its moved-aside copy is named by the second: out of the way of the salvage below.
+    if let Some(moved) = serde_json::from_str::<Value>(&stdout).unwrap()["movedTo"].as_str() {
+        std::fs::remove_dir_all(moved).unwrap();
+    }
+    let (code, stdout, stderr) =
+        herald(&["journal", "verify", "-c", built.config_arg(), "--json"]).await;
+    assert_eq!(
+        code, 0,
+        "the salvaged journal is not intact: {stdout}\n{stderr}"
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        report["report"]["head"].as_u64() >= Some(built.head),
+        "salvage rolled back: {report}"
+    );
+
+    // Changes made while herald is down, after the damage; salvaged from a fresh copy of the
+    // damaged store, as verify saw it, so that verify's verdict decides what salvage must do.
     built.create("after", 20).await;
     built.restore(&damaged);
     let (code, stdout, stderr) =

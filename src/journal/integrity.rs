@@ -553,10 +553,10 @@ impl Checker {
         self.unknown_keys
     }
 
-    /// The checks over the whole store, given how reading it ended and the head record.
     /// Counts the index entries as a fold of the `u/` entries would leave them, `db` being the
     /// store that was read: an update puts a key the store may hold already or removes one it may
-    /// not hold, so each gathered key is looked up (a few thousand at most, `updates::FOLD_ENTRIES`).
+    /// not hold, so each gathered key is looked up (about `updates::FOLD_ENTRIES`, more by one
+    /// append's updates at most).
     pub(super) fn count_gathered(&mut self, db: &sled::Db) {
         for (key, put) in std::mem::take(&mut self.gathered) {
             match (db.contains_key(&key).unwrap_or(false), put) {
@@ -569,6 +569,7 @@ impl Checker {
         }
     }
 
+    /// The checks over the whole store, given how reading it ended and the head record.
     pub(super) fn finish(mut self, broken: Option<String>, record: &Stored) -> Report {
         self.report.complete = broken.is_none();
         if let Some(why) = broken {

@@ -10,7 +10,7 @@
 //! | `e/` | u64 BE first + u64 BE last sequence number: a segment (schema 5) | *plain*: u64 BE append time (ms since the epoch), then per event (first, first + 1 … last) u32 BE length + rendered CloudEvent; or *compressed* (schema 6): tag `0x01`, the u64 BE append time, then the rest of the plain form compressed (`compressed.rs`) |
 //! | `e/` | u64 BE sequence number: one event (schemas 1–4, still read; salvage writes them) | u64 BE append time + rendered CloudEvent |
 //! | `i/` | stream, NUL, `<namespace>/<name>` | the last object seen: its JSON (schemas 1–5, and schema 6 when compression would not shrink it) or compressed (schema 6: tag `0x01`, `compressed.rs`) |
-//! | `u/` | u64 BE: the entry's number since the last fold | one append's `i/` updates, not yet folded into the `i/` keys (schema 7, `updates.rs`) |
+//! | `u/` | u64 BE: the entry's number, counted from the journal's open (which folds every entry) | one append's `i/` updates (or part of them), not yet folded into the `i/` keys (schema 7, `updates.rs`) |
 //! | `c/` | stream | resourceVersion (UTF-8) |
 //! | `f/` | stream | `skip`: the stream's first sync is under way and records the existing objects silently (`initialState: skip`); written with its first index entries, removed by the append that writes its first checkpoint (schema 4) |
 //! | `s/` | sink | u64 BE cursor: the last acknowledged sequence number |
@@ -183,7 +183,8 @@ pub(super) fn event(seq: u64) -> Vec<u8> {
     prefixed(EVENT_PREFIX, &seq.to_be_bytes())
 }
 
-/// The key of the `n`th entry of index updates since the last fold (schema 7, `updates.rs`).
+/// The key of the `n`th entry of index updates written since the journal was opened (schema 7,
+/// `updates.rs`).
 pub(super) fn updates(n: u64) -> Vec<u8> {
     prefixed(UPDATES_PREFIX, &n.to_be_bytes())
 }

@@ -1325,12 +1325,20 @@ impl Journal {
     /// read; the directory lock is released when the last clone is dropped.
     pub async fn close(self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
-        // Into the final flush, so the next open has nothing to fold; should it fail, that open
-        // folds the `u/` keys instead.
+        // Into the final flush, so the next open has nothing to fold. Should it fail, that open
+        // folds the `u/` keys instead: not a failed write of the journal's, which would cost the
+        // final flush of what was appended.
         let journal = self.clone();
-        let folded = tokio::task::spawn_blocking(move || journal.fold()).await;
+        let folded = tokio::task::spawn_blocking(move || {
+            if journal.inner.flush.failure().is_some() {
+                return Ok(());
+            }
+            let _append = lock(&journal.inner.append);
+            fold_gathered(&journal.inner.db, &journal.inner.pending)
+        })
+        .await;
         if let Ok(Err(error)) = folded {
-            tracing::debug!(message = "Index updates not folded at close.", %error);
+            tracing::warn!(message = "Index updates not folded at close; the next open folds them.", %error);
         }
         self.inner.flush.shutdown();
         let thread = lock(&self.inner.flusher).take();
@@ -1390,7 +1398,7 @@ impl Drop for Inner {
         if self.flush.failure().is_none() {
             let _append = lock(&self.append);
             if let Err(error) = fold_gathered(&self.db, &self.pending) {
-                tracing::debug!(message = "Index updates not folded at drop.", %error);
+                tracing::warn!(message = "Index updates not folded at drop; the next open folds them.", %error);
             }
         }
         self.flush.shutdown();

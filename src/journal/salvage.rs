@@ -260,6 +260,7 @@ fn rebuild(
     let mut cursors: BTreeMap<String, u64> = BTreeMap::new();
     let mut acked: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut write_error: Option<sled::Error> = None;
+    let mut index_updates_dropped = false;
     // The object states some readable event carries (kept, or delivered to every sink).
     let mut confirmed: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut checker = Checker::new(dir);
@@ -300,8 +301,8 @@ fn rebuild(
             }
         } else if k.starts_with(keys::UPDATES_PREFIX) {
             // Read after every `i/` key (key order) and newer than them: applied over them, as a
-            // fold would. An unreadable entry leaves the index older, which the marks below treat
-            // like any state no kept event confirms.
+            // fold would. An unreadable entry leaves the index older than the checkpoints say,
+            // so they are dropped (below): the next start relists and reports the differences.
             if k.len() == keys::UPDATES_PREFIX.len() + 8 && integrity::updates_readable(k, v) {
                 let mut applied = Ok(true);
                 for (key, value) in updates::decode(k, v).unwrap_or_default() {
@@ -317,6 +318,7 @@ fn rebuild(
                 applied
             } else {
                 out.other_dropped += 1;
+                index_updates_dropped = true;
                 Ok(false)
             }
         } else if let Some(stream) = k.strip_prefix(keys::CHECKPOINT_PREFIX) {
@@ -470,7 +472,7 @@ fn rebuild(
         }
         out.cursors.insert(sink, cursor);
     }
-    let keep_checkpoints = report.complete && !events_lost;
+    let keep_checkpoints = report.complete && !events_lost && !index_updates_dropped;
     if !keep_checkpoints {
         out.index_entries_unconfirmed =
             mark_unconfirmed(&new, &confirmed).map_err(sled_failed(dir))?;

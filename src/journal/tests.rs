@@ -718,8 +718,36 @@ async fn a_listed_append_writes_fresh_keys_into_the_index_and_gathers_the_others
     j.close().await.unwrap();
 }
 
+/// A store a crash left with `u/` keys compacts (its counts, the index as folded, match the
+/// copy's), and the copy opens with the updates folded.
+#[tokio::test]
+async fn a_store_with_index_updates_compacts_and_opens_folded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    {
+        let j = Journal::open(cfg(tmp.path())).unwrap();
+        j.append(batch("pods", 1, &["ns/a", "ns/b"])).unwrap();
+        j.append(index_only(vec![
+            IndexUpdate::Remove {
+                key: "ns/b".to_owned(),
+            },
+            put("ns/c", 2),
+        ]))
+        .unwrap();
+        j.durable(u64::MAX).await.unwrap();
+        j.forget_gathered();
+        j.close().await.unwrap();
+    }
+    compact(&dir, OPEN_TIMEOUT, &mut |_| {}).unwrap();
+    let j = Journal::open(cfg(tmp.path())).unwrap();
+    assert_eq!(j.stored_under(keys::UPDATES_PREFIX), 0);
+    let rvs: Vec<(String, u64)> = index_rvs(&j);
+    assert_eq!(rvs, [("ns/a".to_owned(), 1), ("ns/c".to_owned(), 2)]);
+    j.close().await.unwrap();
+}
+
 /// A `u/` entry that cannot be read makes the journal damaged; salvage applies the readable
-/// ones over the index entries, as a fold would, and drops the damaged one.
+/// ones over the index entries, as a fold would, drops the damaged one and the checkpoints.
 #[tokio::test]
 async fn a_damaged_index_update_is_reported_and_salvage_applies_the_readable_ones() {
     let tmp = tempfile::tempdir().unwrap();
@@ -748,6 +776,8 @@ async fn a_damaged_index_update_is_reported_and_salvage_applies_the_readable_one
     );
     let out = salvage(&dir, OPEN_TIMEOUT, false).unwrap();
     assert!(out.moved_to.is_some());
+    // The index is older than the checkpoint says: the next start relists.
+    assert_eq!(out.checkpoints_dropped, ["pods"]);
     // `u/1` (`ns/a` at 2) was damaged: `ns/a` keeps its folded entry; `u/2` is applied over `ns/b`.
     let j = Journal::open(cfg(tmp.path())).unwrap();
     assert_eq!((rv_at(&j, "ns/a"), rv_at(&j, "ns/b")), (Some(1), Some(3)));

@@ -8,10 +8,11 @@
 //!
 //! A fold writes a key's latest value as its `i/` key and removes `u/` keys, in one sled batch
 //! with the append that asks for it, so a crash leaves either the updates or their fold:
-//! - Past [`FOLD_ENTRIES`] gathered keys or [`FOLD_BYTES`] of `u/` values, each append folds the
-//!   oldest entries until both are within bounds again. An entry costs an `i/` write only for the
+//! - Past [`FOLD_ENTRIES`] gathered keys, [`FOLD_BYTES`] of `u/` values or [`FOLD_COUNT`]
+//!   entries, each append folds the oldest entries until all three are within bounds again. An entry costs an `i/` write only for the
 //!   keys whose latest update it holds: the updates a later entry replaced (an object that keeps
-//!   changing) are dropped unwritten, and the work per append stays proportional to the append.
+//!   changing) are dropped unwritten. Once the bounds are reached, an append folds about as many
+//!   entries as it writes, and never more than [`FOLD_COUNT`].
 //! - Every entry is folded before a scan of the index, when the journal is closed or dropped, and
 //!   when it is opened (what a crash left, `fold_stored`).
 //!
@@ -39,8 +40,16 @@ use super::keys;
 pub(super) const FOLD_ENTRIES: usize = if cfg!(test) { 8 } else { 4_096 };
 
 /// Bytes of `u/` values past which each append folds the oldest entries: bounds what a restart
-/// after a crash reads back and what the updates take on disk beside the index.
-pub(super) const FOLD_BYTES: usize = 8 << 20;
+/// after a crash reads back and what the updates take on disk beside the index. 8 MiB let a
+/// 120,000-change catch-up keep that much live in sled's log, and spent as much CPU as schema 6
+/// (docs/operations.md, "Index updates gathered in one key (round 10)").
+pub(super) const FOLD_BYTES: usize = if cfg!(test) { 600 } else { 2 << 20 };
+
+/// `u/` entries past which each append folds the oldest ones. Without it, an entry that holds
+/// only updates later ones replaced would wait for the other bounds; thousands of them (a few
+/// objects that keep changing) would then all be removed by one append, whose wait would be
+/// theirs. With it, an append folds about as many entries as it writes.
+pub(super) const FOLD_COUNT: usize = if cfg!(test) { 16 } else { 1_024 };
 
 /// A `u/` value holds at most this many bytes of updates (an append's updates take several when
 /// they pass it): sled stores a value over a quarter of its 512 KiB segment as a file of its own,
@@ -183,8 +192,8 @@ impl Pending {
     }
 
     /// Adds an append's index updates to `b`: their `u/` entries, and the fold of as many of the
-    /// oldest entries as keep the gathered keys and bytes within [`FOLD_ENTRIES`] and
-    /// [`FOLD_BYTES`]. A folded entry costs an `i/` write only for the keys whose latest update it
+    /// oldest entries as keep the gathered keys, bytes and entries within [`FOLD_ENTRIES`],
+    /// [`FOLD_BYTES`] and [`FOLD_COUNT`]. A folded entry costs an `i/` write only for the keys whose latest update it
     /// holds and this append does not update again; an update a later entry replaces is dropped
     /// with it. The updates of a `listed` append (a relist's) whose keys have nothing gathered go
     /// straight into their `i/` keys: no `u/` entry mentions them, so no fold at an open after a
@@ -213,8 +222,9 @@ impl Pending {
         let mut keys = self.latest.len() + fresh;
         let mut bytes = self.bytes + incoming_bytes;
         let mut folds = 0;
+        let mut count = self.entries.len() + encoded.len();
         for entry in &self.entries {
-            if keys <= FOLD_ENTRIES && bytes <= FOLD_BYTES {
+            if keys <= FOLD_ENTRIES && bytes <= FOLD_BYTES && count <= FOLD_COUNT {
                 break;
             }
             for key in &entry.keys {
@@ -233,6 +243,7 @@ impl Pending {
             }
             b.remove(keys::updates(entry.n));
             bytes -= entry.bytes;
+            count -= 1;
             folds += 1;
         }
         let mut written = Vec::with_capacity(encoded.len());
