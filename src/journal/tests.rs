@@ -589,6 +589,14 @@ fn rv_at(j: &Journal, key: &str) -> Option<u64> {
     j.index_get("pods", key).unwrap().map(|v| rv_of(&v))
 }
 
+/// Closes `j` with its gathered index updates unfolded, once all it appended is durable: the store
+/// then holds what a crash after the last flush leaves.
+async fn close_unfolded(j: Journal) {
+    j.durable(u64::MAX).await.unwrap();
+    j.forget_gathered();
+    j.close().await.unwrap();
+}
+
 /// An append's index updates go into one `u/` key, are read from memory until they are folded
 /// into the `i/` keys, and a crash before the fold leaves them for the next open to fold.
 #[tokio::test]
@@ -608,9 +616,7 @@ async fn index_updates_are_read_before_their_fold_and_a_crash_leaves_them_to_the
         assert_eq!(j.stored_under(keys::UPDATES_PREFIX), 2);
         assert_eq!(j.stored_under(keys::INDEX_PREFIX), 0);
         assert_eq!((rv_at(&j, "ns/a"), rv_at(&j, "ns/b")), (Some(2), None));
-        j.durable(u64::MAX).await.unwrap();
-        j.forget_gathered();
-        j.close().await.unwrap();
+        close_unfolded(j).await;
     }
     let report = verify(&dir, OPEN_TIMEOUT).unwrap();
     assert!(report.intact(), "{:?}", report.problems);
@@ -705,9 +711,7 @@ async fn a_listed_append_writes_fresh_keys_into_the_index_and_gathers_the_others
             (rv_at(&j, "ns/listed"), rv_at(&j, "ns/watched")),
             (Some(2), Some(3))
         );
-        j.durable(u64::MAX).await.unwrap();
-        j.forget_gathered();
-        j.close().await.unwrap();
+        close_unfolded(j).await;
     }
     let j = Journal::open(cfg(tmp.path())).unwrap();
     let rvs: Vec<(String, u64)> = index_rvs(&j);
@@ -734,9 +738,7 @@ async fn a_store_with_index_updates_compacts_and_opens_folded() {
             put("ns/c", 2),
         ]))
         .unwrap();
-        j.durable(u64::MAX).await.unwrap();
-        j.forget_gathered();
-        j.close().await.unwrap();
+        close_unfolded(j).await;
     }
     compact(&dir, OPEN_TIMEOUT, &mut |_| {}).unwrap();
     let j = Journal::open(cfg(tmp.path())).unwrap();
@@ -758,9 +760,7 @@ async fn a_damaged_index_update_is_reported_and_salvage_applies_the_readable_one
         j.fold().unwrap();
         j.append(index_only(vec![put("ns/a", 2)])).unwrap();
         j.append(index_only(vec![put("ns/b", 3)])).unwrap();
-        j.durable(u64::MAX).await.unwrap();
-        j.forget_gathered();
-        j.close().await.unwrap();
+        close_unfolded(j).await;
     }
     {
         let raw = raw_store(&dir);
