@@ -285,7 +285,8 @@ async fn truncated(keep: impl Fn(u64) -> u64) {
     let (code, stdout, stderr) =
         herald(&["journal", "salvage", "-c", built.config_arg(), "--json"]).await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");
-    // Its moved-aside copy is named by the second: out of the way of the salvage below.
+    // Its moved-aside copy is named by the time, to the second: out of the way of the salvage
+    // below.
     if let Some(moved) = serde_json::from_str::<Value>(&stdout).unwrap()["movedTo"].as_str() {
         std::fs::remove_dir_all(moved).unwrap();
     }

@@ -776,8 +776,10 @@ async fn a_damaged_index_update_is_reported_and_salvage_applies_the_readable_one
     );
     let out = salvage(&dir, OPEN_TIMEOUT, false).unwrap();
     assert!(out.moved_to.is_some());
-    // The index is older than the checkpoint says: the next start relists.
+    // The index is older than the checkpoint says: the next start relists, and no entry is
+    // confirmed by an event (the test's objects carry no uid or resourceVersion).
     assert_eq!(out.checkpoints_dropped, ["pods"]);
+    assert_eq!(out.index_entries_unconfirmed, 2, "{out:?}");
     // `u/1` (`ns/a` at 2) was damaged: `ns/a` keeps its folded entry; `u/2` is applied over `ns/b`.
     let j = Journal::open(cfg(tmp.path())).unwrap();
     assert_eq!((rv_at(&j, "ns/a"), rv_at(&j, "ns/b")), (Some(1), Some(3)));

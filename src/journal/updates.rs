@@ -9,10 +9,11 @@
 //! A fold writes a key's latest value as its `i/` key and removes `u/` keys, in one sled batch
 //! with the append that asks for it, so a crash leaves either the updates or their fold:
 //! - Past [`FOLD_ENTRIES`] gathered keys, [`FOLD_BYTES`] of `u/` values or [`FOLD_COUNT`]
-//!   entries, each append folds the oldest entries until all three are within bounds again. An entry costs an `i/` write only for the
-//!   keys whose latest update it holds: the updates a later entry replaced (an object that keeps
-//!   changing) are dropped unwritten. Once the bounds are reached, an append folds about as many
-//!   entries as it writes, and never more than [`FOLD_COUNT`].
+//!   entries, each append folds the oldest entries until all three are within bounds again. An
+//!   entry costs an `i/` write only for the keys whose latest update it holds: the updates a later
+//!   entry replaced (an object that keeps changing) are dropped unwritten. Once the bounds are
+//!   reached, an append folds about as many entries as it writes, and no more than [`FOLD_COUNT`]
+//!   (unless one append wrote more than that many entries, over 64 MiB of updates).
 //! - Every entry is folded before a scan of the index, when the journal is closed or dropped, and
 //!   when it is opened (what a crash left, `fold_stored`).
 //!
@@ -193,9 +194,9 @@ impl Pending {
 
     /// Adds an append's index updates to `b`: their `u/` entries, and the fold of as many of the
     /// oldest entries as keep the gathered keys, bytes and entries within [`FOLD_ENTRIES`],
-    /// [`FOLD_BYTES`] and [`FOLD_COUNT`]. A folded entry costs an `i/` write only for the keys whose latest update it
-    /// holds and this append does not update again; an update a later entry replaces is dropped
-    /// with it. The updates of a `listed` append (a relist's) whose keys have nothing gathered go
+    /// [`FOLD_BYTES`] and [`FOLD_COUNT`]. A folded entry costs an `i/` write only for the keys
+    /// whose latest update it holds and this append does not update again; an update a later
+    /// entry replaces is dropped with it. The updates of a `listed` append (a relist's) whose keys have nothing gathered go
     /// straight into their `i/` keys: no `u/` entry mentions them, so no fold at an open after a
     /// crash can put an older value over them.
     pub(super) fn plan(&self, b: &mut sled::Batch, updates: Vec<Update>, listed: bool) -> Plan {
@@ -455,7 +456,10 @@ mod tests {
             let plan = pending.plan(&mut b, updates, listed);
             db.apply_batch(b).unwrap();
             pending.applied(plan);
+            // Within every bound but by this append's own updates (a few small ones here).
             assert!(pending.latest.len() <= FOLD_ENTRIES + 6, "round {round}");
+            assert!(pending.entries.len() <= FOLD_COUNT, "round {round}");
+            assert!(pending.bytes <= FOLD_BYTES, "round {round}");
 
             let read = |k: &[u8]| match pending.get(k) {
                 Some(v) => v.map(|v| v.to_vec()),
