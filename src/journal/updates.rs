@@ -196,9 +196,9 @@ impl Pending {
     /// oldest entries as keep the gathered keys, bytes and entries within [`FOLD_ENTRIES`],
     /// [`FOLD_BYTES`] and [`FOLD_COUNT`]. A folded entry costs an `i/` write only for the keys
     /// whose latest update it holds and this append does not update again; an update a later
-    /// entry replaces is dropped with it. The updates of a `listed` append (a relist's) whose keys have nothing gathered go
-    /// straight into their `i/` keys: no `u/` entry mentions them, so no fold at an open after a
-    /// crash can put an older value over them.
+    /// entry replaces is dropped with it. The updates of a `listed` append (a relist's) whose keys
+    /// have nothing gathered go straight into their `i/` keys: no `u/` entry mentions them, so no
+    /// fold at an open after a crash can put an older value over them.
     pub(super) fn plan(&self, b: &mut sled::Batch, updates: Vec<Update>, listed: bool) -> Plan {
         let (direct, mut updates): (Vec<Update>, Vec<Update>) = if listed {
             updates
