@@ -295,18 +295,23 @@ pub(super) fn readable_events<'a>(k: &[u8], plain: &'a [u8]) -> Option<keys::Sto
     Some((at, events))
 }
 
-/// Whether the `u/` entry `k` holds index updates the index would read: readable keys of the
-/// index, and values each a JSON object.
-pub(super) fn updates_readable(k: &[u8], v: &[u8]) -> bool {
-    updates::decode(k, v).is_ok_and(|updates| {
-        updates.into_iter().all(|(key, value)| {
+/// The updates of the `u/` entry `k` when the index would read them: a well-formed key, readable
+/// keys of the index, and values each a JSON object. The one rule `verify` and `salvage` share.
+pub(super) fn readable_updates<'a>(k: &[u8], v: &'a [u8]) -> Option<Vec<updates::Read<'a>>> {
+    if k.len() != keys::UPDATES_PREFIX.len() + 8 {
+        return None;
+    }
+    let updates = updates::decode(k, v).ok()?;
+    updates
+        .iter()
+        .all(|(key, value)| {
             key.strip_prefix(keys::INDEX_PREFIX)
                 .is_some_and(index_key_readable)
                 && value.is_none_or(|value| {
                     keys::index_object(key, value).is_ok_and(|object| is_json(&object))
                 })
         })
-    })
+        .then_some(updates)
 }
 
 /// Whether an index key's part after `i/` is `<stream>\0<object key>` in UTF-8.
@@ -464,16 +469,17 @@ impl Checker {
                 self.problem(format!("index entry {} is unreadable", keys::printable(k)));
             }
             self.report.index_entries += 1;
-        } else if let Some(rest) = k.strip_prefix(keys::UPDATES_PREFIX) {
-            if rest.len() != 8 || !updates_readable(k, v) {
-                self.problem(format!(
+        } else if k.starts_with(keys::UPDATES_PREFIX) {
+            match readable_updates(k, v) {
+                Some(updates) => {
+                    for (key, value) in updates {
+                        self.gathered.insert(key.to_vec(), value.is_some());
+                    }
+                }
+                None => self.problem(format!(
                     "index updates {} are unreadable",
                     keys::printable(k)
-                ));
-            } else {
-                for (key, value) in updates::decode(k, v).unwrap_or_default() {
-                    self.gathered.insert(key.to_vec(), value.is_some());
-                }
+                )),
             }
             self.report.index_updates += 1;
         } else if let Some(stream) = k.strip_prefix(keys::CHECKPOINT_PREFIX) {

@@ -38,7 +38,7 @@ use serde::Serialize;
 use super::error::{JournalError, Result};
 use super::head::{self, Stored};
 use super::integrity::{self, Checker, Ended, Report};
-use super::{SCHEMA_VERSION, files, keys, updates};
+use super::{SCHEMA_VERSION, files, keys};
 
 /// The sled tree that holds the kept events under their old numbers until they are renumbered.
 const STAGING_TREE: &[u8] = b"salvage-staging";
@@ -303,9 +303,9 @@ fn rebuild(
             // Read after every `i/` key (key order) and newer than them: applied over them, as a
             // fold would. An unreadable entry leaves the index older than the checkpoints say,
             // so they are dropped (below): the next start relists and reports the differences.
-            if k.len() == keys::UPDATES_PREFIX.len() + 8 && integrity::updates_readable(k, v) {
+            if let Some(updates) = integrity::readable_updates(k, v) {
                 let mut applied = Ok(true);
-                for (key, value) in updates::decode(k, v).unwrap_or_default() {
+                for (key, value) in updates {
                     let done = match value {
                         Some(value) => new.insert(key, value).map(|_| ()),
                         None => new.remove(key).map(|_| ()),

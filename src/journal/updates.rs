@@ -208,10 +208,7 @@ impl Pending {
             (Vec::new(), updates)
         };
         for (key, value) in direct {
-            match value {
-                Some(v) => b.insert(key, v),
-                None => b.remove(key),
-            }
+            write(b, &key, value);
         }
         let encoded = encode(&updates);
         let incoming_bytes: usize = encoded.iter().map(|(v, _)| v.len()).sum();
@@ -234,10 +231,7 @@ impl Pending {
                 {
                     // This append's own update of the key replaces it: nothing to write.
                     if !incoming.contains(&**key) {
-                        match value {
-                            Some(v) => b.insert(&**key, v.clone()),
-                            None => b.remove(&**key),
-                        }
+                        write(b, key, value.clone());
                         keys -= 1;
                     }
                 }
@@ -287,10 +281,7 @@ impl Pending {
     /// removed.
     pub(super) fn fold_into(&self, b: &mut sled::Batch) {
         for (key, (_, value)) in &self.latest {
-            match value {
-                Some(v) => b.insert(&**key, v.clone()),
-                None => b.remove(&**key),
-            }
+            write(b, key, value.clone());
         }
         for entry in &self.entries {
             b.remove(keys::updates(entry.n));
@@ -308,6 +299,14 @@ impl Pending {
         self.latest.clear();
         self.entries.clear();
         self.bytes = 0;
+    }
+}
+
+/// Adds an update's `i/` write to `b`: the stored value, or the key's removal.
+fn write(b: &mut sled::Batch, key: &[u8], value: Option<IVec>) {
+    match value {
+        Some(v) => b.insert(key, v),
+        None => b.remove(key),
     }
 }
 
@@ -333,10 +332,7 @@ pub(super) fn fold_stored(db: &sled::Db, path: &Path) -> Result<usize> {
         return Ok(0);
     }
     for (key, value) in latest {
-        match value {
-            Some(v) => b.insert(key, v),
-            None => b.remove(key),
-        }
+        write(&mut b, &key, value);
     }
     db.apply_batch(b).map_err(failed)?;
     Ok(count)
