@@ -212,17 +212,25 @@ impl Pending {
         }
         let encoded = encode(&updates);
         let incoming_bytes: usize = encoded.iter().map(|(v, _)| v.len()).sum();
-        let incoming: HashSet<&[u8]> = updates.iter().map(|(k, _)| k.as_slice()).collect();
-        let fresh = incoming
+        // The append's updates are one per key (`last_of_each_key`).
+        let fresh = updates
             .iter()
-            .filter(|k| !self.latest.contains_key(**k))
+            .filter(|(k, _)| !self.latest.contains_key(k.as_slice()))
             .count();
         let mut keys = self.latest.len() + fresh;
         let mut bytes = self.bytes + incoming_bytes;
         let mut folds = 0;
         let mut count = self.entries.len() + encoded.len();
+        let within =
+            |keys, bytes, count| keys <= FOLD_ENTRIES && bytes <= FOLD_BYTES && count <= FOLD_COUNT;
+        // Only a fold asks which keys the append updates again.
+        let incoming: HashSet<&[u8]> = if within(keys, bytes, count) {
+            HashSet::new()
+        } else {
+            updates.iter().map(|(k, _)| k.as_slice()).collect()
+        };
         for entry in &self.entries {
-            if keys <= FOLD_ENTRIES && bytes <= FOLD_BYTES && count <= FOLD_COUNT {
+            if within(keys, bytes, count) {
                 break;
             }
             for key in &entry.keys {
